@@ -1,0 +1,633 @@
+"""The builder kernels are written with.
+
+    def scale_rows(k, *, n):
+        x, out = k.args.x, k.args.out
+        i = k.cta_id() * k.L + k.lane_id()
+        with k.if_(k.cta_id() < n // k.L):
+            v = k.load(x, i, f32)
+            k.store(out, i, v * 2.0)
+
+    kern = build_kernel("scale_rows", scale_rows, abi=ABI(x=Ptr(f32), out=Ptr(f32)),
+                        target="gfx950", waves=1, n=1024)
+
+The same Python text builds for wave64 (AMD) and warp32 (NVIDIA): `k.L` is the wave size of
+the target. Python numbers mix with values (they take the other operand's type). Type rules
+are strict: both operands of an arithmetic op have one dtype; bf16/fp8 are storage types that
+are cast to f32 for arithmetic. A mistake is a `DSLError` raised where the kernel says it.
+"""
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from types import SimpleNamespace
+
+from . import ir
+from .ir import ABI, Block, LDSAlloc, Op, Ptr, Scalar, Value, Var
+from .targets import target as get_target
+from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, f32, i1, i32, i64, ptr_global,
+                    ptr_lds, u32, u64)
+
+_builder: ContextVar["KernelBuilder | None"] = ContextVar("monokernel_builder", default=None)
+MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
+
+
+class DSLError(Exception):
+    """A kernel that cannot be built as written."""
+
+
+def _cur() -> "KernelBuilder":
+    b = _builder.get()
+    if b is None:
+        raise DSLError("no kernel is being built: use values inside build_kernel's function")
+    return b
+
+
+class KernelBuilder:
+    """What a kernel function receives as `k`."""
+
+    def __init__(self, name: str, abi: ABI, target: str, waves: int, wave_size: int | None):
+        t = get_target(target)
+        self.target = t
+        self.name = name
+        self.abi = abi
+        self.L = wave_size or t.wave_size
+        if self.L not in (32, 64):
+            raise DSLError(f"wave size {self.L} is not 32 or 64")
+        if t.vendor == "amd" and self.L != 64:
+            raise DSLError(f"{t.name} runs wave64 kernels; wave size {self.L} requested")
+        if t.vendor == "nvidia" and self.L != 32:
+            raise DSLError(f"{t.name} runs 32-lane warps; wave size {self.L} requested")
+        if waves < 1 or waves * self.L > t.max_threads_per_cta:
+            raise DSLError(f"{waves} waves of {self.L} lanes exceed {t.max_threads_per_cta} threads")
+        self.W = waves
+        self._blocks: list[Block] = [Block()]
+        self._lds: list[LDSAlloc] = []
+        self._lds_top = 0
+        self.uses: set[str] = set()
+        self.args = SimpleNamespace(**{s.name: self._arg(s) for s in abi.slots})
+
+    # ------------------------------------------------------------------ plumbing
+    def _emit(self, opcode, args=(), result_types=(), attrs=None, regions=()) -> Op:
+        results = tuple(Value(t) for t in result_types)
+        op = Op(opcode, tuple(args), results, dict(attrs or {}), tuple(regions))
+        self._blocks[-1].ops.append(op)
+        return op
+
+    def _v(self, opcode, args, rtype, **attrs) -> Value:
+        return self._emit(opcode, args, (rtype,), attrs).result
+
+    def _arg(self, slot) -> Value:
+        if isinstance(slot.kind, Ptr):
+            t = VType(ptr_global, 1, True)
+        else:
+            t = VType(slot.kind.dtype, 1, True)
+        v = self._v("arg", (), t, name=slot.name)
+        v.name = slot.name
+        return v
+
+    @contextlib.contextmanager
+    def _region(self):
+        blk = Block()
+        self._blocks.append(blk)
+        try:
+            yield blk
+        finally:
+            self._blocks.pop()
+
+    # ------------------------------------------------------------------ constants and ids
+    def const(self, value, dt) -> Value:
+        dt = as_dtype(dt)
+        if dt.is_ptr:
+            raise DSLError("pointer constants are not allowed; take pointers from arguments or LDS")
+        return self._v("const", (), VType(dt, 1, True), value=value)
+
+    def lane_id(self) -> Value:
+        return self._v("lane_id", (), VType(i32))
+
+    def wave_id(self) -> Value:
+        return self._v("wave_id", (), VType(i32, 1, True))
+
+    def cta_id(self) -> Value:
+        return self._v("cta_id", (), VType(i32, 1, True))
+
+    def num_ctas(self) -> Value:
+        return self._v("num_ctas", (), VType(i32, 1, True))
+
+    def thread_id(self) -> Value:
+        return self.wave_id() * self.L + self.lane_id()
+
+    def clock(self) -> Value:
+        self.uses.add("clock")
+        return self._v("clock", (), VType(u64, 1, True))
+
+    # ------------------------------------------------------------------ arithmetic
+    def _coerce_pair(self, a, b, what):
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            raise DSLError(f"{what}: at least one operand must be a kernel value")
+        if not isinstance(a, Value):
+            a = self.const(a, b.dtype)
+        if not isinstance(b, Value):
+            b = self.const(b, a.dtype)
+        if a.dtype != b.dtype:
+            raise DSLError(f"{what}: operand types differ ({a.type} vs {b.type}); cast one")
+        if a.n != b.n and 1 not in (a.n, b.n):
+            raise DSLError(f"{what}: vector widths differ ({a.type} vs {b.type})")
+        return a, b
+
+    @staticmethod
+    def _joined(a: Value, b: Value, dt: DType | None = None) -> VType:
+        return VType(dt or a.dtype, max(a.n, b.n), a.uniform and b.uniform)
+
+    def binary(self, opcode, a, b) -> Value:
+        a, b = self._coerce_pair(a, b, opcode)
+        if a.dtype in STORAGE_ONLY:
+            raise DSLError(f"{opcode} on {a.dtype}: cast to f32 first ({a.dtype} is a storage type)")
+        if a.dtype.is_ptr:
+            raise DSLError(f"{opcode} on a pointer: use ptr_add")
+        if opcode in ("and", "or", "xor", "shl", "shr", "rem") and a.dtype.is_float:
+            raise DSLError(f"{opcode} needs integers, got {a.dtype}")
+        return self._v(opcode, (a, b), self._joined(a, b))
+
+    def unary(self, opcode, a) -> Value:
+        if a.dtype in STORAGE_ONLY:
+            raise DSLError(f"{opcode} on {a.dtype}: cast to f32 first")
+        if opcode in ("exp2", "log2", "sqrt", "rsqrt", "sin", "cos") and not a.dtype.is_float:
+            raise DSLError(f"{opcode} needs a float, got {a.dtype}")
+        if opcode == "not" and a.dtype.is_float:
+            raise DSLError(f"not needs an integer, got {a.dtype}")
+        return self._v(opcode, (a,), a.type)
+
+    def fma(self, a, b, c) -> Value:
+        a, b = self._coerce_pair(a, b, "fma")
+        a, c = self._coerce_pair(a, c, "fma")
+        if not a.dtype.is_float or a.dtype in STORAGE_ONLY:
+            raise DSLError(f"fma needs f16/f32/f64, got {a.dtype}")
+        t = VType(a.dtype, max(a.n, b.n, c.n), a.uniform and b.uniform and c.uniform)
+        return self._v("fma", (a, b, c), t)
+
+    def cmp(self, pred, a, b) -> Value:
+        if pred not in ir.CMP_PREDS:
+            raise DSLError(f"unknown comparison {pred!r}; one of {ir.CMP_PREDS}")
+        a, b = self._coerce_pair(a, b, f"cmp {pred}")
+        if a.dtype in STORAGE_ONLY:
+            raise DSLError(f"compare on {a.dtype}: cast to f32 first")
+        return self._v("cmp", (a, b), self._joined(a, b, i1), pred=pred)
+
+    def select(self, c, a, b) -> Value:
+        if not isinstance(c, Value) or c.dtype != i1:
+            raise DSLError(f"select needs an i1 condition, got {c!r}")
+        a, b = self._coerce_pair(a, b, "select")
+        t = VType(a.dtype, max(a.n, b.n), a.uniform and b.uniform and c.uniform)
+        return self._v("select", (c, a, b), t)
+
+    def min(self, a, b): return self.binary("min", a, b)
+    def max(self, a, b): return self.binary("max", a, b)
+    def exp2(self, a): return self.unary("exp2", a)
+    def log2(self, a): return self.unary("log2", a)
+    def sqrt(self, a): return self.unary("sqrt", a)
+    def rsqrt(self, a): return self.unary("rsqrt", a)
+    def sin(self, a): return self.unary("sin", a)
+    def cos(self, a): return self.unary("cos", a)
+    def abs(self, a): return self.unary("abs", a)
+
+    def cast(self, v: Value, dt) -> Value:
+        dt = as_dtype(dt)
+        if dt.is_ptr or v.dtype.is_ptr:
+            raise DSLError(f"cast between {v.dtype} and {dt}: pointers are not cast")
+        if v.dtype == dt:
+            return v
+        return self._v("cast", (v,), v.type.with_(dtype=dt), to=dt)
+
+    def bitcast(self, v: Value, dt, n: int | None = None) -> Value:
+        dt = as_dtype(dt)
+        n = n if n is not None else (v.type.bytes // dt.bytes)
+        if n * dt.bytes != v.type.bytes or dt == i1 or v.dtype == i1:
+            raise DSLError(f"bitcast {v.type} -> {dt}x{n}: sizes differ ({v.type.bytes} vs "
+                           f"{n * dt.bytes} bytes)")
+        return self._v("bitcast", (v,), VType(dt, n, v.uniform), to=dt)
+
+    def vec(self, *values) -> Value:
+        values = list(values)
+        proto = next((x for x in values if isinstance(x, Value)), None)
+        if proto is None:
+            raise DSLError("vec needs at least one kernel value")
+        values = [x if isinstance(x, Value) else self.const(x, proto.dtype) for x in values]
+        for x in values:
+            if x.dtype != proto.dtype or x.n != 1:
+                raise DSLError(f"vec elements must be scalars of one type; got {x.type} and {proto.type}")
+        uni = all(x.uniform for x in values)
+        return self._v("vec_pack", tuple(values), VType(proto.dtype, len(values), uni))
+
+    def extract(self, v: Value, index: int) -> Value:
+        if not 0 <= index < v.n:
+            raise DSLError(f"extract index {index} outside a vector of {v.n}")
+        return self._v("extract", (v,), v.type.with_(n=1), index=index)
+
+    def insert(self, v: Value, x, index: int) -> Value:
+        if not isinstance(x, Value):
+            x = self.const(x, v.dtype)
+        if not 0 <= index < v.n or x.dtype != v.dtype or x.n != 1:
+            raise DSLError(f"insert {x.type} at {index} into {v.type}")
+        return self._v("insert", (v, x), v.type.with_(uniform=v.uniform and x.uniform), index=index)
+
+    def split(self, v: Value) -> list[Value]:
+        return [self.extract(v, i) for i in range(v.n)]
+
+    # ------------------------------------------------------------------ variables
+    def var(self, init, dt=None, name: str | None = None) -> "VarRef":
+        if not isinstance(init, Value):
+            if dt is None:
+                raise DSLError("var(python_number) needs a dtype")
+            init = self.const(init, dt)
+        elif dt is not None and as_dtype(dt) != init.dtype:
+            init = self.cast(init, dt)
+        var = Var(init.type, name)
+        self._emit("var_new", (init,), (), {"var": var})
+        return VarRef(self, var)
+
+    def uniform_var(self, init, dt=None, name=None) -> "VarRef":
+        ref = self.var(init, dt, name)
+        if not ref.var.type.uniform:
+            raise DSLError(f"uniform_var initialised with a per-lane value {init!r}")
+        return ref
+
+    def lane_var(self, init, dt=None, name=None) -> "VarRef":
+        """A per-lane variable, even if its first value is uniform."""
+        if not isinstance(init, Value):
+            init = self.const(init, dt)
+        return self.var(self._broadcast(init), dt, name)
+
+    def _broadcast(self, v: Value) -> Value:
+        """A per-lane copy of a uniform value (select on a per-lane true)."""
+        if not v.uniform:
+            return v
+        t = self.cmp("ge", self.lane_id(), 0)
+        return self._v("select", (t, v, v), v.type.with_(uniform=False))
+
+    # ------------------------------------------------------------------ control flow
+    def _uniform_cond(self, c, what):
+        if not isinstance(c, Value) or c.dtype != i1 or c.n != 1:
+            raise DSLError(f"{what} needs an i1 condition, got {c!r}")
+        if not c.uniform:
+            raise DSLError(f"{what} condition {c!r} is per-lane: control flow is wave-uniform; "
+                           "use a mask (load/store mask=) or select")
+        return c
+
+    @contextlib.contextmanager
+    def if_(self, cond):
+        cond = self._uniform_cond(cond, "if_")
+        with self._region() as then:
+            yield
+        self._emit("if", (cond,), (), {}, (then, Block()))
+
+    @contextlib.contextmanager
+    def if_else(self, cond):
+        """with k.if_else(c) as (then, otherwise): with then: ... ; with otherwise: ..."""
+        cond = self._uniform_cond(cond, "if_else")
+        blocks = [Block(), Block()]
+
+        @contextlib.contextmanager
+        def branch(i):
+            self._blocks.append(blocks[i])
+            try:
+                yield
+            finally:
+                self._blocks.pop()
+        yield branch(0), branch(1)
+        self._emit("if", (cond,), (), {}, tuple(blocks))
+
+    def range(self, start, stop=None, step=1, dt=i32):
+        """`for i in k.range(n):` builds one loop whose body is the Python loop body."""
+        if stop is None:
+            start, stop = 0, start
+        vals = []
+        for x in (start, stop, step):
+            if not isinstance(x, Value):
+                x = self.const(x, dt)
+            if not x.uniform:
+                raise DSLError(f"loop bound {x!r} is per-lane: loops are wave-uniform")
+            if x.dtype != as_dtype(dt):
+                x = self.cast(x, dt)
+            vals.append(x)
+        if not isinstance(step, Value) and step <= 0:
+            raise DSLError(f"loop step {step} must be positive")
+        iv = Value(VType(as_dtype(dt), 1, True), "i")
+        with self._region() as body:
+            yield iv
+        op = Op("for", tuple(vals), (), {"iv": iv}, (body,))
+        self._blocks[-1].ops.append(op)
+
+    @contextlib.contextmanager
+    def while_(self, cond_fn):
+        """`with k.while_(lambda: i.get() < n):` - cond_fn builds the (uniform) condition."""
+        with self._region() as cond_blk:
+            c = self._uniform_cond(cond_fn(), "while_")
+            self._emit("yield_cond", (c,))
+        with self._region() as body:
+            yield
+        self._emit("while", (), (), {}, (cond_blk, body))
+
+    # ------------------------------------------------------------------ memory
+    def lds(self, name: str, dt, count: int) -> Value:
+        dt = as_dtype(dt)
+        if any(a.name == name for a in self._lds):
+            raise DSLError(f"LDS allocation {name!r} declared twice")
+        if count <= 0:
+            raise DSLError(f"LDS allocation {name!r}: count {count} must be positive")
+        off = (self._lds_top + 15) // 16 * 16  # 16-byte aligned: the widest LDS access
+        self._lds.append(LDSAlloc(name, dt, count, off))
+        self._lds_top = off + dt.bytes * count
+        if self._lds_top > self.target.lds_bytes:
+            raise DSLError(f"LDS allocations reach {self._lds_top} bytes; {self.target.name} "
+                           f"gives a CTA {self.target.lds_bytes}")
+        self.uses.add("lds")
+        return self._v("lds_base", (), VType(ptr_lds, 1, True), name=name)
+
+    def ptr_add(self, p: Value, byte_offset) -> Value:
+        if not p.dtype.is_ptr:
+            raise DSLError(f"ptr_add needs a pointer, got {p.type}")
+        if not isinstance(byte_offset, Value):
+            byte_offset = self.const(byte_offset, i64)
+        if byte_offset.dtype not in (i32, i64):
+            raise DSLError(f"ptr_add offset must be i32 or i64, got {byte_offset.type}")
+        return self._v("ptr_add", (p, byte_offset), VType(p.dtype, 1, p.uniform and byte_offset.uniform))
+
+    def _addr(self, p, idx, dt, n, what):
+        if not isinstance(p, Value) or not p.dtype.is_ptr:
+            raise DSLError(f"{what}: first operand must be a pointer, got {p!r}")
+        if not isinstance(idx, Value):
+            idx = self.const(idx, i32)
+        if idx.dtype not in (i32, i64) or idx.n != 1:
+            raise DSLError(f"{what}: index must be an i32/i64 scalar, got {idx.type}")
+        if n * dt.bytes > MAX_ACCESS_BYTES:
+            raise DSLError(f"{what}: {n} x {dt} = {n * dt.bytes} bytes per lane; at most "
+                           f"{MAX_ACCESS_BYTES}")
+        if dt == i1:
+            raise DSLError(f"{what}: i1 has no memory form; use u8")
+        return idx
+
+    def _mask(self, mask, what):
+        if mask is None:
+            return ()
+        if not isinstance(mask, Value) or mask.dtype != i1 or mask.n != 1:
+            raise DSLError(f"{what}: mask must be an i1 scalar value, got {mask!r}")
+        return (mask,)
+
+    @staticmethod
+    def _check_order(scope, order, allowed, what):
+        if order is not None and order not in allowed:
+            raise DSLError(f"{what}: order {order!r} not one of {allowed}")
+        if scope not in ir.SCOPES:
+            raise DSLError(f"{what}: scope {scope!r} not one of {ir.SCOPES}")
+
+    def load(self, p, idx, dt, n: int = 1, *, mask=None, nontemporal=False, order=None,
+             scope="device") -> Value:
+        """n elements of dt at p + idx*sizeof(dt). With `order`, an atomic (single-copy) load."""
+        dt = as_dtype(dt)
+        idx = self._addr(p, idx, dt, n, "load")
+        self._check_order(scope, order, ("relaxed", "acquire", "seq_cst"), "load")
+        if order is not None and n != 1:
+            raise DSLError("atomic loads are scalar (n=1): a vector is several accesses")
+        margs = self._mask(mask, "load")
+        uni = p.uniform and idx.uniform and not margs
+        return self._v("load", (p, idx) + margs, VType(dt, n, uni), dtype=dt, n=n,
+                       nontemporal=nontemporal, order=order, scope=scope, masked=bool(margs))
+
+    def store(self, p, idx, value, *, mask=None, nontemporal=False, order=None, scope="device"):
+        idx = self._addr(p, idx, value.dtype, value.n, "store")
+        self._check_order(scope, order, ("relaxed", "release", "seq_cst"), "store")
+        if order is not None and value.n != 1:
+            raise DSLError("atomic stores are scalar (n=1): a vector is several accesses")
+        margs = self._mask(mask, "store")
+        self._emit("store", (p, idx, value) + margs, (), dict(nontemporal=nontemporal, order=order,
+                                                              scope=scope, masked=bool(margs)))
+
+    def atomic(self, op, p, idx, value, *, compare=None, mask=None, order="relaxed",
+               scope="device") -> Value:
+        if op not in ir.ATOMIC_OPS:
+            raise DSLError(f"unknown atomic {op!r}; one of {ir.ATOMIC_OPS}")
+        if not isinstance(value, Value):
+            raise DSLError(f"atomic {op}: value must be a kernel value")
+        idx = self._addr(p, idx, value.dtype, 1, f"atomic {op}")
+        self._check_order(scope, order, ir.ORDERS, f"atomic {op}")
+        if value.n != 1 or value.dtype.bits not in (32, 64):
+            raise DSLError(f"atomic {op}: 32- or 64-bit scalars only, got {value.type}")
+        if op in ("add", "max", "min") and value.dtype.is_float and op != "add":
+            raise DSLError(f"atomic {op} on floats is not portable; use integer keys")
+        args = (p, idx, value)
+        if op == "cas":
+            if compare is None:
+                raise DSLError("atomic cas needs compare=")
+            if not isinstance(compare, Value):
+                compare = self.const(compare, value.dtype)
+            args += (compare,)
+        margs = self._mask(mask, f"atomic {op}")
+        uni = p.uniform and idx.uniform and value.uniform and not margs and \
+            (compare is None or compare.uniform)
+        return self._v("atomic", args + margs, VType(value.dtype, 1, uni), op=op, order=order,
+                       scope=scope, masked=bool(margs))
+
+    def fence(self, order="acq_rel", scope="device"):
+        self._check_order(scope, order, ("acquire", "release", "acq_rel", "seq_cst"), "fence")
+        self._emit("fence", (), (), dict(order=order, scope=scope))
+
+    def barrier(self):
+        if len(self._blocks) > 1 and self.W > 1:
+            # CTA-uniform control flow is the user's promise; the interpreter checks it (a
+            # wave that skips a barrier the others wait at is reported as a stall).
+            pass
+        self._emit("barrier")
+
+    def poll(self, p, idx, expected, *, pred="eq", shift=0, bits=32, dt=u64, scope="device",
+             bound=1 << 20, mask=None):
+        """Relaxed loads of p[idx] until ((x >> shift) & (2**bits-1)) <pred> expected holds on every
+        active lane, at most `bound` loads. Returns (last value, timed_out: uniform i1)."""
+        dt = as_dtype(dt)
+        idx = self._addr(p, idx, dt, 1, "poll")
+        if pred not in ir.CMP_PREDS:
+            raise DSLError(f"poll: unknown predicate {pred!r}")
+        if not isinstance(expected, Value):
+            expected = self.const(expected, u32 if bits <= 32 else u64)
+        if bound < 1:
+            raise DSLError(f"poll bound {bound} must be at least 1")
+        margs = self._mask(mask, "poll")
+        op = self._emit("poll", (p, idx, expected) + margs,
+                        (VType(dt, 1, p.uniform and idx.uniform and not margs), VType(i1, 1, True)),
+                        dict(pred=pred, shift=shift, bits=bits, dtype=dt, scope=scope, bound=bound,
+                             masked=bool(margs)))
+        self.uses.add("poll")
+        return op.results
+
+    # ------------------------------------------------------------------ cross-lane
+    def _lane_value(self, v, what):
+        if not isinstance(v, Value) or v.dtype.bits not in (32, 64) or v.n != 1:
+            raise DSLError(f"{what} works on 32/64-bit scalars, got {v!r}")
+        return v
+
+    def lane_swap(self, v, mask: int) -> Value:
+        self._lane_value(v, "lane_swap")
+        if mask <= 0 or mask >= self.L or mask & (mask - 1):
+            raise DSLError(f"lane_swap mask {mask} must be a power of two below {self.L}")
+        return self._v("lane_swap", (v,), v.type.with_(uniform=v.uniform), mask=mask)
+
+    def shuffle(self, v, src_lane) -> Value:
+        self._lane_value(v, "shuffle")
+        if not isinstance(src_lane, Value):
+            src_lane = self.const(src_lane, i32)
+        if src_lane.dtype != i32:
+            raise DSLError(f"shuffle source lane must be i32, got {src_lane.type}")
+        return self._v("shuffle", (v, src_lane), v.type.with_(uniform=v.uniform and src_lane.uniform))
+
+    def wave_reduce(self, v, op="add") -> Value:
+        self._lane_value(v, "wave_reduce")
+        if op not in ir.REDUCE_OPS:
+            raise DSLError(f"wave_reduce op {op!r} not one of {ir.REDUCE_OPS}")
+        return self._v("wave_reduce", (v,), v.type.with_(uniform=True), op=op)
+
+    def wave_sum(self, v): return self.wave_reduce(v, "add")
+    def wave_max(self, v): return self.wave_reduce(v, "max")
+
+    def ballot(self, pred) -> Value:
+        if not isinstance(pred, Value) or pred.dtype != i1:
+            raise DSLError(f"ballot needs an i1, got {pred!r}")
+        return self._v("ballot", (pred,), VType(u64 if self.L == 64 else u32, 1, True))
+
+    def prefix_count(self, pred) -> Value:
+        if not isinstance(pred, Value) or pred.dtype != i1:
+            raise DSLError(f"prefix_count needs an i1, got {pred!r}")
+        return self._v("prefix_count", (pred,), VType(i32))
+
+    def readfirstlane(self, v) -> Value:
+        self._lane_value(v, "readfirstlane")
+        return self._v("readfirstlane", (v,), v.type.with_(uniform=True))
+
+    # ------------------------------------------------------------------ matrix
+    def _check_atom(self, atom):
+        if self.target.name != "interp" and self.target.name not in atom.targets:
+            raise DSLError(f"atom {atom.name} does not exist on {self.target.name} "
+                           f"(it runs on {sorted(atom.targets)})")
+        group = atom.group
+        if group == 128:
+            if self.L != 32 or self.W % 4:
+                raise DSLError(f"{atom.name} is a warpgroup op: needs 32-lane warps in groups of 4")
+        elif group != self.L:
+            raise DSLError(f"atom {atom.name} runs on {group} lanes; this kernel's wave has {self.L}")
+
+    def _operand(self, v, slots, dt, what, atom):
+        if not isinstance(v, Value) or v.n != slots or v.dtype != dt:
+            raise DSLError(f"{atom.name} operand {what}: expected {dt}x{slots} per lane, got "
+                           f"{v.type if isinstance(v, Value) else v!r}")
+
+    def mma(self, atom, a, b, c) -> Value:
+        self._check_atom(atom)
+        if atom.group == 128:
+            raise DSLError(f"{atom.name} is asynchronous: use wgmma()")
+        self._operand(a, atom.a_slots, atom.a_dtype, "A", atom)
+        self._operand(b, atom.b_slots, atom.b_dtype, "B", atom)
+        self._operand(c, atom.c_slots, atom.acc_dtype, "C", atom)
+        self.uses.add("mma")
+        return self._v("mma", (a, b, c), VType(atom.acc_dtype, atom.c_slots), atom=atom)
+
+    def wgmma_fence(self):
+        self._emit("wgmma_fence")
+
+    def wgmma(self, atom, a, b_desc, c) -> Value:
+        """Issue an asynchronous warpgroup MMA: A from registers, B through a shared-memory
+        descriptor (atom.smem_descriptor). The result may be read only after wgmma_wait."""
+        self._check_atom(atom)
+        if atom.group != 128:
+            raise DSLError(f"{atom.name} is not a warpgroup MMA; use mma()")
+        self._operand(a, atom.a_slots, atom.a_dtype, "A", atom)
+        self._operand(c, atom.c_slots, atom.acc_dtype, "C", atom)
+        if not isinstance(b_desc, Value) or b_desc.dtype != u64 or not b_desc.uniform:
+            raise DSLError(f"{atom.name}: B is a uniform u64 shared-memory descriptor, got {b_desc!r}")
+        self.uses.add("wgmma")
+        return self._v("wgmma", (a, b_desc, c), VType(atom.acc_dtype, atom.c_slots), atom=atom)
+
+    def wgmma_commit(self):
+        self._emit("wgmma_commit")
+
+    def wgmma_wait(self, pending: int = 0):
+        self._emit("wgmma_wait", (), (), dict(pending=pending))
+
+    # ------------------------------------------------------------------ result
+    def finish(self) -> ir.Kernel:
+        assert len(self._blocks) == 1
+        return ir.Kernel(self.name, self.abi, self.target.name, self.L, self.W, self._blocks[0],
+                         list(self._lds), frozenset(self.uses))
+
+
+class VarRef:
+    """A handle on a mutable variable: `.get()`, `.set(x)`, and `+=`-style helpers."""
+
+    def __init__(self, b: KernelBuilder, var: Var):
+        self.b, self.var = b, var
+
+    def get(self) -> Value:
+        return self.b._v("var_get", (), self.var.type, var=self.var)
+
+    def set(self, value):
+        b = self.b
+        if not isinstance(value, Value):
+            value = b.const(value, self.var.type.dtype)
+        if value.dtype != self.var.type.dtype or value.n != self.var.type.n:
+            raise DSLError(f"variable {self.var!r} holds {self.var.type}; cannot set {value.type}")
+        if self.var.type.uniform and not value.uniform:
+            raise DSLError(f"variable {self.var!r} is uniform; cannot set the per-lane {value!r}")
+        b._emit("var_set", (value,), (), {"var": self.var})
+
+    @property
+    def v(self) -> Value:
+        return self.get()
+
+
+def build_kernel(name: str, fn, *, abi: ABI, target: str = "interp", waves: int = 1,
+                 wave_size: int | None = None, **params) -> ir.Kernel:
+    """Run the kernel function `fn(k, **params)` and return the built IR kernel."""
+    b = KernelBuilder(name, abi, target, waves, wave_size)
+    token = _builder.set(b)
+    try:
+        fn(b, **params)
+    finally:
+        _builder.reset(token)
+    return b.finish()
+
+
+# ---------------------------------------------------------------------- Value operators
+def _install_operators():
+    def bin_(opcode, swap=False):
+        def f(self, other):
+            b = _cur()
+            return b.binary(opcode, other, self) if swap else b.binary(opcode, self, other)
+        return f
+
+    def cmp_(pred, swap=False):
+        def f(self, other):
+            return _cur().cmp(pred, other, self) if swap else _cur().cmp(pred, self, other)
+        return f
+
+    for name, opc in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                      ("floordiv", "div"), ("mod", "rem"), ("and", "and"), ("or", "or"),
+                      ("xor", "xor"), ("lshift", "shl"), ("rshift", "shr")):
+        setattr(Value, f"__{name}__", bin_(opc))
+        setattr(Value, f"__r{name}__", bin_(opc, swap=True))
+    Value.__lt__ = cmp_("lt")
+    Value.__le__ = cmp_("le")
+    Value.__gt__ = cmp_("gt")
+    Value.__ge__ = cmp_("ge")
+    Value.eq = cmp_("eq")
+    Value.ne = cmp_("ne")
+    Value.__neg__ = lambda self: _cur().unary("neg", self)
+    Value.__invert__ = lambda self: _cur().unary("not", self)
+    Value.cast = lambda self, dt: _cur().cast(self, dt)
+    Value.__bool__ = _no_bool
+    Value.__getitem__ = lambda self, i: _cur().extract(self, i)
+
+
+def _no_bool(self):
+    raise DSLError(f"{self!r} is a kernel value, not a Python bool: use k.if_(...) or k.select(...)")
+
+
+_install_operators()
+
+__all__ = ["ABI", "Ptr", "Scalar", "KernelBuilder", "build_kernel", "DSLError", "VarRef"]

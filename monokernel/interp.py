@@ -1,0 +1,776 @@
+"""The interpreter: the executable definition of the IR's semantics (numpy).
+
+Every CTA of the grid runs; every wave is a Python generator that yields where a real wave
+could be overtaken: at barriers, at polls that have not yet succeeded, at wgmma waits, and
+(in the `random` and `relaxed` modes) at every global memory access. A value is an array of
+shape (1, n) when uniform and (L, n) when per-lane; control flow is wave-uniform, so all lanes
+of a wave are always active and per-lane conditions are masks.
+
+Modes: `inorder` (each wave runs until it blocks, waves in order), `random` (a seeded random
+wave is resumed at every yield), `relaxed` (random + memory.RelaxedMemory, in which a missing
+release or acquire shows as stale data). A state in which every live wave waits and nothing
+can change raises `Stall` naming each waiting CTA, wave and address; with
+`on_stall="timeout"` bounded polls instead run out (their `timed_out` result is true), which
+is how a kernel's own error path is exercised.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import numerics
+from .ir import Kernel, Ptr
+from .memory import Memory, MemoryFault, RelaxedMemory
+from .types import STORAGE_ONLY, DType, f32, f64, i1, int_of_width, u32, u64
+
+MODES = ("inorder", "random", "relaxed")
+
+
+class InterpError(Exception):
+    """A kernel did something undefined (shift past width, division by zero, bad lane...)."""
+
+
+class Stall(InterpError):
+    """Every live wave waits and nothing can change."""
+
+
+class Pending:
+    """An asynchronous MMA result that is not ready: reading it is an error."""
+    __slots__ = ("group", "seq")
+
+    def __init__(self, group, seq):
+        self.group, self.seq = group, seq
+
+
+def _storage(dt: DType):
+    return dt.np
+
+
+def _arith_view(x: np.ndarray, dt: DType) -> np.ndarray:
+    return x
+
+
+class _WarpGroup:
+    """Shared state of 4 warps issuing wgmma together."""
+
+    def __init__(self):
+        self.issued: dict[int, list] = {}  # seq -> [(wave index in group, a, desc, c, dest)]
+        self.done: dict[int, dict[int, np.ndarray]] = {}
+
+
+class Wave:
+    def __init__(self, run: "Run", cta: int, wave: int):
+        self.run, self.cta, self.wave = run, cta, wave
+        self.L = run.kernel.wave_size
+        self.env: dict[int, object] = {}
+        self.vars: dict[int, np.ndarray] = {}
+        self.wait_addr = None  # what a blocked wave waits on (for stall reports)
+        self.seen_writes = -1
+        self.force_timeout = False
+        self.wg_seq = 0
+        self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
+        self.lane = np.arange(self.L, dtype=np.int32)[:, None]
+
+    # --------------------------------------------------------------- value access
+    def get(self, v):
+        x = self.env[v.id]
+        if isinstance(x, Pending):
+            raise InterpError(f"CTA {self.cta} wave {self.wave}: {v!r} is a wgmma result read "
+                              "before wgmma_wait completed it")
+        return x
+
+    def put(self, v, x: np.ndarray):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            x = x.reshape(1, 1)
+        elif x.ndim == 1:
+            x = x[:, None]
+        rows = 1 if v.uniform else self.L
+        if x.shape[0] != rows:
+            x = np.broadcast_to(x, (rows, x.shape[1]))
+        if x.shape[1] != v.n:
+            x = np.broadcast_to(x, (x.shape[0], v.n))
+        self.env[v.id] = np.ascontiguousarray(x, dtype=v.dtype.np)
+
+    # --------------------------------------------------------------- execution
+    def execute(self):
+        yield from self.block(self.run.kernel.body)
+
+    def block(self, blk):
+        for op in blk.ops:
+            h = getattr(self, "op_" + op.opcode, None)
+            if h is None:
+                raise InterpError(f"interpreter has no rule for {op.opcode}")
+            r = h(op)
+            if r is not None:
+                yield from r
+
+    # control flow
+    def op_if(self, op):
+        c = bool(self.get(op.args[0])[0, 0])
+        return self.block(op.regions[0] if c else op.regions[1])
+
+    def op_for(self, op):
+        start, stop, step = (int(self.get(a)[0, 0]) for a in op.args)
+        if step <= 0:
+            raise InterpError(f"loop step {step} must be positive")
+        return self._for(op, start, stop, step)
+
+    def _for(self, op, start, stop, step):
+        iv = op.attrs["iv"]
+        for i in range(start, stop, step):
+            self.env[iv.id] = np.array([[i]], dtype=iv.dtype.np)
+            yield from self.block(op.regions[0])
+
+    def op_while(self, op):
+        return self._while(op)
+
+    def _while(self, op):
+        cond_blk, body = op.regions
+        while True:
+            yield from self.block(cond_blk)
+            if not self._cond:
+                return
+            yield from self.block(body)
+
+    def op_yield_cond(self, op):
+        self._cond = bool(self.get(op.args[0])[0, 0])
+
+    def op_var_new(self, op):
+        self.vars[op.attrs["var"].id] = self.get(op.args[0])
+
+    def op_var_get(self, op):
+        self.put(op.result, self.vars[op.attrs["var"].id])
+
+    def op_var_set(self, op):
+        self.vars[op.attrs["var"].id] = self.get(op.args[0])
+
+    # values
+    def op_const(self, op):
+        dt = op.result.dtype
+        val = op.attrs["value"]
+        if dt == i1:
+            arr = np.array([[bool(val)]])
+        elif dt.is_float:
+            arr = numerics.convert(np.array([[val]], np.float64), f64, dt)
+        else:
+            info = np.iinfo(dt.np)
+            if not info.min <= int(val) <= info.max:
+                raise InterpError(f"constant {val} does not fit {dt}")
+            arr = np.array([[int(val)]], dt.np)
+        self.put(op.result, arr)
+
+    def op_arg(self, op):
+        self.put(op.result, self.run.arg_values[op.attrs["name"]])
+
+    def op_lane_id(self, op):
+        self.put(op.result, self.lane)
+
+    def op_wave_id(self, op):
+        self.put(op.result, np.int32(self.wave))
+
+    def op_cta_id(self, op):
+        self.put(op.result, np.int32(self.cta))
+
+    def op_num_ctas(self, op):
+        self.put(op.result, np.int32(self.run.grid))
+
+    def op_clock(self, op):
+        self.run.ticks += 1
+        self.put(op.result, np.uint64(self.run.ticks))
+
+    # arithmetic
+    def _bin(self, op, f):
+        a, b = self.get(op.args[0]), self.get(op.args[1])
+        with np.errstate(all="ignore"):
+            r = f(a, b)
+        self.put(op.result, np.asarray(r).astype(op.result.dtype.np, copy=False))
+
+    def op_add(self, op): self._bin(op, np.add)
+    def op_sub(self, op): self._bin(op, np.subtract)
+    def op_mul(self, op): self._bin(op, np.multiply)
+    def op_and(self, op): self._bin(op, np.bitwise_and)
+    def op_or(self, op): self._bin(op, np.bitwise_or)
+    def op_xor(self, op): self._bin(op, np.bitwise_xor)
+
+    def op_min(self, op):
+        self._bin(op, np.fmin if op.result.dtype.is_float else np.minimum)
+
+    def op_max(self, op):
+        self._bin(op, np.fmax if op.result.dtype.is_float else np.maximum)
+
+    def op_div(self, op):
+        dt = op.result.dtype
+        if dt.is_float:
+            return self._bin(op, np.divide)
+        a, b = self.get(op.args[0]), self.get(op.args[1])
+        if (b == 0).any():
+            raise InterpError(f"integer division by zero in {op!r}")
+        q = np.abs(a.astype(np.int64) if dt.bits < 64 else a) // np.abs(b)
+        neg = (a < 0) ^ (b < 0) if dt.is_signed else np.zeros_like(q, bool)
+        self.put(op.result, np.where(neg, -q, q).astype(dt.np))
+
+    def op_rem(self, op):
+        dt = op.result.dtype
+        a, b = self.get(op.args[0]), self.get(op.args[1])
+        if (b == 0).any():
+            raise InterpError(f"integer remainder by zero in {op!r}")
+        self.put(op.result, np.fmod(a, b).astype(dt.np))
+
+    def _shift_amount(self, op):
+        b = self.get(op.args[1])
+        bits = op.result.dtype.bits
+        if (b < 0).any() or (b >= bits).any():
+            raise InterpError(f"shift by {int(b.max())} of a {bits}-bit value in {op!r}")
+        return b
+
+    def op_shl(self, op):
+        a = self.get(op.args[0])
+        b = self._shift_amount(op)
+        self.put(op.result, np.left_shift(a, b.astype(a.dtype)))
+
+    def op_shr(self, op):
+        a = self.get(op.args[0])
+        b = self._shift_amount(op)
+        self.put(op.result, np.right_shift(a, b.astype(a.dtype)))
+
+    def _un(self, op, f):
+        a = self.get(op.args[0])
+        with np.errstate(all="ignore"):
+            self.put(op.result, np.asarray(f(a)).astype(op.result.dtype.np))
+
+    def op_neg(self, op): self._un(op, np.negative)
+    def op_abs(self, op): self._un(op, np.abs)
+    def op_not(self, op): self._un(op, np.invert)
+    def op_exp2(self, op): self._un(op, np.exp2)
+    def op_log2(self, op): self._un(op, np.log2)
+    def op_sqrt(self, op): self._un(op, np.sqrt)
+    def op_sin(self, op): self._un(op, np.sin)
+    def op_cos(self, op): self._un(op, np.cos)
+
+    def op_rsqrt(self, op):
+        self._un(op, lambda a: 1.0 / np.sqrt(a.astype(np.float64)))
+
+    def op_fma(self, op):
+        a, b, c = (self.get(x).astype(np.float64) for x in op.args)
+        with np.errstate(all="ignore"):
+            self.put(op.result, (a * b + c).astype(op.result.dtype.np))
+
+    _CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}
+
+    def op_cmp(self, op):
+        self._bin(op, self._CMP[op.attrs["pred"]])
+
+    def op_select(self, op):
+        c, a, b = (self.get(x) for x in op.args)
+        self.put(op.result, np.where(c, a, b))
+
+    def op_cast(self, op):
+        a = self.get(op.args[0])
+        self.put(op.result, numerics.convert(a, op.args[0].dtype, op.result.dtype))
+
+    def op_bitcast(self, op):
+        a = np.ascontiguousarray(self.get(op.args[0]))
+        rows = a.shape[0]
+        self.put(op.result, a.view(np.uint8).reshape(rows, -1).view(op.result.dtype.np))
+
+    def op_vec_pack(self, op):
+        parts = [self.get(x) for x in op.args]
+        rows = max(p.shape[0] for p in parts)
+        self.put(op.result, np.concatenate([np.broadcast_to(p, (rows, 1)) for p in parts], axis=1))
+
+    def op_extract(self, op):
+        self.put(op.result, self.get(op.args[0])[:, op.attrs["index"]:op.attrs["index"] + 1])
+
+    def op_insert(self, op):
+        v, x = self.get(op.args[0]), self.get(op.args[1])
+        rows = max(v.shape[0], x.shape[0])
+        out = np.array(np.broadcast_to(v, (rows, v.shape[1])))
+        out[:, op.attrs["index"]] = x[:, 0]
+        self.put(op.result, out)
+
+    def op_ptr_add(self, op):
+        p = self.get(op.args[0])
+        off = self.get(op.args[1]).astype(np.int64)
+        self.put(op.result, (p.astype(np.int64) + off).astype(p.dtype))
+
+    # memory ---------------------------------------------------------------------------
+    def op_lds_base(self, op):
+        alloc = next(a for a in self.run.kernel.lds if a.name == op.attrs["name"])
+        self.put(op.result, np.uint32(alloc.offset))
+
+    def _addresses(self, op, dt, n):
+        p, idx = self.get(op.args[0]), self.get(op.args[1])
+        addr = p.astype(np.int64)[:, 0] + idx.astype(np.int64)[:, 0] * dt.bytes
+        rows = max(p.shape[0], idx.shape[0])
+        return np.broadcast_to(addr, (rows,)), n * dt.bytes
+
+    def _mask_of(self, op, rows, position):
+        if not op.attrs.get("masked"):
+            return None
+        m = self.get(op.args[position])[:, 0]
+        return np.broadcast_to(m, (rows,)) if m.shape[0] != rows else m
+
+    def _lds_index(self, addr, nbytes, what):
+        size = self.run.kernel.lds_bytes
+        if (addr < 0).any() or (addr + nbytes > size).any():
+            raise MemoryFault(f"CTA {self.cta} wave {self.wave}: {what} of LDS byte "
+                              f"{int(addr.max())} (+{nbytes}) outside the {size}-byte allocation")
+        align = nbytes & -nbytes
+        if (addr % min(align, 16)).any():
+            raise MemoryFault(f"{what}: misaligned {nbytes}-byte LDS access")
+        return addr[:, None] + np.arange(nbytes)
+
+    def _is_lds(self, op):
+        return op.args[0].dtype.name == "ptr_lds"
+
+    def _memory_point(self):
+        if self.run.mode != "inorder":
+            yield "mem"
+
+    def op_load(self, op):
+        return self._load(op)
+
+    def _load(self, op):
+        yield from self._memory_point()
+        dt, n = op.attrs["dtype"], op.attrs["n"]
+        addr, nb = self._addresses(op, dt, n)
+        mask = self._mask_of(op, addr.shape[0], 2)
+        sel = slice(None) if mask is None else mask
+        out = np.zeros((addr.shape[0], nb), np.uint8)
+        if mask is None or mask.any():
+            a = addr[sel]
+            if self._is_lds(op):
+                out[sel] = self.run.lds[self.cta][self._lds_index(a, nb, "load")]
+            else:
+                mem = self.run.mem
+                b, idx = mem.locate(a, nb, f"CTA {self.cta} wave {self.wave} load")
+                if op.attrs.get("order"):
+                    out[sel] = mem.atomic_load(b, idx)
+                    if op.attrs["order"] in ("acquire", "seq_cst") and op.attrs["scope"] in ("device", "system"):
+                        mem.acquire(self.cta)
+                else:
+                    out[sel] = mem.plain_load(self.cta, b, idx)
+        self.put(op.result, out.view(dt.np).reshape(addr.shape[0], n))
+
+    def op_store(self, op):
+        return self._store(op)
+
+    def _store(self, op):
+        yield from self._memory_point()
+        val = self.get(op.args[2])
+        dt, n = op.args[2].dtype, op.args[2].n
+        addr, nb = self._addresses(op, dt, n)
+        rows = max(addr.shape[0], val.shape[0])
+        addr = np.broadcast_to(addr, (rows,))
+        data = np.ascontiguousarray(np.broadcast_to(val, (rows, n))).view(np.uint8).reshape(rows, nb)
+        mask = self._mask_of(op, rows, 3)
+        if mask is not None:
+            addr, data = addr[mask], data[mask]
+        if rows > 1 and len(addr) > 1:
+            # lanes writing one address: the highest lane wins (as the hardware's order does
+            # not promise, kernels must not rely on it; the interpreter reports it)
+            if len(np.unique(addr)) != len(addr) and not (data == data[0]).all():
+                raise InterpError(f"CTA {self.cta} wave {self.wave}: lanes store different "
+                                  f"values to one address in {op!r}")
+        if len(addr) == 0:
+            return
+        if self._is_lds(op):
+            self.run.lds[self.cta][self._lds_index(addr, nb, "store")] = data
+            return
+        mem = self.run.mem
+        b, idx = mem.locate(addr, nb, f"CTA {self.cta} wave {self.wave} store")
+        order = op.attrs.get("order")
+        if order:
+            if order in ("release", "seq_cst") and op.attrs["scope"] in ("device", "system"):
+                mem.release(self.cta)
+            mem.atomic_store(self.cta, b, idx, data)
+        else:
+            mem.plain_store(self.cta, b, idx, data)
+
+    def op_atomic(self, op):
+        return self._atomic(op)
+
+    def _atomic(self, op):
+        yield from self._memory_point()
+        kind, order, scope = op.attrs["op"], op.attrs["order"], op.attrs["scope"]
+        val = self.get(op.args[2])
+        dt = op.args[2].dtype
+        addr, nb = self._addresses(op, dt, 1)
+        rows = max(addr.shape[0], val.shape[0])
+        addr = np.broadcast_to(addr, (rows,))
+        val = np.broadcast_to(val, (rows, 1))
+        cmpv = np.broadcast_to(self.get(op.args[3]), (rows, 1)) if kind == "cas" else None
+        mask = self._mask_of(op, rows, 4 if kind == "cas" else 3)
+        old = np.zeros((rows, 1), dt.np)
+        lds = self._is_lds(op)
+        mem = self.run.mem
+        device = scope in ("device", "system") and not lds
+        if device and order in ("release", "acq_rel", "seq_cst"):
+            mem.release(self.cta)
+        for lane in range(rows):  # lanes in order: a defined, deterministic serialisation
+            if mask is not None and not mask[lane]:
+                continue
+            if lds:
+                idx = self._lds_index(addr[lane:lane + 1], nb, "atomic")[0]
+                store = self.run.lds[self.cta]
+                cur = store[idx].view(dt.np)[0]
+            else:
+                b, idx = mem.locate(addr[lane:lane + 1], nb, f"CTA {self.cta} atomic")
+                idx = idx[0]
+                cur = mem.atomic_load(b, idx).view(dt.np)[0]
+            v = val[lane, 0]
+            if kind == "add":
+                new = (np.array(cur) + v).astype(dt.np)
+            elif kind == "max":
+                new = max(cur, v)
+            elif kind == "min":
+                new = min(cur, v)
+            elif kind == "or":
+                new = cur | v
+            elif kind == "and":
+                new = cur & v
+            elif kind == "exch":
+                new = v
+            else:  # cas
+                new = v if cur == cmpv[lane, 0] else cur
+            old[lane, 0] = cur
+            raw = np.array([new], dt.np).view(np.uint8)
+            if lds:
+                store[idx] = raw
+            else:
+                mem.atomic_store(self.cta, b, idx, raw)
+        if device and order in ("acquire", "acq_rel", "seq_cst"):
+            mem.acquire(self.cta)
+        self.put(op.result, old)
+
+    def op_fence(self, op):
+        if op.attrs["scope"] not in ("device", "system"):
+            return None
+        return self._fence(op)
+
+    def _fence(self, op):
+        yield from self._memory_point()
+        order = op.attrs["order"]
+        if order in ("release", "acq_rel", "seq_cst"):
+            self.run.mem.release(self.cta)
+        if order in ("acquire", "acq_rel", "seq_cst"):
+            self.run.mem.acquire(self.cta)
+
+    def op_barrier(self, op):
+        return self._barrier()
+
+    def _barrier(self):
+        self.wait_addr = "barrier"
+        yield "barrier"
+        self.wait_addr = None
+
+    _PRED = _CMP
+
+    def op_poll(self, op):
+        return self._poll(op)
+
+    def _poll(self, op):
+        dt = op.attrs["dtype"]
+        addr, nb = self._addresses(op, dt, 1)
+        mask = self._mask_of(op, addr.shape[0], 3)
+        expected = self.get(op.args[2]).astype(np.uint64)
+        fieldmask = np.uint64((1 << op.attrs["bits"]) - 1)
+        shift = np.uint64(op.attrs["shift"])
+        pred = self._CMP[op.attrs["pred"]]
+        mem = self.run.mem
+        b, idx = mem.locate(addr if mask is None else addr[mask] if mask.any() else addr[:1], nb,
+                            f"CTA {self.cta} wave {self.wave} poll")
+        polls = 0
+        yield from self._memory_point()
+        while True:
+            if mask is not None and not mask.any():
+                raw = np.zeros((addr.shape[0], nb), np.uint8)
+                ok = True
+            else:
+                got = mem.atomic_load(b, idx)
+                raw = np.zeros((addr.shape[0], nb), np.uint8)
+                raw[slice(None) if mask is None else mask] = got
+                x = raw.view(dt.np).astype(np.uint64)[:, 0]
+                field = (x >> shift) & fieldmask
+                exp = np.broadcast_to(expected[:, 0], field.shape)
+                good = pred(field, exp)
+                ok = bool(good.all() if mask is None else good[mask].all())
+            polls += 1
+            timed_out = not ok and (polls >= op.attrs["bound"] or self.force_timeout)
+            if ok or timed_out:
+                self.force_timeout = False
+                self.wait_addr = None
+                self.put(op.results[0], raw.view(dt.np))
+                self.put(op.results[1], np.bool_(timed_out))
+                return
+            self.wait_addr = f"{mem.names[b]}+{int(idx[0, 0])}"
+            self.seen_writes = mem.writes
+            yield "poll"
+
+    # cross-lane ---------------------------------------------------------------------------
+    def op_lane_swap(self, op):
+        a = self.get(op.args[0])
+        if a.shape[0] == 1:
+            return self.put(op.result, a)
+        self.put(op.result, a[self.lane[:, 0] ^ op.attrs["mask"]])
+
+    def op_shuffle(self, op):
+        a, src = self.get(op.args[0]), self.get(op.args[1])[:, 0]
+        if (src < 0).any() or (src >= self.L).any():
+            raise InterpError(f"shuffle from lane {int(src.max())} outside 0..{self.L - 1}")
+        if a.shape[0] == 1:
+            return self.put(op.result, a)
+        self.put(op.result, a[src])
+
+    _REDUCE = {"add": np.add, "max": np.fmax, "min": np.fmin, "or": np.bitwise_or,
+               "and": np.bitwise_and}
+
+    def op_wave_reduce(self, op):
+        a = self.get(op.args[0])
+        f = self._REDUCE[op.attrs["op"]]
+        if not op.args[0].dtype.is_float and op.attrs["op"] in ("max", "min"):
+            f = np.maximum if op.attrs["op"] == "max" else np.minimum
+        v = np.broadcast_to(a, (self.L, 1)).copy()
+        s = self.L // 2
+        with np.errstate(all="ignore"):
+            while s >= 1:  # the butterfly every backend uses: same order, same bits
+                v = f(v, v[self.lane[:, 0] ^ s]).astype(a.dtype)
+                s //= 2
+        self.put(op.result, v[:1])
+
+    def op_ballot(self, op):
+        p = np.broadcast_to(self.get(op.args[0])[:, 0], (self.L,))
+        bits = sum(1 << i for i in range(self.L) if p[i])
+        self.put(op.result, np.array([[bits]], op.result.dtype.np))
+
+    def op_prefix_count(self, op):
+        p = np.broadcast_to(self.get(op.args[0])[:, 0], (self.L,)).astype(np.int32)
+        self.put(op.result, (np.cumsum(p) - p).astype(np.int32))
+
+    def op_readfirstlane(self, op):
+        self.put(op.result, self.get(op.args[0])[:1])
+
+    # matrix -------------------------------------------------------------------------------
+    def op_mma(self, op):
+        atom = op.attrs["atom"]
+        a, b, c = (self.get(x) for x in op.args)
+        self.put(op.result, mma_reference(atom, a, b, c))
+
+    def op_wgmma_fence(self, op):
+        pass
+
+    def op_wgmma(self, op):
+        group = self.run.warpgroup(self.cta, self.wave // 4)
+        seq = self.wg_seq
+        self.wg_seq += 1
+        group.issued.setdefault(seq, []).append(
+            (self.wave % 4, self.get(op.args[0]), self.get(op.args[1]), self.get(op.args[2]),
+             op.result, op.attrs["atom"]))
+        self.wg_groups[-1].append(seq)
+        self.env[op.result.id] = Pending(self.wave // 4, seq)
+
+    def op_wgmma_commit(self, op):
+        self.wg_groups.append([])
+
+    def op_wgmma_wait(self, op):
+        return self._wgmma_wait(op)
+
+    def _wgmma_wait(self, op):
+        committed = self.wg_groups[:-1]
+        keep = op.attrs["pending"]
+        finish = committed[:max(0, len(committed) - keep)]
+        group = self.run.warpgroup(self.cta, self.wave // 4)
+        for grp in finish:
+            for seq in grp:
+                while len(group.issued.get(seq, ())) < 4:
+                    self.wait_addr = f"wgmma #{seq} of warpgroup {self.wave // 4}"
+                    yield "wgmma"
+                self.wait_addr = None
+                if seq not in group.done:
+                    group.done[seq] = self.run.complete_wgmma(self.cta, group.issued[seq])
+                for (w, _, _, _, dest, _) in group.issued[seq]:
+                    if w == self.wave % 4:
+                        self.put(dest, group.done[seq][w])
+        self.wg_groups = committed[len(finish):] + [self.wg_groups[-1]]
+
+
+def _decode(x: np.ndarray, dt: DType) -> np.ndarray:
+    return numerics.to_f64(x, dt)
+
+
+def mma_reference(atom, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """D = A @ B + C through the atom's (lane, slot) -> (row, col) maps, in float64, rounded
+    once to the accumulator type."""
+    A = np.zeros((atom.M, atom.K))
+    B = np.zeros((atom.K, atom.N))
+    C = np.zeros((atom.M, atom.N))
+    ar, ac = atom.a_rows(), atom.a_cols()
+    br, bc = atom.b_rows(), atom.b_cols()
+    cr, cc = atom.c_rows(), atom.c_cols()
+    A[ar, ac] = _decode(np.broadcast_to(a, ar.shape), atom.a_dtype)
+    B[br, bc] = _decode(np.broadcast_to(b, br.shape), atom.b_dtype)
+    C[cr, cc] = _decode(np.broadcast_to(c, cr.shape), atom.acc_dtype)
+    D = A @ B + C
+    return numerics.convert(D[cr, cc], f64, atom.acc_dtype)
+
+
+class Run:
+    def __init__(self, kernel: Kernel, args: dict, grid: int, mode: str, seed: int,
+                 on_stall: str, max_steps: int):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; one of {MODES}")
+        if on_stall not in ("raise", "timeout"):
+            raise ValueError(f"on_stall must be 'raise' or 'timeout', got {on_stall!r}")
+        if grid < 1:
+            raise ValueError(f"grid {grid} must be at least 1")
+        self.kernel, self.grid, self.mode, self.on_stall = kernel, grid, mode, on_stall
+        self.max_steps = max_steps
+        self.rng = np.random.default_rng(seed)
+        self.mem = RelaxedMemory(grid) if mode == "relaxed" else Memory()
+        self.ticks = 0
+        self.lds = [np.zeros(kernel.lds_bytes, np.uint8) for _ in range(grid)]
+        self.arg_values = {}
+        self.buffers = {}
+        self._wg = {}
+        self._bind(args)
+
+    def _bind(self, args):
+        names = set(self.kernel.abi.names())
+        extra = set(args) - names
+        if extra:
+            raise ValueError(f"arguments {sorted(extra)} are not in the kernel's ABI {sorted(names)}")
+        for slot in self.kernel.abi.slots:
+            if slot.name not in args:
+                raise ValueError(f"missing kernel argument {slot.name!r}")
+            v = args[slot.name]
+            if isinstance(slot.kind, Ptr):
+                if not isinstance(v, np.ndarray):
+                    raise TypeError(f"argument {slot.name!r} must be a numpy array, got {type(v)}")
+                self.arg_values[slot.name] = np.uint64(self.mem.add(slot.name, v))
+                self.buffers[slot.name] = v
+            else:
+                dt = slot.kind.dtype
+                if dt.is_float:
+                    self.arg_values[slot.name] = numerics.convert(np.array([float(v)]), f64, dt)[0]
+                else:
+                    info = np.iinfo(dt.np)
+                    if not info.min <= int(v) <= info.max:
+                        raise ValueError(f"argument {slot.name!r} = {v} does not fit {dt}")
+                    self.arg_values[slot.name] = dt.np.type(int(v))
+
+    def warpgroup(self, cta, g):
+        return self._wg.setdefault((cta, g), _WarpGroup())
+
+    def complete_wgmma(self, cta, issued):
+        """Gather the 4 warps' fragments into the warpgroup's 128-lane operands, read B from
+        the CTA's shared memory through the descriptor, and split D back per warp."""
+        issued = sorted(issued, key=lambda t: t[0])
+        atom = issued[0][5]
+        a = np.concatenate([t[1] for t in issued])
+        c = np.concatenate([t[3] for t in issued])
+        desc = int(issued[0][2][0, 0])
+        b = atom.read_b_smem(self.lds[cta], desc)  # (K, N) raw storage values
+        B = numerics.to_f64(b, atom.b_dtype)
+        A = np.zeros((atom.M, atom.K))
+        C = np.zeros((atom.M, atom.N))
+        ar, ac = atom.a_rows(), atom.a_cols()
+        cr, cc = atom.c_rows(), atom.c_cols()
+        A[ar, ac] = numerics.to_f64(a, atom.a_dtype)
+        C[cr, cc] = numerics.to_f64(c, atom.acc_dtype)
+        D = numerics.convert((A @ B + C)[cr, cc], f64, atom.acc_dtype)
+        return {w: D[32 * w:32 * (w + 1)] for w in range(4)}
+
+    def execute(self):
+        k = self.kernel
+        waves = [Wave(self, c, w) for c in range(self.grid) for w in range(k.waves)]
+        gens = {id(w): w.execute() for w in waves}
+        live = list(waves)
+        at_barrier = {c: set() for c in range(self.grid)}
+        alive_in_cta = {c: k.waves for c in range(self.grid)}
+        polling: set[int] = set()
+        steps = 0
+        cursor = 0
+        randomised = self.mode != "inorder"
+        while live:
+            runnable = [w for w in live if id(w) not in at_barrier[w.cta]]
+            if not runnable:
+                self._stall(live, "every live wave waits at a barrier")
+            if polling and len(polling) == len(runnable) and \
+                    all(w.seen_writes == self.mem.writes for w in runnable):
+                # nothing can change what the pollers see, unless a relaxed store is pending
+                if not self.mem.settle():
+                    if self.on_stall == "timeout":
+                        for w in runnable:
+                            w.force_timeout = True
+                    else:
+                        self._stall(live, "every live wave polls memory that nothing will change")
+                for w in runnable:
+                    w.seen_writes = -1
+            if randomised:
+                w = runnable[int(self.rng.integers(len(runnable)))]
+                self.mem.random_step(self.rng)
+            else:
+                w = runnable[cursor % len(runnable)]
+            steps += 1
+            if steps > self.max_steps:
+                raise InterpError(f"more than {self.max_steps} scheduling steps: raise max_steps "
+                                  "or look for a livelock")
+            try:
+                ev = next(gens[id(w)])
+            except StopIteration:
+                live.remove(w)
+                polling.discard(id(w))
+                alive_in_cta[w.cta] -= 1
+                self._release_barrier(at_barrier, alive_in_cta, w.cta, live)
+                continue
+            except (InterpError, MemoryFault) as e:
+                raise type(e)(f"CTA {w.cta} wave {w.wave}: {e}") from None
+            if ev == "barrier":
+                at_barrier[w.cta].add(id(w))
+                polling.discard(id(w))
+                self._release_barrier(at_barrier, alive_in_cta, w.cta, live)
+                if not randomised:
+                    cursor += 1
+            elif ev in ("poll", "wgmma"):
+                polling.add(id(w))
+                if ev == "wgmma":
+                    w.seen_writes = self.mem.writes
+                if not randomised:
+                    cursor += 1
+            else:
+                polling.discard(id(w))
+
+    def _release_barrier(self, at_barrier, alive_in_cta, cta, live):
+        if at_barrier[cta] and len(at_barrier[cta]) == alive_in_cta[cta]:
+            if alive_in_cta[cta] != self.kernel.waves:
+                exited = self.kernel.waves - alive_in_cta[cta]
+                raise Stall(f"CTA {cta}: {exited} wave(s) exited while others wait at a barrier "
+                            "(barriers must sit in CTA-uniform control flow)")
+            at_barrier[cta].clear()
+
+    def _stall(self, live, why):
+        waits = "; ".join(f"CTA {w.cta} wave {w.wave} waits on {w.wait_addr}" for w in live[:16])
+        more = f" (+{len(live) - 16} more)" if len(live) > 16 else ""
+        raise Stall(f"stall: {why}: {waits}{more}")
+
+    def collect(self):
+        for slot in self.kernel.abi.slots:
+            if isinstance(slot.kind, Ptr):
+                arr = self.buffers[slot.name]
+                b = (int(self.arg_values[slot.name]) >> 40) - 1
+                if isinstance(self.mem, RelaxedMemory):
+                    self.mem.settle()
+                arr.reshape(-1).view(np.uint8)[:] = self.mem.buffers[b]
+
+
+def run(kernel: Kernel, args: dict, *, grid: int = 1, mode: str = "inorder", seed: int = 0,
+        on_stall: str = "raise", max_steps: int = 50_000_000) -> dict:
+    """Run `kernel` on a grid of `grid` CTAs. Array arguments are updated in place with what the
+    kernel wrote (after a relaxed run, with every store made visible)."""
+    r = Run(kernel, args, grid, mode, seed, on_stall, max_steps)
+    r.execute()
+    r.collect()
+    return r.buffers

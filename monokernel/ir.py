@@ -1,0 +1,274 @@
+"""The IR: values, ops, structured regions, kernels and their ABI.
+
+A kernel is a tree of ops: straight-line ops plus three structured control-flow ops (`if`,
+`for`, `while`) whose conditions are wave-uniform. Every op is listed in `OPCODES` with a one
+line meaning; `interp.py` is the executable definition of each, and the backends lower each.
+Loop-carried state lives in mutable variables (`var_new`/`var_get`/`var_set`): the
+interpreter keeps them in a dict, LLVM turns them into registers (SROA / mem2reg), so the IR
+needs no phi nodes and the DSL reads like ordinary code.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from .types import DType, VType
+
+SCOPES = ("wave", "cta", "device", "system")
+ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
+ATOMIC_OPS = ("add", "max", "min", "cas", "exch", "or", "and")
+CMP_PREDS = ("lt", "le", "gt", "ge", "eq", "ne")
+REDUCE_OPS = ("add", "max", "min", "or", "and")
+
+OPCODES: dict[str, str] = {
+    # values
+    "const": "attrs.value as a uniform constant of the result type",
+    "arg": "the kernel argument attrs.name (uniform)",
+    "lane_id": "this lane's index in its wave, 0..L-1 (per-lane i32)",
+    "wave_id": "this wave's index in its CTA (uniform i32)",
+    "cta_id": "this CTA's index in the grid (uniform i32)",
+    "num_ctas": "number of CTAs in the grid (uniform i32)",
+    "clock": "a monotone time counter in nanoseconds-like ticks (uniform u64)",
+    # arithmetic (same dtype on both sides; storage-only bf16/fp8 must be cast first)
+    "add": "a + b", "sub": "a - b", "mul": "a * b",
+    "div": "a / b (ints: toward zero, b != 0)", "rem": "a % b (ints: sign of a)",
+    "min": "min(a, b) (floats: the non-NaN one)", "max": "max(a, b) (floats: the non-NaN one)",
+    "and": "a & b", "or": "a | b", "xor": "a ^ b",
+    "shl": "a << b (b < bits)", "shr": "a >> b (arithmetic for signed, logical for unsigned)",
+    "neg": "-a", "abs": "|a|", "not": "~a", "exp2": "2**a", "log2": "log2 a", "sqrt": "sqrt a",
+    "rsqrt": "1/sqrt a", "sin": "sin a", "cos": "cos a", "fma": "a*b + c, rounded once",
+    "cmp": "a <pred> b -> i1", "select": "c ? a : b",
+    "cast": "value conversion (numerics.convert)", "bitcast": "same bits, other type/width",
+    "vec_pack": "n scalars -> one n-vector", "extract": "element attrs.index of a vector",
+    "insert": "vector with element attrs.index replaced",
+    "ptr_add": "pointer + byte offset",
+    # memory
+    "lds_base": "uniform pointer to the LDS allocation attrs.name",
+    "load": "n elements at ptr + idx*size; attrs: nontemporal, order/scope (atomic load)",
+    "store": "n elements to ptr + idx*size; attrs: nontemporal, order/scope (atomic store)",
+    "atomic": "read-modify-write attrs.op at ptr + idx*size, returns the old value",
+    "fence": "memory fence with attrs.scope and attrs.order",
+    "barrier": "CTA barrier, with a CTA-scope acq_rel fence (LDS and global)",
+    "poll": "load (relaxed, attrs.scope) until the field (x >> shift) & mask <pred> expected holds "
+            "on every active lane, at most attrs.bound times; -> (value, timed_out)",
+    # cross-lane
+    "lane_swap": "value of lane ^ attrs.mask", "shuffle": "value of lane src (per-lane index)",
+    "wave_reduce": "butterfly reduction attrs.op over all lanes (uniform)",
+    "ballot": "bit i set iff predicate on lane i (uniform, L bits)",
+    "prefix_count": "number of lanes below this one with the predicate set",
+    "readfirstlane": "the value of lane 0 (uniform)",
+    # matrix
+    "mma": "D = A @ B + C through attrs.atom's lane maps",
+    "wgmma_fence": "orders register writes before warpgroup MMAs",
+    "wgmma": "asynchronous warpgroup D = A @ B(smem descriptor) + C; result usable after wgmma_wait",
+    "wgmma_commit": "closes a group of issued wgmmas",
+    "wgmma_wait": "waits until at most attrs.pending groups remain in flight",
+    # state and control flow
+    "var_new": "a mutable variable, initialised", "var_get": "read a variable",
+    "var_set": "write a variable",
+    "if": "regions[0] if cond else regions[1] (cond uniform)",
+    "for": "for iv in range(start, stop, step): regions[0] (bounds uniform)",
+    "while": "while regions[0] yields true: regions[1]",
+    "yield_cond": "the condition computed by a while's first region",
+}
+
+_ids = itertools.count()
+
+
+class Value:
+    """An SSA value. Python operators build ops through the active builder (dsl.py)."""
+    __slots__ = ("type", "id", "name", "__weakref__")
+
+    def __init__(self, type: VType, name: str | None = None):
+        self.type = type
+        self.id = next(_ids)
+        self.name = name
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def uniform(self) -> bool:
+        return self.type.uniform
+
+    @property
+    def n(self) -> int:
+        return self.type.n
+
+    def __repr__(self) -> str:
+        return f"%{self.name or ''}{self.id}:{self.type}"
+
+    # The operator methods are installed by dsl.py (it owns the builder state).
+
+
+class Var:
+    """A mutable variable (loop-carried state)."""
+    __slots__ = ("type", "id", "name")
+
+    def __init__(self, type: VType, name: str | None = None):
+        self.type = type
+        self.id = next(_ids)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"${self.name or 'v'}{self.id}:{self.type}"
+
+
+@dataclass(eq=False)
+class Block:
+    ops: list["Op"] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Op:
+    opcode: str
+    args: tuple = ()
+    results: tuple = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
+    regions: tuple = ()
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, self
+        return self.results[0]
+
+    def __repr__(self) -> str:
+        res = ", ".join(map(repr, self.results))
+        a = ", ".join(map(repr, self.args))
+        at = " ".join(f"{k}={v}" for k, v in self.attrs.items() if k != "atom")
+        if "atom" in self.attrs:
+            at += f" atom={self.attrs['atom'].name}"
+        return f"{res + ' = ' if res else ''}{self.opcode}({a}) {at}".rstrip()
+
+
+# ----------------------------------------------------------------------------- ABI
+
+@dataclass(frozen=True)
+class Ptr:
+    """A global buffer argument; `dtype` documents its elements (loads may reinterpret)."""
+    dtype: DType
+    readonly: bool = False
+    size = 8
+    align = 8
+
+
+@dataclass(frozen=True)
+class Scalar:
+    dtype: DType
+
+    @property
+    def size(self) -> int:
+        return self.dtype.bytes
+
+    @property
+    def align(self) -> int:
+        return self.dtype.bytes
+
+
+@dataclass(frozen=True)
+class ArgSlot:
+    name: str
+    kind: Ptr | Scalar
+    offset: int
+
+
+class ABI:
+    """The one declared kernel-argument table: names, kinds and kernarg byte offsets.
+
+    Backends emit the kernel signature from it, launchers pack arguments from it, `lint`
+    compares a code object's kernarg metadata with it. Arguments are laid out in declaration
+    order with natural alignment, the C struct rule both HSA and CUDA use.
+    """
+
+    def __init__(self, **args: Ptr | Scalar):
+        if not args:
+            raise ValueError("an ABI needs at least one argument")
+        self.slots: list[ArgSlot] = []
+        off = 0
+        for name, kind in args.items():
+            if not isinstance(kind, (Ptr, Scalar)):
+                raise TypeError(f"argument {name!r}: expected Ptr(...) or Scalar(...), got {kind!r}")
+            off = (off + kind.align - 1) // kind.align * kind.align
+            self.slots.append(ArgSlot(name, kind, off))
+            off += kind.size
+        self.size = off
+
+    def __getitem__(self, name: str) -> ArgSlot:
+        for s in self.slots:
+            if s.name == name:
+                return s
+        raise KeyError(f"no kernel argument {name!r}; the ABI has {[s.name for s in self.slots]}")
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.slots]
+
+    def to_json(self) -> list[dict]:
+        out = []
+        for s in self.slots:
+            kind = "ptr" if isinstance(s.kind, Ptr) else "scalar"
+            out.append(dict(name=s.name, kind=kind, dtype=s.kind.dtype.name, offset=s.offset,
+                            size=s.kind.size))
+        return out
+
+    def __repr__(self) -> str:
+        return "ABI(" + ", ".join(f"{s.name}@{s.offset}:{s.kind}" for s in self.slots) + ")"
+
+
+@dataclass(frozen=True)
+class LDSAlloc:
+    name: str
+    dtype: DType
+    count: int
+    offset: int
+
+    @property
+    def bytes(self) -> int:
+        return self.dtype.bytes * self.count
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A built kernel for one target: what the interpreter runs and the backends lower."""
+    name: str
+    abi: ABI
+    target: str
+    wave_size: int
+    waves: int  # waves per CTA
+    body: Block
+    lds: list[LDSAlloc]
+    uses: frozenset = frozenset()  # hardware features used (for amdgpu-no-* attributes)
+
+    @property
+    def threads(self) -> int:
+        return self.wave_size * self.waves
+
+    @property
+    def lds_bytes(self) -> int:
+        return max((a.offset + a.bytes for a in self.lds), default=0)
+
+    def walk(self):
+        """All ops, depth first."""
+        def rec(block):
+            for op in block.ops:
+                yield op
+                for r in op.regions:
+                    yield from rec(r)
+        yield from rec(self.body)
+
+    def dump(self) -> str:
+        lines = [f"kernel {self.name} target={self.target} L={self.wave_size} W={self.waves} "
+                 f"{self.abi}"]
+        for a in self.lds:
+            lines.append(f"  lds {a.name}: {a.dtype}[{a.count}] @ {a.offset}")
+
+        def rec(block, ind):
+            for op in block.ops:
+                lines.append("  " * ind + repr(op))
+                for r in op.regions:
+                    lines.append("  " * ind + "  {")
+                    rec(r, ind + 2)
+                    lines.append("  " * ind + "  }")
+        rec(self.body, 1)
+        return "\n".join(lines)

@@ -1,0 +1,192 @@
+"""Global memory of the interpreter, in two models.
+
+`Memory` is sequentially consistent: every store is seen by every later load.
+
+`RelaxedMemory` is the model that makes a missing fence fail (DESIGN.md section 6). A plain
+store by CTA c first sits in c's private overlay (c sees it; nobody else does). It becomes
+globally visible when c releases (a release fence, or an atomic/store with release order, at
+device or system scope) or at a random later point. A CTA that reads with a plain load sees a
+byte written by another CTA only if that byte became visible before the reader's last acquire
+(an acquire fence, or an atomic/load/poll with acquire order) or a random later refresh;
+otherwise it sees the byte's previous value. Atomic accesses (tagged pairs, counters) are
+single coherent accesses: they read and write the newest value and are seen by everyone at
+once, whole.
+
+Addresses: buffer i lives at (i + 1) << ADDR_SHIFT, so a pointer is a plain u64 and every
+access is bounds-checked against the buffer it starts in.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+ADDR_SHIFT = 40
+OFFSET_MASK = (1 << ADDR_SHIFT) - 1
+
+
+class MemoryFault(Exception):
+    """An access outside every buffer, misaligned, or straddling two buffers."""
+
+
+class Memory:
+    def __init__(self):
+        self.buffers: list[np.ndarray] = []  # uint8, one per buffer
+        self.names: list[str] = []
+        self.writes = 0  # progress counter: any change of memory contents
+
+    def add(self, name: str, data: np.ndarray) -> int:
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1).copy()
+        self.buffers.append(raw)
+        self.names.append(name)
+        return (len(self.buffers)) << ADDR_SHIFT
+
+    def view(self, base: int) -> np.ndarray:
+        return self.buffers[(base >> ADDR_SHIFT) - 1]
+
+    def locate(self, addrs: np.ndarray, nbytes: int, what: str):
+        """Resolve per-lane byte addresses to (buffer index, byte offsets [lanes, nbytes])."""
+        addrs = addrs.astype(np.uint64)
+        bufs = (addrs >> np.uint64(ADDR_SHIFT)).astype(np.int64) - 1
+        offs = (addrs & np.uint64(OFFSET_MASK)).astype(np.int64)
+        if len(bufs) == 0:
+            return 0, offs[:, None]
+        b = int(bufs[0])
+        if not (bufs == b).all() or not 0 <= b < len(self.buffers):
+            bad = [hex(int(a)) for a in addrs[:4]]
+            raise MemoryFault(f"{what}: address(es) {bad} outside the kernel's buffers")
+        size = self.buffers[b].size
+        if (offs < 0).any() or (offs + nbytes > size).any():
+            worst = int(offs.max())
+            raise MemoryFault(f"{what}: byte offset {worst} (+{nbytes}) outside buffer "
+                              f"{self.names[b]!r} of {size} bytes")
+        align = nbytes & -nbytes
+        if (offs % min(align, 16)).any():
+            raise MemoryFault(f"{what}: misaligned {nbytes}-byte access at offset "
+                              f"{int(offs[offs % min(align, 16) != 0][0])} of {self.names[b]!r}")
+        return b, offs[:, None] + np.arange(nbytes)
+
+    # the two access kinds every model provides --------------------------------------------
+    def plain_load(self, cta: int, b: int, idx: np.ndarray) -> np.ndarray:
+        return self.buffers[b][idx]
+
+    def plain_store(self, cta: int, b: int, idx: np.ndarray, data: np.ndarray):
+        self.buffers[b][idx] = data
+        self.writes += 1
+
+    def atomic_load(self, b: int, idx: np.ndarray) -> np.ndarray:
+        return self.buffers[b][idx]
+
+    def atomic_store(self, cta: int, b: int, idx: np.ndarray, data: np.ndarray):
+        self.buffers[b][idx] = data
+        self.writes += 1
+
+    def release(self, cta: int):
+        pass
+
+    def acquire(self, cta: int):
+        pass
+
+    def random_step(self, rng):
+        pass
+
+    def settle(self) -> bool:
+        """Make everything visible (the 'eventually' of a relaxed model). True if that changed
+        anything a reader could see."""
+        return False
+
+
+class RelaxedMemory(Memory):
+    def __init__(self, num_ctas: int, flush_prob: float = 0.02, refresh_prob: float = 0.02):
+        super().__init__()
+        self.num_ctas = num_ctas
+        self.flush_prob = flush_prob
+        self.refresh_prob = refresh_prob
+        self.clock = 1
+        self.acq_time = [0] * num_ctas
+        self.prev: list[np.ndarray | None] = []
+        self.stamp: list[np.ndarray | None] = []
+        self.writer: list[np.ndarray | None] = []
+        # overlay[cta][buffer] = (data, valid) for stores not yet visible to others
+        self.overlay: list[dict[int, tuple[np.ndarray, np.ndarray]]] = [dict() for _ in range(num_ctas)]
+
+    def add(self, name, data):
+        base = super().add(name, data)
+        self.prev.append(None)
+        self.stamp.append(None)
+        self.writer.append(None)
+        return base
+
+    def _history(self, b):
+        if self.stamp[b] is None:
+            n = self.buffers[b].size
+            self.prev[b] = self.buffers[b].copy()
+            self.stamp[b] = np.zeros(n, np.int64)
+            self.writer[b] = np.full(n, -1, np.int32)
+
+    def plain_load(self, cta, b, idx):
+        cur = self.buffers[b]
+        if self.stamp[b] is None:
+            out = cur[idx]
+        else:
+            seen = (self.stamp[b][idx] <= self.acq_time[cta]) | (self.writer[b][idx] == cta)
+            out = np.where(seen, cur[idx], self.prev[b][idx])
+        ov = self.overlay[cta].get(b)
+        if ov is not None:
+            data, valid = ov
+            out = np.where(valid[idx], data[idx], out)
+        return out
+
+    def plain_store(self, cta, b, idx, data):
+        ov = self.overlay[cta].get(b)
+        if ov is None:
+            n = self.buffers[b].size
+            ov = self.overlay[cta][b] = (np.zeros(n, np.uint8), np.zeros(n, bool))
+        ov[0][idx] = data
+        ov[1][idx] = True
+
+    def _flush(self, cta):
+        for b, (data, valid) in self.overlay[cta].items():
+            if not valid.any():
+                continue
+            self._history(b)
+            where = np.nonzero(valid)[0]
+            self.clock += 1
+            self.prev[b][where] = self.buffers[b][where]
+            self.buffers[b][where] = data[where]
+            self.stamp[b][where] = self.clock
+            self.writer[b][where] = cta
+            valid[:] = False
+            self.writes += 1
+
+    def atomic_load(self, b, idx):
+        return self.buffers[b][idx]
+
+    def atomic_store(self, cta, b, idx, data):
+        ov = self.overlay[cta].get(b)
+        if ov is not None and ov[1][idx].any():
+            self._flush(cta)  # a CTA's own earlier plain store to these bytes is older
+        self.buffers[b][idx] = data
+        if self.stamp[b] is not None:
+            self.prev[b][idx] = data
+            self.stamp[b][idx] = 0
+        self.writes += 1
+
+    def release(self, cta):
+        self._flush(cta)
+
+    def acquire(self, cta):
+        self.clock += 1
+        self.acq_time[cta] = self.clock
+
+    def random_step(self, rng):
+        if rng.random() < self.flush_prob:
+            self._flush(int(rng.integers(self.num_ctas)))
+        if rng.random() < self.refresh_prob:
+            self.acquire(int(rng.integers(self.num_ctas)))
+
+    def settle(self):
+        before = self.writes
+        stale = any(t < self.clock for t in self.acq_time)
+        for c in range(self.num_ctas):
+            self._flush(c)
+            self.acquire(c)
+        return self.writes != before or stale
