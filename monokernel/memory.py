@@ -174,7 +174,6 @@ class RelaxedMemory(Memory):
         self._flush(cta)
 
     def acquire(self, cta):
-        self.clock += 1
         self.acq_time[cta] = self.clock
 
     def random_step(self, rng):
@@ -185,8 +184,9 @@ class RelaxedMemory(Memory):
 
     def settle(self):
         before = self.writes
-        stale = any(t < self.clock for t in self.acq_time)
         for c in range(self.num_ctas):
             self._flush(c)
+        stale = any(t < self.clock for t in self.acq_time)
+        for c in range(self.num_ctas):
             self.acquire(c)
         return self.writes != before or stale

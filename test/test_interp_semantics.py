@@ -1,0 +1,129 @@
+"""The interpreter's rules that kernels rely on: stalls are reported, polls time out when
+asked, wgmma results cannot be read early, memory faults and undefined ops are errors."""
+import numpy as np
+import pytest
+
+from monokernel import interp
+from monokernel.dsl import ABI, DSLError, Ptr, Scalar, build_kernel
+from monokernel.interp import InterpError, Stall
+from monokernel.memory import MemoryFault
+from monokernel.types import f32, i32, u32, u64
+
+
+def _waiter(k):
+    a = k.args
+    got, timed_out = k.poll(a.box, k.cta_id(), 1, bits=32)
+    k.store(a.out, k.cta_id(), k.cast(timed_out, u32))
+
+
+WAIT_ABI = ABI(box=Ptr(u64), out=Ptr(u32))
+
+
+@pytest.mark.parametrize("mode", ["inorder", "random", "relaxed"])
+def test_stall_names_cta_wave_and_address(mode):
+    kern = build_kernel("waiter", _waiter, abi=WAIT_ABI, target="interp")
+    with pytest.raises(Stall) as e:
+        interp.run(kern, dict(box=np.zeros(2, np.uint64), out=np.zeros(2, np.uint32)), grid=2,
+                   mode=mode)
+    msg = str(e.value)
+    assert "CTA 0 wave 0 waits on box+0" in msg and "CTA 1 wave 0 waits on box+8" in msg
+
+
+def test_bounded_poll_times_out_when_asked():
+    kern = build_kernel("waiter", _waiter, abi=WAIT_ABI, target="interp")
+    out = np.zeros(2, np.uint32)
+    interp.run(kern, dict(box=np.zeros(2, np.uint64), out=out), grid=2, on_stall="timeout")
+    assert out.tolist() == [1, 1]
+
+
+def test_barrier_skipped_by_one_wave_is_a_stall():
+    def body(k):
+        with k.if_(k.wave_id().eq(0)):
+            k.barrier()
+    kern = build_kernel("bad_barrier", body, abi=ABI(x=Ptr(f32)), target="interp", waves=2)
+    with pytest.raises(Stall, match="barrier"):
+        interp.run(kern, dict(x=np.zeros(1, np.float32)))
+
+
+def test_out_of_bounds_access_is_a_memory_fault():
+    def body(k):
+        k.store(k.args.x, k.lane_id() + 1, k.const(1.0, f32))
+    kern = build_kernel("oob", body, abi=ABI(x=Ptr(f32)), target="interp")
+    with pytest.raises(MemoryFault, match="outside buffer 'x'"):
+        interp.run(kern, dict(x=np.zeros(64, np.float32)))
+
+
+def test_misaligned_vector_load_is_a_memory_fault():
+    def body(k):
+        v = k.load(k.args.x, 1, f32, 4)
+        k.store(k.args.x, 0, k[0] if False else k.extract(v, 0))
+    kern = build_kernel("misaligned", body, abi=ABI(x=Ptr(f32)), target="interp")
+    with pytest.raises(MemoryFault, match="misaligned"):
+        interp.run(kern, dict(x=np.zeros(64, np.float32)))
+
+
+def test_shift_past_width_is_an_error():
+    def body(k):
+        k.store(k.args.x, 0, k.const(1, i32) << k.args.s)
+    kern = build_kernel("shift", body, abi=ABI(x=Ptr(i32), s=Scalar(i32)), target="interp")
+    with pytest.raises(InterpError, match="shift by 32"):
+        interp.run(kern, dict(x=np.zeros(1, np.int32), s=32))
+
+
+def test_lanes_storing_different_values_to_one_address_is_an_error():
+    def body(k):
+        k.store(k.args.x, 0, k.lane_id())
+    kern = build_kernel("race", body, abi=ABI(x=Ptr(i32)), target="interp")
+    with pytest.raises(InterpError, match="different values to one address"):
+        interp.run(kern, dict(x=np.zeros(1, np.int32)))
+
+
+def test_integer_division_truncates_toward_zero():
+    def body(k):
+        a = k.load(k.args.x, k.lane_id(), i32)
+        k.store(k.args.q, k.lane_id(), a // 3)
+        k.store(k.args.r, k.lane_id(), a % 3)
+    kern = build_kernel("div", body, abi=ABI(x=Ptr(i32), q=Ptr(i32), r=Ptr(i32)), target="interp")
+    x = np.arange(-32, 32, dtype=np.int32)
+    q, r = np.zeros(64, np.int32), np.zeros(64, np.int32)
+    interp.run(kern, dict(x=x, q=q, r=r))
+    assert q.tolist() == [int(v / 3) for v in x] and (q * 3 + r == x).all()
+
+
+def test_uniform_atomic_runs_once_per_wave_and_per_lane_atomics_serialise():
+    def body(k):
+        a = k.args
+        k.atomic("add", a.c, 0, k.const(1, u32))  # uniform: once per wave
+        old = k.atomic("add", a.c, 1, k.cast(k.lane_id(), u32) * 0 + 1)  # per lane
+        k.store(a.olds, k.cta_id() * k.L + k.lane_id(), old)
+    kern = build_kernel("atomics", body, abi=ABI(c=Ptr(u32), olds=Ptr(u32)), target="interp", waves=1)
+    c, olds = np.zeros(2, np.uint32), np.zeros(3 * 64, np.uint32)
+    interp.run(kern, dict(c=c, olds=olds), grid=3, mode="random", seed=5)
+    assert c.tolist() == [3, 3 * 64]
+    assert sorted(olds.tolist()) == list(range(3 * 64))
+
+
+def test_dsl_rejects_per_lane_control_flow_and_mixed_types():
+    abi = ABI(x=Ptr(f32))
+    with pytest.raises(DSLError, match="per-lane"):
+        build_kernel("b", lambda k: k.if_(k.lane_id() < 3).__enter__(), abi=abi)
+    with pytest.raises(DSLError, match="operand types differ"):
+        build_kernel("b", lambda k: k.lane_id() + k.const(1.0, f32), abi=abi)
+    with pytest.raises(DSLError, match="storage type"):
+        build_kernel("b", lambda k: k.load(k.args.x, 0, "bf16") * k.load(k.args.x, 0, "bf16"), abi=abi)
+    with pytest.raises(DSLError, match="at most 16"):
+        build_kernel("b", lambda k: k.load(k.args.x, 0, f32, 8), abi=abi)
+    with pytest.raises(ValueError, match="unknown target 'gfx1234'"):
+        build_kernel("b", lambda k: None, abi=abi, target="gfx1234")
+    with pytest.raises(DSLError, match="wave64"):
+        build_kernel("b", lambda k: None, abi=abi, target="gfx950", wave_size=32)
+
+
+def test_missing_and_extra_arguments_are_named():
+    kern = build_kernel("k", lambda k: None, abi=ABI(x=Ptr(f32), n=Scalar(i32)), target="interp")
+    with pytest.raises(ValueError, match="missing kernel argument 'n'"):
+        interp.run(kern, dict(x=np.zeros(1, np.float32)))
+    with pytest.raises(ValueError, match=r"\['y'\] are not in the kernel's ABI"):
+        interp.run(kern, dict(x=np.zeros(1, np.float32), n=1, y=2))
+    with pytest.raises(ValueError, match="does not fit i32"):
+        interp.run(kern, dict(x=np.zeros(1, np.float32), n=1 << 40))
