@@ -188,6 +188,8 @@ class ABI:
         self.slots: list[ArgSlot] = []
         off = 0
         for name, kind in args.items():
+            if not name.isidentifier() or name.startswith("_"):
+                raise ValueError(f"argument name {name!r} must be an identifier without a leading _")
             if not isinstance(kind, (Ptr, Scalar)):
                 raise TypeError(f"argument {name!r}: expected Ptr(...) or Scalar(...), got {kind!r}")
             off = (off + kind.align - 1) // kind.align * kind.align

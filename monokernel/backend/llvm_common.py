@@ -17,8 +17,7 @@ LLVM_SCALAR = {"i1": "i1", "i8": "i8", "u8": "i8", "i16": "i16", "u16": "i16", "
                "f32": "float", "f64": "double", "fp8e4m3fn": "i8", "fp8e4m3fnuz": "i8"}
 
 
-class BackendError(Exception):
-    """An IR construct this backend cannot lower (raised before LLVM sees anything)."""
+from .toolchain import BackendError  # noqa: E402  (one error type for every backend failure)
 
 
 def align_of(nbytes: int) -> int:
@@ -42,11 +41,11 @@ class Emitter:
     # ------------------------------------------------------------------ helpers
     def fresh(self, hint="t") -> str:
         self.tmp += 1
-        return f"%{hint}{self.tmp}"
+        return f"%{hint}.{self.tmp}"
 
     def label(self, hint) -> str:
         self.tmp += 1
-        return f"{hint}{self.tmp}"
+        return f"{hint}.{self.tmp}"
 
     def emit(self, line: str):
         self.lines.append("  " + line)
@@ -85,7 +84,7 @@ class Emitter:
         return out
 
     def define(self, v: Value, expr: str):
-        name = f"%v{v.id}"
+        name = f"%v.{v.id}"
         self.emit(f"{name} = {expr}")
         self.names[v.id] = name
 
@@ -158,9 +157,9 @@ class Emitter:
         params = []
         for s in k.abi.slots:
             if isinstance(s.kind, Ptr):
-                params.append(f"{self.h.ptr_type_global()} noundef %arg.{s.name}")
+                params.append(f"{self.h.ptr_type_global()} noundef %{s.name}")
             else:
-                params.append(f"{self.ty(s.kind.dtype)} noundef %arg.{s.name}")
+                params.append(f"{self.ty(s.kind.dtype)} noundef %{s.name}")
         self.h.prologue(self)
         self.lower_block(k.body)
         self.emit("ret void")
@@ -187,7 +186,7 @@ class Emitter:
         self.alias(v, self.const_text(op.attrs["value"], v.dtype))
 
     def op_arg(self, op):
-        self.alias(op.result, f"%arg.{op.attrs['name']}")
+        self.alias(op.result, f"%{op.attrs['name']}")
 
     def op_lane_id(self, op): self.alias(op.result, self.h.lane_id(self))
     def op_wave_id(self, op): self.alias(op.result, self.h.wave_id(self))
@@ -485,6 +484,9 @@ class Emitter:
             else:
                 signed_op, unsigned_op, float_op = self._RMW[kind]
                 rmw = float_op if dt.is_float else (signed_op if dt.is_signed else unsigned_op)
+                if hasattr(self.h, "atomic_rmw"):  # a target whose LLVM drops order/scope
+                    return self.h.atomic_rmw(self, rmw, dt, g, self.ty(p.type), self.val(v),
+                                             op.attrs["order"], op.attrs["scope"])
                 self.emit(f"{out} = atomicrmw {rmw} {self.ty(p.type)} {g}, {t} {self.val(v)}{sync} "
                           f"{order}, align {dt.bytes}")
             return out
@@ -635,7 +637,7 @@ class Emitter:
     # ------------------------------------------------------------------ state and control
     def _var_slot(self, var) -> str:
         if var.id not in self.vars:
-            name = f"%var{var.id}"
+            name = f"%var.{var.id}"
             self.allocas.append(f"{name} = alloca {self.ty(var.type)}, align 16{self.h.alloca_suffix()}")
             self.vars[var.id] = name
         return self.vars[var.id]
@@ -670,7 +672,7 @@ class Emitter:
         start, stop, step = op.args
         iv = op.attrs["iv"]
         t = self.ty(iv.dtype)
-        slot = f"%iv{iv.id}"
+        slot = f"%iv.{iv.id}"
         self.allocas.append(f"{slot} = alloca {t}, align 8{self.h.alloca_suffix()}")
         self.emit(f"store {t} {self.val(start)}, {self.h.alloca_ptr()} {slot}")
         cond, body, exit_ = self.label("for"), self.label("body"), self.label("endfor")

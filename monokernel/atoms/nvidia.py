@@ -1,0 +1,119 @@
+"""NVIDIA sm_90a (H200) atoms: warp-level mma.sync and warpgroup-level wgmma.
+
+Lane maps are the PTX ISA fragment tables (section 9.7.14.5 "Matrix Fragments for mma"
+and 9.7.15.5.1 "Register Fragments and Shared Memory Matrix Layouts" for wgmma), written
+as layouts: within a warp, groupID = lane >> 2 picks the row (A, C) or column (B), and
+threadID_in_group = lane % 4 the K (A, B) or column (C) pair/quad. The wgmma warpgroup is
+four warps stacked along M (warp w owns rows 16w..16w+15), so its 128 "lanes" are
+32*warp + laneid.
+
+wgmma reads B from shared memory through a 64-bit matrix descriptor; fp8 wgmma requires
+B K-major. `kmajor_interleave` (base.py) is the PTX ISA's canonical no-swizzle K-major layout
+((8,m),(T,2k)):((1T,SBO),(1,LBO)) in elements, T = 16 bytes / element size: 8 rows x 16
+bytes form a contiguous 128-byte "core matrix"; the core matrix one step along K is LBO
+bytes away, the one 8 rows further along N is SBO bytes away.
+
+wgmma is asynchronous: issue `WGMMA_FENCE` before the first wgmma that reads registers
+written since, `WGMMA_COMMIT` after a batch, and `wgmma_wait(n)` before reading D.
+"""
+from __future__ import annotations
+
+from .. import types as T
+from ..layout import Layout
+from .base import MMAAtom, SmemOperand, decode_smem_descriptor, kmajor_interleave, smem_descriptor
+
+WGMMA_FENCE = "wgmma.fence.sync.aligned;"
+WGMMA_COMMIT = "wgmma.commit_group.sync.aligned;"
+WGMMA_N = (8, 16, 32, 64, 128, 256)  # the registered widths; wgmma_e4m3 takes any 8*i
+
+
+def wgmma_wait(n: int = 0) -> str:
+    return f"wgmma.wait_group.sync.aligned {n};"
+
+
+def _mma_ptx(instr: str, nd: int, na: int, nb: int, nc: int) -> str:
+    ops, i = [], 0
+    for n in (nd, na, nb, nc):
+        ops.append("{" + ", ".join(f"%{j}" for j in range(i, i + n)) + "}")
+        i += n
+    return f"{instr} {', '.join(ops)};"
+
+
+# mma.m16n8k16 .bf16 (PTX ISA: Matrix Fragments for mma.m16n8k16 with floating point type)
+#   A a_i: row g + 8*((i>>1)&1), col 2t + (i&1) + 8*(i>>2)   -> index row + 16*col
+#   B b_i: row 2t + (i&1) + 8*(i>>1), col g                  -> index row + 16*col
+#   C c_i: row g + 8*(i>>1), col 2t + (i&1)                  -> index row + 16*col
+_C16x8 = Layout(((4, 8), (2, 2)), ((32, 1), (16, 8)))
+
+MMA_M16N8K16_BF16 = MMAAtom(
+    name="sm90_mma_m16n8k16_bf16", targets=("sm_90a",), m=16, n=8, k=16,
+    a_dtype=T.bf16, b_dtype=T.bf16, acc_dtype=T.f32, group=32,
+    a_layout=Layout(((4, 8), (2, 2, 2)), ((32, 1), (16, 8, 128))),
+    b_layout=Layout(((4, 8), (2, 2)), ((2, 16), (1, 8))),
+    c_layout=_C16x8,
+    intrinsic="llvm.nvvm.mma.m16n8k16.row.col.bf16", kind="llvm",
+    signature=tuple((f"a{i}", "i32") for i in range(4)) + tuple((f"b{i}", "i32") for i in range(2))
+    + tuple((f"c{i}", "float") for i in range(4)),
+    result_type="{float, float, float, float}",
+    notes="mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32; each i32 packs 2 bf16, low half first.")
+
+# mma.m16n8k32 .e4m3 (PTX ISA: Matrix Fragments for mma.m16n8k32)
+#   A a_i: row g + 8*((i>>2)&1), col 4t + (i&3) + 16*(i>>3)
+#   B b_i: row 4t + (i&3) + 16*(i>>2), col g
+_MMA_E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+MMA_M16N8K32_E4M3 = MMAAtom(
+    name="sm90_mma_m16n8k32_e4m3", targets=("sm_90a",), m=16, n=8, k=32,
+    a_dtype=T.fp8e4m3fn, b_dtype=T.fp8e4m3fn, acc_dtype=T.f32, group=32,
+    a_layout=Layout(((4, 8), (4, 2, 2)), ((64, 1), (16, 8, 256))),
+    b_layout=Layout(((4, 8), (4, 2)), ((4, 32), (1, 16))),
+    c_layout=_C16x8,
+    intrinsic=_MMA_E4M3, kind="ptx",
+    signature=(("d", "4 x f32 (=f)"), ("a", "4 x b32 (r)"), ("b", "2 x b32 (r)"), ("c", "4 x f32 (f)")),
+    result_type="4 x f32", asm=_mma_ptx(_MMA_E4M3, 4, 4, 2, 4),
+    notes="sm_89 instruction; on Hopper it is not the fast FP8 path (wgmma is).")
+
+
+# wgmma.mma_async m64nNk32 .e4m3, A in registers (PTX ISA Figures "WGMMA .m64nNk32 register
+# fragment layout for matrix A / accumulator D"), per warp w of the warpgroup:
+#   A a_i: row 16w + g + 8*((i>>2)&1), col 4t + (i&3) + 16*(i>>3)   -> index row + 64*col
+#   D d_i: row 16w + g + 8*((i>>1)&1), col 2t + (i&1) + 8*(i>>2)    -> index row + 64*col
+_WG_A = Layout(((4, 8, 4), (4, 2, 2)), ((256, 1, 16), (64, 8, 1024)))
+# Default B placement for a 32 x N tile: each group of 8 N-rows is 256 contiguous bytes,
+# its two K core matrices (k 0-15, 16-31) back to back.
+WGMMA_B_LBO, WGMMA_B_SBO = 128, 256
+
+
+def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO) -> MMAAtom:
+    """wgmma m64nNk32 f32 += e4m3 x e4m3, A from registers, B (K-major) from shared memory
+    at the canonical no-swizzle layout with the given LBO/SBO (bytes)."""
+    if n % 8 or not 8 <= n <= 256:  # PTX: .f32 accumulators allow N = 8*i, i = 1..32
+        raise ValueError(f"wgmma m64nNk32 .f32 needs N a multiple of 8 in [8, 256], got {n}")
+    instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
+    nd = n // 2
+    d = "{" + ", ".join(f"%{j}" for j in range(nd)) + "}"
+    a = "{" + ", ".join(f"%{j}" for j in range(nd, nd + 4)) + "}"
+    asm = ("{ .reg .pred p; setp.ne.b32 p, %" + str(nd + 5) + ", 0; "
+           f"{instr} {d}, {a}, %{nd + 4}, p, 1, 1; }}")
+    # (k, n) -> byte offset: the canonical layout is stated over (n, k); swap the modes.
+    nk = kmajor_interleave(n, 32, 1, lbo, sbo)
+    b_kn = Layout((nk.shape[1], nk.shape[0]), (nk.stride[1], nk.stride[0]))
+    return MMAAtom(
+        name=f"sm90_wgmma_m64n{n}k32_e4m3", targets=("sm_90a",), m=64, n=n, k=32,
+        a_dtype=T.fp8e4m3fn, b_dtype=T.fp8e4m3fn, acc_dtype=T.f32, group=128,
+        a_layout=_WG_A, b_layout=None,
+        c_layout=Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512))),
+        intrinsic=instr, kind="ptx",
+        signature=(("d", f"{nd} x f32 (+f)"), ("a", "4 x b32 (r)"), ("b_desc", "b64 (l)"),
+                   ("scale_d", "b32 (r): 0 -> D = A*B, else D = A*B + D")),
+        result_type=f"{nd} x f32", asm=asm,
+        b_source="smem", b_smem=SmemOperand(b_kn, lbo, sbo, elem_bytes=1),
+        is_async=True,
+        notes="imm-scale-a/b = 1; fp8 wgmma has no transpose: B must be K-major.")
+
+
+WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N)
+ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3) + WGMMA_E4M3
+
+__all__ = ["ATOMS", "MMA_M16N8K16_BF16", "MMA_M16N8K32_E4M3", "WGMMA_COMMIT", "WGMMA_E4M3",
+           "WGMMA_FENCE", "WGMMA_N", "decode_smem_descriptor", "kmajor_interleave",
+           "smem_descriptor", "wgmma_e4m3", "wgmma_wait"]

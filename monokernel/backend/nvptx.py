@@ -1,0 +1,487 @@
+"""NVPTX backend: the target hooks of llvm_common for Hopper (sm_90a, the H200), and
+`emit_llvm(kernel)` -> LLVM IR text, `build_ptx(kernel)` -> PTX text for the CUDA driver.
+
+Choices, with the fact behind each (checked against LLVM 22's NVPTX output):
+- kernels are `define ptx_kernel` (LLVM 22's kernel calling convention) with
+  "nvvm.maxntid" = "nvvm.reqntid" = threads (a launch with another block size is a driver
+  error, not a silent misrun) and "nvvm.minctasm" = 1 (persistent: one CTA per SM).
+- shared memory is one `extern .shared` array (@lds, dynamic shared memory), so a CTA may
+  use up to 227 KiB: a static `.shared` array above 48 KiB is refused by ptxas. The
+  launcher passes the kernel's `lds_bytes` as the launch's dynamic shared size.
+- allocas stay in the default address space (NVPTX moves them to .local itself).
+- cross-lane ops are `shfl.sync` / `vote.sync` with the full mask: IR control flow is
+  warp-uniform, so all 32 lanes arrive (a masked op's branch reconverges before them).
+- scopes: wave -> "block" (PTX has no warp scope), cta -> "block", device -> "device"
+  (.gpu), system -> "" (.sys).
+- read-modify-write atomics are inline `atom.<sem>.<scope>` PTX: LLVM 22's NVPTX lowers
+  every `atomicrmw` to a plain `atom.global.op` (relaxed, .gpu), dropping both the
+  ordering and the scope (seen on LLVM 22.1: acq_rel/release/seq_cst and syncscope("")
+  all gave `atom.global.add.u32`). `cmpxchg`, atomic loads/stores and fences keep both,
+  so they stay LLVM instructions (`ld.relaxed.gpu`, `atom.acq_rel.sys...cas`, ...).
+- fp8: only OCP e4m3fn exists on Hopper: `cvt.rn.satfinite.e4m3x2.f32` encodes two
+  (saturating as numerics.py does; NaN -> NaN), `cvt.rn.f16x2.e4m3x2` then an exact
+  f16 -> f32 decodes two. e4m3fnuz is a BackendError.
+- MMA: `mma.sync m16n8k16 bf16` through LLVM's intrinsic; `mma.sync m16n8k32 e4m3`
+  (LLVM 22 has no intrinsic) and `wgmma.mma_async m64nNk32 e4m3` as inline PTX. A wgmma
+  descriptor in the IR addresses the CTA's LDS by byte offset (as the interpreter reads
+  it); the lowering adds the shared-window address of @lds to its start-address field.
+"""
+from __future__ import annotations
+
+from ..ir import Kernel
+from ..types import DType, bf16, f32, fp8e4m3fn
+from .llvm_common import BackendError, Emitter, lower
+
+TRIPLE = "nvptx64-nvidia-cuda"
+# LLVM 22's NVPTX data layout for nvptx64 (the target machine's, checked with llvmlite 0.50)
+DATALAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+SMS = ("sm_90a",)
+# PTX ISA 8.4: the oldest with mma.sync .e4m3 (8.4), wgmma (8.0), cvt e4m3x2 (7.8); the
+# H200's CUDA 13 driver reads up to 9.0.
+PTX_VERSION = 84
+SCOPES = {"wave": "block", "cta": "block", "device": "device", "system": ""}
+PTX_SCOPES = {"wave": "cta", "cta": "cta", "device": "gpu", "system": "sys"}
+FULL_MASK = -1
+SHFL_CLAMP = 0x1F  # shfl `c` operand: clamp 31, segment mask 0 (the whole warp)
+BACKOFF_NS = 64  # nanosleep between polls: off the memory path, still prompt
+LDS_ALIGN = 16
+
+
+def _dim(atom, name: str) -> int:
+    v = getattr(atom, name, None)
+    return v if v is not None else getattr(atom, name.upper())
+
+
+class NVPTXHooks:
+    name = "nvptx"
+
+    def __init__(self, sm: str = "sm_90a"):
+        if sm not in SMS:
+            raise ValueError(f"unknown NVIDIA SM {sm!r}; known: {list(SMS)}")
+        self.sm = sm
+
+    # module ---------------------------------------------------------------------------
+    def module_header(self, e: Emitter) -> str:
+        return f'target datalayout = "{DATALAYOUT}"\ntarget triple = "{TRIPLE}"\n'
+
+    def globals(self, e: Emitter):
+        if e.k.lds_bytes:
+            yield f"@lds = external addrspace(3) global [0 x i8], align {LDS_ALIGN}"
+
+    def module_footer(self, e: Emitter):
+        yield "!0 = !{i32 1}"
+        yield f"attributes #0 = {{ {self.kernel_attrs(e.k)} }}"
+
+    def kernel_attrs(self, k: Kernel) -> str:
+        return (f'"nvvm.maxntid"="{k.threads}" "nvvm.reqntid"="{k.threads}" '
+                f'"nvvm.minctasm"="1" "target-cpu"="{self.sm}"')
+
+    def kernel_header(self, e: Emitter, k: Kernel, params: str) -> str:
+        return f"define ptx_kernel void @{k.name}({params}) #0"
+
+    def prologue(self, e: Emitter):
+        pass
+
+    def ptr_type(self, dt: DType) -> str:
+        return "ptr addrspace(3)" if dt.name == "ptr_lds" else "ptr addrspace(1)"
+
+    def ptr_type_global(self) -> str:
+        return "ptr addrspace(1)"
+
+    def alloca_suffix(self) -> str:
+        return ""
+
+    def alloca_ptr(self) -> str:
+        return "ptr"
+
+    def syncscope(self, scope: str) -> str:
+        return SCOPES[scope]
+
+    def lds_pointer(self, e: Emitter, offset: int) -> str:
+        return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
+
+    # ids ------------------------------------------------------------------------------
+    def _sreg(self, e: Emitter, name: str, ty: str = "i32") -> str:
+        return e.call(ty, f"llvm.nvvm.read.ptx.sreg.{name}", "")
+
+    def lane_id(self, e: Emitter) -> str:
+        return self._sreg(e, "laneid")
+
+    def wave_id(self, e: Emitter) -> str:
+        t = self._sreg(e, "tid.x")
+        w = e.fresh("w")
+        e.emit(f"{w} = lshr i32 {t}, 5")
+        return w
+
+    def cta_id(self, e: Emitter) -> str:
+        return self._sreg(e, "ctaid.x")
+
+    def num_ctas(self, e: Emitter) -> str:
+        return self._sreg(e, "nctaid.x")
+
+    def clock(self, e: Emitter) -> str:
+        return self._sreg(e, "globaltimer", "i64")
+
+    # cross-lane ------------------------------------------------------------------------
+    def _as_i32_parts(self, e: Emitter, x: str, dt: DType):
+        """Split a 32/64-bit value into i32 words and give back a function that joins them."""
+        t = e.ty(dt)
+        if dt.bits == 32:
+            if t == "i32":
+                return [x], lambda ps: ps[0]
+            b = e.fresh("b")
+            e.emit(f"{b} = bitcast {t} {x} to i32")
+
+            def join1(ps):
+                o = e.fresh("b")
+                e.emit(f"{o} = bitcast i32 {ps[0]} to {t}")
+                return o
+            return [b], join1
+        if dt.bits != 64:
+            raise BackendError(f"nvptx: cross-lane ops move 32/64-bit values, not {dt}")
+        v = e.fresh("b")
+        e.emit(f"{v} = bitcast {t} {x} to <2 x i32>")
+        parts = []
+        for i in range(2):
+            p = e.fresh("b")
+            e.emit(f"{p} = extractelement <2 x i32> {v}, i32 {i}")
+            parts.append(p)
+
+        def join(ps):
+            a = e.fresh("b")
+            e.emit(f"{a} = insertelement <2 x i32> poison, i32 {ps[0]}, i32 0")
+            b = e.fresh("b")
+            e.emit(f"{b} = insertelement <2 x i32> {a}, i32 {ps[1]}, i32 1")
+            o = e.fresh("b")
+            e.emit(f"{o} = bitcast <2 x i32> {b} to {t}")
+            return o
+        return parts, join
+
+    def _shfl(self, e: Emitter, mode: str, x: str, lane: str) -> str:
+        return e.call("i32", f"llvm.nvvm.shfl.sync.{mode}.i32",
+                      f"i32 {FULL_MASK}, i32 {x}, i32 {lane}, i32 {SHFL_CLAMP}")
+
+    def lane_swap(self, e: Emitter, x: str, dt: DType, mask: int) -> str:
+        if not 0 < mask < 32:
+            raise BackendError(f"nvptx: lane_swap mask {mask} outside a 32-lane warp")
+        parts, join = self._as_i32_parts(e, x, dt)
+        return join([self._shfl(e, "bfly", p, str(mask)) for p in parts])
+
+    def shuffle(self, e: Emitter, x: str, dt: DType, src: str) -> str:
+        parts, join = self._as_i32_parts(e, x, dt)
+        return join([self._shfl(e, "idx", p, src) for p in parts])
+
+    def broadcast_first(self, e: Emitter, x: str, dt: DType) -> str:
+        parts, join = self._as_i32_parts(e, x, dt)
+        return join([self._shfl(e, "idx", p, "0") for p in parts])
+
+    def ballot(self, e: Emitter, pred: str) -> str:
+        return e.call("i32", "llvm.nvvm.vote.ballot.sync", f"i32 {FULL_MASK}, i1 {pred}")
+
+    def prefix_count(self, e: Emitter, pred: str) -> str:
+        b = self.ballot(e, pred)
+        lt = self._sreg(e, "lanemask.lt")
+        m = e.fresh("pc")
+        e.emit(f"{m} = and i32 {b}, {lt}")
+        return e.call("i32", "llvm.ctpop.i32", f"i32 {m}")
+
+    def wave_all(self, e: Emitter, ok: str) -> str:
+        return e.call("i1", "llvm.nvvm.vote.all.sync", f"i32 {FULL_MASK}, i1 {ok}")
+
+    def backoff(self, e: Emitter):
+        e.call("void", "llvm.nvvm.nanosleep", f"i32 {BACKOFF_NS}")
+
+    def barrier(self, e: Emitter):
+        # the IR's barrier: a CTA-scope acq_rel fence around bar.sync 0 (shared and global).
+        # In a kernel with wgmma, LDS written by ordinary stores is read next by the tensor
+        # cores (the async proxy): each writer needs a proxy fence before the barrier.
+        if "wgmma" in e.k.uses:
+            self._asm_void(e, "fence.proxy.async.shared::cta;")
+        e.emit('fence syncscope("block") release')
+        e.call("void", "llvm.nvvm.barrier.cta.sync.aligned.all", "i32 0")
+        e.emit('fence syncscope("block") acquire')
+
+    # atomics ---------------------------------------------------------------------------
+    _ATOM_SEM = {"relaxed": "relaxed", "acquire": "acquire", "release": "release",
+                 "acq_rel": "acq_rel", "seq_cst": "acq_rel"}
+
+    def atomic_rmw(self, e: Emitter, rmw: str, dt: DType, addr: str, ptr_ty: str,
+                   value: str, order: str, scope: str) -> str:
+        """One `atom.<sem>.<scope>.<space>.<op>.<type>` as inline PTX; returns the old value.
+        `rmw` is the LLVM atomicrmw operation llvm_common chose (add, fadd, max, umax, ...)."""
+        shared = "addrspace(3)" in ptr_ty
+        sc = "cta" if shared else PTX_SCOPES[scope]
+        space = "shared" if shared else "global"
+        bits = dt.bits
+        if bits not in (32, 64):
+            raise BackendError(f"nvptx: atomics are 32/64-bit, not {dt}")
+        if dt.is_float:
+            if rmw == "fadd":
+                op, ty = "add", f"f{bits}"
+            elif rmw == "xchg":
+                op, ty = "exch", f"b{bits}"
+            else:
+                raise BackendError(f"nvptx: atomic {rmw} on {dt}")
+        else:
+            op, ty = {"add": ("add", f"u{bits}"), "max": ("max", f"s{bits}"),
+                      "min": ("min", f"s{bits}"), "umax": ("max", f"u{bits}"),
+                      "umin": ("min", f"u{bits}"), "xchg": ("exch", f"b{bits}"),
+                      "or": ("or", f"b{bits}"), "and": ("and", f"b{bits}")}[rmw]
+        reg = {("float", 32): "f", ("float", 64): "d"}.get((dt.kind, bits), "r" if bits == 32 else "l")
+        pre = f"fence.sc.{sc}; " if order == "seq_cst" else ""
+        asm = (f"{pre}atom.{self._ATOM_SEM[order]}.{sc}.{space}.{op}.{ty} $0, [$1], $2;")
+        t = e.ty(dt)
+        out = e.fresh("at")
+        e.emit(f'{out} = call {t} asm sideeffect "{asm}", "={reg},l,{reg},~{{memory}}"'
+               f"({ptr_ty} {addr}, {t} {value})")
+        return out
+
+    # fp8 -------------------------------------------------------------------------------
+    def _check_fp8(self, dt: DType):
+        if dt != fp8e4m3fn:
+            raise BackendError(f"{self.sm} converts only OCP e4m3fn (fp8e4m3fn), not {dt.name}: "
+                               "Hopper has no e4m3fnuz; keep fnuz bytes for gfx942")
+
+    def fp8_to_f32(self, e: Emitter, x: str, dt: DType, n: int) -> str:
+        self._check_fp8(dt)
+        outs = []
+        for i in range(0, n, 2):
+            if n == 1:
+                lo = e.fresh("f8")
+                e.emit(f"{lo} = zext i8 {x} to i16")
+                pair = lo
+            else:
+                b0 = e.fresh("f8")
+                e.emit(f"{b0} = extractelement <{n} x i8> {x}, i32 {i}")
+                if i + 1 < n:
+                    b1 = e.fresh("f8")
+                    e.emit(f"{b1} = extractelement <{n} x i8> {x}, i32 {i + 1}")
+                else:
+                    b1 = "0"
+                v0 = e.fresh("f8")
+                e.emit(f"{v0} = insertelement <2 x i8> poison, i8 {b0}, i32 0")
+                v1 = e.fresh("f8")
+                e.emit(f"{v1} = insertelement <2 x i8> {v0}, i8 {b1}, i32 1")
+                pair = e.fresh("f8")
+                e.emit(f"{pair} = bitcast <2 x i8> {v1} to i16")
+            # cvt.rn.f16x2.e4m3x2: byte k of the input -> half k of the result (exact)
+            h2 = e.call("<2 x half>", "llvm.nvvm.e4m3x2.to.f16x2.rn", f"i16 {pair}")
+            for j in range(min(2, n - i)):
+                h = e.fresh("f8")
+                e.emit(f"{h} = extractelement <2 x half> {h2}, i32 {j}")
+                f = e.fresh("f8")
+                e.emit(f"{f} = fpext half {h} to float")
+                outs.append(f)
+        return self._pack(e, outs, "float")
+
+    def f32_to_fp8(self, e: Emitter, x: str, dt: DType, n: int) -> str:
+        self._check_fp8(dt)
+        xs = []
+        for i in range(n):
+            if n == 1:
+                xs.append(x)
+            else:
+                xi = e.fresh("f8")
+                e.emit(f"{xi} = extractelement <{n} x float> {x}, i32 {i}")
+                xs.append(xi)
+        outs = []
+        for i in range(0, n, 2):
+            lo = xs[i]
+            hi = xs[i + 1] if i + 1 < n else "0.0"
+            # cvt.rn.satfinite.e4m3x2.f32 d, a, b: a -> upper byte, b -> lower byte
+            w = e.call("i16", "llvm.nvvm.ff.to.e4m3x2.rn", f"float {hi}, float {lo}")
+            v = e.fresh("f8")
+            e.emit(f"{v} = bitcast i16 {w} to <2 x i8>")
+            for j in range(min(2, n - i)):
+                b = e.fresh("f8")
+                e.emit(f"{b} = extractelement <2 x i8> {v}, i32 {j}")
+                outs.append(b)
+        return self._pack(e, outs, "i8")
+
+    def _pack(self, e, outs, s):
+        if len(outs) == 1:
+            return outs[0]
+        cur = "poison"
+        for i, o in enumerate(outs):
+            nxt = e.fresh("pk")
+            e.emit(f"{nxt} = insertelement <{len(outs)} x {s}> {cur}, {s} {o}, i32 {i}")
+            cur = nxt
+        return cur
+
+    # matrix ----------------------------------------------------------------------------
+    def _words(self, e: Emitter, v, what: str) -> list[str]:
+        """A per-lane operand (n elements) as its 32-bit registers, slot 0 in the low bits."""
+        nbytes = v.type.bytes
+        if nbytes % 4:
+            raise BackendError(f"nvptx: MMA operand {what} of {v.type} is not whole registers")
+        regs = nbytes // 4
+        src_t = e.ty(v.type)
+        if regs == 1:
+            if src_t == "i32":
+                return [e.val(v)]
+            o = e.fresh("mw")
+            e.emit(f"{o} = bitcast {src_t} {e.val(v)} to i32")
+            return [o]
+        vec = e.fresh("mw")
+        e.emit(f"{vec} = bitcast {src_t} {e.val(v)} to <{regs} x i32>")
+        out = []
+        for i in range(regs):
+            o = e.fresh("mw")
+            e.emit(f"{o} = extractelement <{regs} x i32> {vec}, i32 {i}")
+            out.append(o)
+        return out
+
+    def _floats(self, e: Emitter, v) -> list[str]:
+        if v.n == 1:
+            return [e.val(v)]
+        out = []
+        for i in range(v.n):
+            o = e.fresh("mc")
+            e.emit(f"{o} = extractelement <{v.n} x float> {e.val(v)}, i32 {i}")
+            out.append(o)
+        return out
+
+    def _unpack_struct(self, e: Emitter, s: str, n: int) -> str:
+        st = "{ " + ", ".join(["float"] * n) + " }"
+        outs = []
+        for i in range(n):
+            o = e.fresh("md")
+            e.emit(f"{o} = extractvalue {st} {s}, {i}")
+            outs.append(o)
+        return self._pack(e, outs, "float")
+
+    def _check_atom(self, atom, want_group: int):
+        if self.sm not in atom.targets:
+            raise BackendError(f"atom {atom.name} does not exist on {self.sm} "
+                               f"(it runs on {sorted(atom.targets)})")
+        if atom.group != want_group:
+            raise BackendError(f"atom {atom.name}: group {atom.group}, expected {want_group}")
+        if atom.acc_dtype != f32:
+            raise BackendError(f"atom {atom.name}: only f32 accumulators are lowered")
+
+    def mma(self, e: Emitter, op) -> str:
+        atom = op.attrs["atom"]
+        self._check_atom(atom, 32)
+        a, b, c = op.args
+        shape = (_dim(atom, "m"), _dim(atom, "n"), _dim(atom, "k"))
+        aw, bw, cf = self._words(e, a, "A"), self._words(e, b, "B"), self._floats(e, c)
+        if len(aw) != 4 or len(bw) != 2 or len(cf) != 4:
+            raise BackendError(f"atom {atom.name}: operands of {len(aw)}/{len(bw)}/{len(cf)} "
+                               "registers; mma.sync m16n8 takes 4/2/4")
+        st = "{ float, float, float, float }"
+        if shape == (16, 8, 16) and atom.a_dtype == bf16 and atom.b_dtype == bf16:
+            args = ", ".join([f"i32 {x}" for x in aw + bw] + [f"float {x}" for x in cf])
+            s = e.call(st, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args)
+        elif shape == (16, 8, 32) and atom.a_dtype == fp8e4m3fn and atom.b_dtype == fp8e4m3fn:
+            asm = ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                   "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+            cons = ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4)
+            args = ", ".join([f"i32 {x}" for x in aw + bw] + [f"float {x}" for x in cf])
+            s = e.fresh("mma")
+            e.emit(f'{s} = call {st} asm sideeffect "{asm}", "{cons}"({args})')
+        else:
+            raise BackendError(f"nvptx: no mma.sync lowering for atom {atom.name} "
+                               f"(m{shape[0]}n{shape[1]}k{shape[2]} {atom.a_dtype})")
+        return self._unpack_struct(e, s, 4)
+
+    def _asm_void(self, e: Emitter, text: str):
+        e.emit(f'call void asm sideeffect "{text}", "~{{memory}}"()')
+
+    def wgmma_fence(self, e: Emitter):
+        # this warp's own generic-proxy LDS writes, then its registers, before the wgmmas
+        self._asm_void(e, "fence.proxy.async.shared::cta;")
+        self._asm_void(e, "wgmma.fence.sync.aligned;")
+
+    def wgmma_commit(self, e: Emitter):
+        self._asm_void(e, "wgmma.commit_group.sync.aligned;")
+
+    def wgmma_wait(self, e: Emitter, pending: int):
+        if not 0 <= int(pending) <= 7:
+            raise BackendError(f"wgmma_wait({pending}): PTX takes 0..7 pending groups")
+        self._asm_void(e, f"wgmma.wait_group.sync.aligned {int(pending)};")
+
+    def wgmma(self, e: Emitter, op) -> str:
+        atom = op.attrs["atom"]
+        self._check_atom(atom, 128)
+        m, n, k = _dim(atom, "m"), _dim(atom, "n"), _dim(atom, "k")
+        if (m, k) != (64, 32) or atom.a_dtype != fp8e4m3fn or atom.b_dtype != fp8e4m3fn \
+                or n not in (8, 16, 24, 32, 64, 96, 128, 192, 256) or n % 8:
+            raise BackendError(f"nvptx: no wgmma lowering for atom {atom.name}")
+        if not e.k.lds_bytes:
+            raise BackendError(f"kernel {e.k.name}: wgmma reads B from shared memory, but the "
+                               "kernel declares no LDS")
+        a, desc, c = op.args
+        aw, cf = self._words(e, a, "A"), self._floats(e, c)
+        nd = n // 2
+        if len(aw) != 4 or len(cf) != nd:
+            raise BackendError(f"atom {atom.name}: A has {len(aw)} registers and D {len(cf)} "
+                               f"floats per lane; m64n{n}k32 takes 4 and {nd}")
+        # descriptor: LDS byte offset -> shared-window address (start address, bits 0-13, >>4)
+        base = e.fresh("wg")
+        e.emit(f"{base} = ptrtoint ptr addrspace(3) @lds to i64")
+        sh = e.fresh("wg")
+        e.emit(f"{sh} = lshr i64 {base}, 4")
+        lo = e.fresh("wg")
+        e.emit(f"{lo} = and i64 {sh}, 16383")
+        d = e.fresh("wg")
+        e.emit(f"{d} = add i64 {e.val(desc)}, {lo}")
+        instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
+        dl = "{" + ", ".join(f"${j}" for j in range(nd)) + "}"
+        al = "{" + ", ".join(f"${j}" for j in range(nd, nd + 4)) + "}"
+        asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${nd + 5}, 0; "
+               f"{instr} {dl}, {al}, ${nd + 4}, p, 1, 1; }}")
+        cons = ",".join(["=f"] * nd + ["r"] * 4 + ["l", "r"] + [str(j) for j in range(nd)]
+                        + ["~{memory}"])
+        args = ", ".join([f"i32 {x}" for x in aw] + [f"i64 {d}", "i32 1"]
+                         + [f"float {x}" for x in cf])
+        st = "{ " + ", ".join(["float"] * nd) + " }"
+        s = e.fresh("wgmma")
+        e.emit(f'{s} = call {st} asm sideeffect "{asm}", "{cons}"({args})')
+        return self._unpack_struct(e, s, nd)
+
+
+def check_kernel(kernel: Kernel, sm: str = "sm_90a"):
+    """Raise BackendError for anything sm_90a lacks, before any LLVM runs."""
+    if sm not in SMS:
+        raise BackendError(f"unknown NVIDIA SM {sm!r}; known: {list(SMS)}")
+    if kernel.wave_size != 32:
+        raise BackendError(f"{sm} runs 32-lane warps; kernel {kernel.name} was built for "
+                           f"{kernel.wave_size}")
+    if kernel.target not in (sm, "interp"):
+        raise BackendError(f"kernel {kernel.name} was built for {kernel.target}, not {sm}")
+    if kernel.threads > 1024:
+        raise BackendError(f"kernel {kernel.name}: {kernel.threads} threads; a CTA has at most 1024")
+    if kernel.lds_bytes > 227 * 1024:
+        raise BackendError(f"kernel {kernel.name}: {kernel.lds_bytes} bytes of LDS; an sm_90a "
+                           "CTA gets at most 227 KiB")
+    for op in kernel.walk():
+        if op.opcode in ("mma", "wgmma"):
+            atom = op.attrs["atom"]
+            if sm not in atom.targets:
+                raise BackendError(f"atom {atom.name} does not exist on {sm} "
+                                   f"(it runs on {sorted(atom.targets)})")
+        if op.opcode.startswith("wgmma") and kernel.waves % 4:
+            raise BackendError(f"kernel {kernel.name}: {op.opcode} needs whole warpgroups "
+                               f"(waves a multiple of 4, got {kernel.waves})")
+        if op.opcode == "cast":
+            for v in (op.args[0], op.result):
+                if v.dtype.name == "fp8e4m3fnuz":
+                    raise BackendError(f"{sm} has no e4m3fnuz conversion ({op!r}); Hopper "
+                                       "reads OCP e4m3fn")
+
+
+def emit_llvm(kernel: Kernel, sm: str = "sm_90a") -> str:
+    """The LLVM IR text of `kernel` for an NVIDIA SM. Raises BackendError before LLVM for
+    what the chip lacks."""
+    check_kernel(kernel, sm)
+    return lower(kernel, NVPTXHooks(sm))
+
+
+def build_ptx(kernel: Kernel, sm: str = "sm_90a", *, ptx_version: int = PTX_VERSION,
+              opt_level: int = 3, timeout: float | None = None) -> str:
+    """PTX text of `kernel` (LLVM runs in a child process: monokernel.backend.toolchain)."""
+    from .toolchain import compile_ptx
+    return compile_ptx(emit_llvm(kernel, sm), sm, ptx_version, opt_level, timeout=timeout)
+
+
+__all__ = ["NVPTXHooks", "emit_llvm", "build_ptx", "check_kernel", "PTX_VERSION", "BackendError"]
