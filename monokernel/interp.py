@@ -302,9 +302,10 @@ class Wave:
         self.put(op.result, np.uint32(alloc.offset))
 
     def _addresses(self, op, dt, n):
+        """Per-lane byte addresses, one row per lane if any operand (mask included) is per-lane."""
         p, idx = self.get(op.args[0]), self.get(op.args[1])
         addr = p.astype(np.int64)[:, 0] + idx.astype(np.int64)[:, 0] * dt.bytes
-        rows = max(p.shape[0], idx.shape[0])
+        rows = max(self.get(x).shape[0] for x in op.args)
         return np.broadcast_to(addr, (rows,)), n * dt.bytes
 
     def _mask_of(self, op, rows, position):
@@ -669,8 +670,8 @@ class Run:
         the CTA's shared memory through the descriptor, and split D back per warp."""
         issued = sorted(issued, key=lambda t: t[0])
         atom = issued[0][5]
-        a = np.concatenate([t[1] for t in issued])
-        c = np.concatenate([t[3] for t in issued])
+        a = np.concatenate([np.broadcast_to(t[1], (32, t[1].shape[1])) for t in issued])
+        c = np.concatenate([np.broadcast_to(t[3], (32, t[3].shape[1])) for t in issued])
         desc = int(issued[0][2][0, 0])
         b = atom.read_b_smem(self.lds[cta], desc)  # (K, N) raw storage values
         B = numerics.to_f64(b, atom.b_dtype)

@@ -27,7 +27,7 @@ Conventions (the same as CuTe's):
 from __future__ import annotations
 
 from math import prod
-from typing import Iterable, Union
+from typing import Union
 
 import numpy as np
 
@@ -360,7 +360,3 @@ def tabulate(layout: Layout) -> np.ndarray:
     dims = (size(layout.shape),) if is_int(layout.shape) else tuple(size(m) for m in layout.shape)
     return val.reshape(dims, order="F")
 
-
-def layout_values(layout: Layout) -> Iterable[int]:
-    """Values in 1-D index order (handy for bijection checks)."""
-    return tabulate(layout).reshape(-1, order="F")

@@ -136,8 +136,8 @@ def _cdna4_bf16_16x16x32(op):
     consecutive K values [8*(l//16), +8), two per VGPR. Source: the CDNA4 16x16x32 rule
     shared with v_mfma_f32_16x16x32_fp8_fp8 (calculator table above) -- LLVM's
     IntrinsicsAMDGPU.td gives the bf16 form <8 x bfloat> per lane, Triton's gfx950 MFMA
-    lowering uses kWidth = 8 for it, and tinygrad's CDNA4 emulator (generated from AMD's ISA
-    and used in docs/amd-emulator.md) splits K into 4 contiguous lane-group quarters."""
+    tests use kWidth = 8 for the 16x16x32 16-bit forms, and tinygrad's CDNA4 emulator
+    (docs/amd-emulator.md) splits K into 4 contiguous lane-group quarters."""
     if op == "a":
         return lambda l, s: (l % 16, 8 * (l // 16) + s)
     if op == "b":
@@ -152,8 +152,9 @@ def _cdna4_f8f6f4_16x16x128(op):
     (2025), section 5.4: for the 32x32x64 sibling lane l loads
     a_reg[i*16 + j] = A[l % 32][(l // 32)*16 + i*32 + j], i.e. 16-byte K chunks interleaved
     across the lane groups and repeated half a K later; with 16x16 tiles there are four
-    lane groups, so the repeat is 64 on. AMD's mxfp8 kernels (measured with non-unit block
-    scales) load "K [32*(g//2) + 16*(g%2), +16) and the same 64 on" = [16g, +16)."""
+    lane groups, so the repeat is 64 on. An AMD-copyright mxfp8 GEMV (FlyDSL, run with
+    non-unit block scales) loads "K [32*(g//2) + 16*(g%2), +16) and the same 64 on" =
+    [16g, +16). The calculator (v1.3.2) does not know this instruction."""
     def k_of(l, s):
         return 64 * (s // 16) + 16 * (l // 16) + s % 16
     if op == "a":

@@ -79,3 +79,35 @@ def test_mailbox_bulk_handoff_without_fence_fails_under_relaxed_visibility(varia
 def test_mailbox_bulk_handoff_without_fence_passes_sequentially(variant):
     """Sequential consistency hides the missing fence: why the relaxed mode exists."""
     assert all(_handoff("inorder", 0, **variant).values())
+
+
+from monokernel.proofs import mma  # noqa: E402
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", mma.ATOM_NAMES)
+def test_mma_atom_matches_float64_matmul(name, mode, rng):
+    kern = mma.builder(name)("interp")
+    inp = mma.make_inputs(rng, name)
+    ref = mma.reference(inp, name)
+    interp.run(kern, inp, grid=1, mode=mode, seed=2)
+    assert not np.isnan(inp["d"]).any(), "unwritten outputs"
+    assert mma.check(inp, ref, name) <= mma.tolerance(name)
+
+
+def test_wgmma_result_read_before_wait_is_an_error(rng):
+    from monokernel.dsl import build_kernel
+    from monokernel.atoms import atom
+    at = atom("sm90_wgmma_m64n64k32_e4m3")
+
+    def early(k):
+        a = k.args
+        lane = k.wave_id() * k.L + k.lane_id()
+        k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
+        A = mma._gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
+        C = mma._gather(k, a.c, a.c_idx, lane, at.c_slots, mma.f32)
+        D = k.wgmma(at, A, k.const(at.smem_descriptor(0), mma.u64), C)
+        k.store(a.d, lane, D[0])  # before wgmma_wait: the hardware has not written it yet
+    kern = build_kernel("early", early, abi=mma.abi(at), target="interp", waves=4, wave_size=32)
+    with pytest.raises(interp.InterpError, match="read before wgmma_wait"):
+        interp.run(kern, mma.make_inputs(rng, at.name), grid=1)

@@ -10,16 +10,18 @@ Sources (tests check every map against them, test/test_atoms.py):
   fp8 opcode with the same map (docs/amd-emulator.md: the CDNA4 emulator matches it).
 * v_mfma_f32_16x16x32_bf16 (CDNA4 only; the calculator has no CDNA4): 8 bf16 per lane,
   K [8g, 8g+8) -- the 16x16x32 fp8 pattern at 2 elements per VGPR (LLVM's intrinsic takes
-  <8 x bfloat>; Triton's gfx950 lowering uses kWidth = 8 for it).
+  <8 x bfloat>; Triton's gfx950 tests use kWidth = 8 for the 16x16x32 16-bit MFMAs;
+  tinygrad's CDNA4 emulator gives each lane group a contiguous quarter of K).
 * v_mfma_*_16x16x128_f8f6f4 (CDNA4 only): for fp8, 32 bytes per lane in 8 VGPRs, VGPRs
   0-3 holding K [16g, 16g+16) and VGPRs 4-7 the same +64. This is the layout AMD's ROCm
   blog "Matrix Core Programming on AMD CDNA3 and CDNA4 architecture" (section 5.4) gives
   for the 32x32x64 sibling (two 16-byte K chunks, 32 apart), with four lane groups instead
-  of two; AMD's own mxfp8 kernels load it that way ("the MFMA wants K [32*(g//2) +
-  16*(g%2), +16) and the same 64 on"). Note: without block scales any K permutation
-  applied alike to A and B gives the same product, so only scaled use can tell layouts
-  apart; tinygrad's emulator models K [32g, 32g+32) per lane group instead, which agrees
-  on every unscaled result.
+  of two; an AMD-copyright mxfp8 GEMV (FlyDSL, run with non-unit block scales) loads it
+  that way ("the MFMA wants K [32*(g//2) + 16*(g%2), +16) and the same 64 on"). The
+  calculator has no entry to confirm it; re-check on hardware before using real block
+  scales. Without scales any K permutation applied alike to A and B gives the same
+  product, so only scaled use can tell layouts apart: tinygrad's emulator models
+  K [32g, 32g+32) per lane group instead, and agrees on every unscaled result.
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ warpgroup), the element types, and for each operand where every matrix element l
 Why a layout rather than a lookup table: the vendor maps are affine in the bits of the
 lane and slot numbers, so a layout is both the shortest faithful statement of them and
 something tiling code can compose. The numpy tables (`rows`, `cols`, `owner`) are derived
-from it; the interpreter executes an atom with `execute`, i.e. with the same maps the
-backends lower to, so a wrong map fails in CI instead of on a GPU.
+from it. The interpreter runs MMAs through these same tables (and `read_b_smem` for wgmma;
+`execute` is the plain reference), so a wrong map fails in CI instead of on a GPU.
 
 B read from shared memory (Hopper wgmma) has no lane map: `b_source == "smem"` and
 `b_smem` gives the byte offset of each (k, n) in the canonical layout the descriptor
