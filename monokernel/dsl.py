@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from . import ir
 from .ir import ABI, Block, LDSAlloc, Op, Ptr, Scalar, Value, Var
 from .targets import target as get_target
+from .verify import VerifyError, verify
 from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, f32, i1, i32, i64, ptr_global,
                     ptr_lds, u32, u64)
 
@@ -590,7 +591,12 @@ def build_kernel(name: str, fn, *, abi: ABI, target: str = "interp", waves: int 
         fn(b, **params)
     finally:
         _builder.reset(token)
-    return b.finish()
+    kern = b.finish()
+    try:
+        verify(kern)
+    except VerifyError as e:
+        raise DSLError(f"kernel {name}: {e}") from None
+    return kern
 
 
 # ---------------------------------------------------------------------- Value operators

@@ -127,3 +127,20 @@ def test_missing_and_extra_arguments_are_named():
         interp.run(kern, dict(x=np.zeros(1, np.float32), n=1, y=2))
     with pytest.raises(ValueError, match="does not fit i32"):
         interp.run(kern, dict(x=np.zeros(1, np.float32), n=1 << 40))
+
+
+def test_value_used_outside_the_region_that_defines_it_is_rejected():
+    def body(k):
+        with k.if_(k.cta_id().eq(0)):
+            v = k.load(k.args.x, 0, f32)
+        k.store(k.args.x, 1, v)
+    with pytest.raises(DSLError, match="defined inside a region"):
+        build_kernel("escape", body, abi=ABI(x=Ptr(f32)), target="interp")
+
+
+def test_atom_of_another_chip_is_a_build_error():
+    from monokernel.proofs import mma
+    with pytest.raises(DSLError, match="does not exist on gfx942"):
+        mma.builder("gfx950_mfma_f32_16x16x128_f8f6f4")("gfx942")
+    with pytest.raises(DSLError, match="gfx950 runs wave64"):  # a warpgroup op needs warp32
+        mma.builder("sm90_wgmma_m64n64k32_e4m3")("gfx950")
