@@ -243,3 +243,9 @@ def test_kernel_names_and_readers_reject_garbage():
         co.kernel_code(data, "nope")
     with pytest.raises(KeyError):
         co.read_code_object(data).kernel("nope")
+
+
+def test_llvm_stderr_on_success_is_a_warning():
+    with pytest.warns(tc.BackendWarning, match="not a recognized feature"):
+        data = tc.compile_amdgcn(SIMPLE_KERNEL, "gfx950", features="+no-such-feature")
+    assert co.read_code_object(data).chip == "gfx950"

@@ -3,8 +3,9 @@
 
 Choices, with the fact behind each (checked against LLVM 22's NVPTX output):
 - kernels are `define ptx_kernel` (LLVM 22's kernel calling convention) with
-  "nvvm.maxntid" = "nvvm.reqntid" = threads (a launch with another block size is a driver
-  error, not a silent misrun) and "nvvm.minctasm" = 1 (persistent: one CTA per SM).
+  "nvvm.reqntid" = threads (`.reqntid`: a launch with another block size is a driver error,
+  not a silent misrun; it also bounds registers as `.maxntid` would, and ptxas refuses the
+  two together) and "nvvm.minctasm" = 1 (persistent: one CTA per SM).
 - shared memory is one `extern .shared` array (@lds, dynamic shared memory), so a CTA may
   use up to 227 KiB: a static `.shared` array above 48 KiB is refused by ptxas. The
   launcher passes the kernel's `lds_bytes` as the launch's dynamic shared size.
@@ -73,8 +74,9 @@ class NVPTXHooks:
         yield f"attributes #0 = {{ {self.kernel_attrs(e.k)} }}"
 
     def kernel_attrs(self, k: Kernel) -> str:
-        return (f'"nvvm.maxntid"="{k.threads}" "nvvm.reqntid"="{k.threads}" '
-                f'"nvvm.minctasm"="1" "target-cpu"="{self.sm}"')
+        # .reqntid alone: ptxas refuses .maxntid next to it ("Conflicting directives")
+        return (f'"nvvm.reqntid"="{k.threads}" "nvvm.minctasm"="1" '
+                f'"target-cpu"="{self.sm}"')
 
     def kernel_header(self, e: Emitter, k: Kernel, params: str) -> str:
         return f"define ptx_kernel void @{k.name}({params}) #0"
@@ -405,7 +407,7 @@ class NVPTXHooks:
         self._check_atom(atom, 128)
         m, n, k = _dim(atom, "m"), _dim(atom, "n"), _dim(atom, "k")
         if (m, k) != (64, 32) or atom.a_dtype != fp8e4m3fn or atom.b_dtype != fp8e4m3fn \
-                or n not in (8, 16, 24, 32, 64, 96, 128, 192, 256) or n % 8:
+                or n % 8 or not 8 <= n <= 256:
             raise BackendError(f"nvptx: no wgmma lowering for atom {atom.name}")
         if not e.k.lds_bytes:
             raise BackendError(f"kernel {e.k.name}: wgmma reads B from shared memory, but the "

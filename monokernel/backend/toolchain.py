@@ -19,6 +19,7 @@ Errors:
     LinkError     ld.lld refused the object
     BackendError  the base of the three above; also a code object whose e_flags name a
                   chip other than the one asked for
+A build that works but makes LLVM write to stderr issues a `BackendWarning` with the text.
 
 The same IR always gives the same bytes: lld runs with `--build-id=none` on fixed relative
 file names in a fresh folder, and nothing else in the output depends on time or paths.
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -73,6 +75,10 @@ class LLVMError(BackendError):
         self.chip = chip
         self.kernel = kernel
         self.llvm_message = llvm_message
+
+
+class BackendWarning(UserWarning):
+    """LLVM wrote to stderr during a build that succeeded."""
 
 
 class LinkError(BackendError):
@@ -408,6 +414,10 @@ def _run(req: dict, chip: str, timeout: float | None):
     finally:
         pool.release(w, healthy)
     if reply["ok"]:
+        text = reply.get("stderr", "").strip()
+        if text:  # LLVM said something on a build that worked: pass it on
+            warnings.warn(f"LLVM, building {_describe_kernels(req['ir'])} for {chip}:\n"
+                          f"{text}", BackendWarning, stacklevel=3)
         return reply["result"]
     kind, message = reply["kind"], reply["message"]
     kernel = _describe_kernels(req["ir"])
