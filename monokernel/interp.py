@@ -148,6 +148,10 @@ class Wave:
 
     # values
     def op_const(self, op):
+        cached = op.attrs.get("_value")
+        if cached is not None:
+            self.env[op.result.id] = cached
+            return
         dt = op.result.dtype
         val = op.attrs["value"]
         if dt == i1:
@@ -160,6 +164,8 @@ class Wave:
                 raise InterpError(f"constant {val} does not fit {dt}")
             arr = np.array([[int(val)]], dt.np)
         self.put(op.result, arr)
+        self.env[op.result.id].flags.writeable = False
+        op.attrs["_value"] = self.env[op.result.id]  # constants are computed once per op
 
     def op_arg(self, op):
         self.put(op.result, self.run.arg_values[op.attrs["name"]])

@@ -137,7 +137,7 @@ class Op:
     def __repr__(self) -> str:
         res = ", ".join(map(repr, self.results))
         a = ", ".join(map(repr, self.args))
-        at = " ".join(f"{k}={v}" for k, v in self.attrs.items() if k != "atom")
+        at = " ".join(f"{k}={v}" for k, v in self.attrs.items() if k != "atom" and not k.startswith("_"))
         if "atom" in self.attrs:
             at += f" atom={self.attrs['atom'].name}"
         return f"{res + ' = ' if res else ''}{self.opcode}({a}) {at}".rstrip()

@@ -41,11 +41,14 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
-        return np.dtype(self.storage)
+        return _NP[self.storage]
 
     def __repr__(self) -> str:
         return self.name
 
+
+_NP = {s: np.dtype(s) for s in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                 "uint32", "uint64", "float16", "float32", "float64")}
 
 i1 = DType("i1", 1, "bool", "bool")
 i8 = DType("i8", 8, "int", "int8")
