@@ -573,9 +573,12 @@ class Wave:
         group = self.run.warpgroup(self.cta, self.wave // 4)
         seq = self.wg_seq
         self.wg_seq += 1
+        # C may be the pending result of an earlier wgmma of this warp: the hardware chains
+        # accumulations in flight; only reading the registers before the wait is undefined
+        c = self.env[op.args[2].id]
         group.issued.setdefault(seq, []).append(
-            (self.wave % 4, self.get(op.args[0]), self.get(op.args[1]), self.get(op.args[2]),
-             op.result, op.attrs["atom"]))
+            (self.wave % 4, self.get(op.args[0]), self.get(op.args[1]), c, op.result,
+             op.attrs["atom"]))
         self.wg_groups[-1].append(seq)
         self.env[op.result.id] = Pending(self.wave // 4, seq)
 
@@ -676,8 +679,14 @@ class Run:
         the CTA's shared memory through the descriptor, and split D back per warp."""
         issued = sorted(issued, key=lambda t: t[0])
         atom = issued[0][5]
+
+        def acc(t):
+            c = t[3]
+            if isinstance(c, Pending):  # chained on an earlier wgmma, completed before this one
+                c = self._wg[(cta, c.group)].done[c.seq][t[0]]
+            return np.broadcast_to(c, (32, c.shape[1]))
         a = np.concatenate([np.broadcast_to(t[1], (32, t[1].shape[1])) for t in issued])
-        c = np.concatenate([np.broadcast_to(t[3], (32, t[3].shape[1])) for t in issued])
+        c = np.concatenate([acc(t) for t in issued])
         desc = int(issued[0][2][0, 0])
         b = atom.read_b_smem(self.lds[cta], desc)  # (K, N) raw storage values
         B = numerics.to_f64(b, atom.b_dtype)

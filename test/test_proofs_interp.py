@@ -111,3 +111,36 @@ def test_wgmma_result_read_before_wait_is_an_error(rng):
     kern = build_kernel("early", early, abi=mma.abi(at), target="interp", waves=4, wave_size=32)
     with pytest.raises(interp.InterpError, match="read before wgmma_wait"):
         interp.run(kern, mma.make_inputs(rng, at.name), grid=1)
+
+
+def test_wgmma_chained_accumulation_completes_in_order(rng):
+    """Two wgmmas chained on one accumulator before a single wait: D = A(B+B) + C."""
+    from monokernel.atoms import atom
+    from monokernel.dsl import build_kernel
+    at = atom("sm90_wgmma_m64n64k32_e4m3")
+
+    def chain(k):
+        a = k.args
+        lane = k.wave_id() * k.L + k.lane_id()
+        smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
+        for e0 in k.range(0, at.K * at.N, 128):
+            e = e0 + lane
+            k.store(smem, k.load(a.b_idx, e, mma.i32), k.load(a.b, e, at.b_dtype))
+        k.barrier()
+        A = mma._gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
+        C = mma._gather(k, a.c, a.c_idx, lane, at.c_slots, mma.f32)
+        desc = k.const(at.smem_descriptor(0), mma.u64)
+        k.wgmma_fence()
+        D = k.wgmma(at, A, desc, k.wgmma(at, A, desc, C))
+        k.wgmma_commit()
+        k.wgmma_wait(0)
+        for s in range(at.c_slots):
+            k.store(a.d, k.load(a.c_idx, lane * at.c_slots + s, mma.i32), D[s])
+    kern = build_kernel("chain", chain, abi=mma.abi(at), target="interp", waves=4, wave_size=32)
+    inp = mma.make_inputs(rng, at.name)
+    ref = mma.reference(inp, at.name)
+    c = inp["c"].astype(np.float64).reshape(at.M, at.N)
+    expect = 2 * (ref["d"] - c) + c
+    interp.run(kern, inp, grid=1)
+    got = inp["d"].astype(np.float64).reshape(at.M, at.N)
+    assert np.abs(got - expect).max() / np.abs(expect).max() <= mma.tolerance(at.name) * 2
