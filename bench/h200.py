@@ -1,0 +1,155 @@
+"""H200 ceilings, the FP8 GEMV against its byte floor and torch, and MMA atom throughput.
+
+    python3 bench/h200.py [--json FILE]
+
+Everything is measured in one process so the ratios compare like with like: the copy and
+`torch._scaled_mm` ceilings first, then our kernels. Times are medians of CUDA-event timed
+launches; every launch reads a different copy of the weights (copies span > 4x the 60 MB
+L2), so nothing is timed from L2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from bench import mma_loops  # noqa: E402
+from monokernel import numerics  # noqa: E402
+from monokernel.launch.cuda import CudaKernel  # noqa: E402
+from monokernel.proofs import gemv  # noqa: E402
+
+L2_BYTES = 60 << 20
+ROTATE_BYTES = 4 * L2_BYTES  # weight copies cycled per launch: well beyond L2
+COPY_BYTES = 1 << 30
+GEMM = 8192
+N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
+
+
+def timed(fn, reps=30, warmup=5) -> float:
+    """Median microseconds of fn() over reps, each bracketed by CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(times)
+
+
+def ceilings() -> dict:
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = timed(lambda: dst.copy_(src), reps=20)
+    copy_tbs = 2 * COPY_BYTES / (us * 1e-6) / 1e12
+    del src, dst
+    a = torch.randn(GEMM, GEMM, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(GEMM, GEMM, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0, device="cuda")
+    us_mm = timed(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), reps=20)
+    fp8_tflops = 2 * GEMM ** 3 / (us_mm * 1e-6) / 1e12
+    return dict(copy_TBps=copy_tbs, copy_us=us, fp8_mm_TFLOPs=fp8_tflops, fp8_mm_us=us_mm)
+
+
+def gemv_bench(rows: int, copy_tbs: float, waves: int) -> dict:
+    rng = np.random.default_rng(rows)
+    inp = gemv.make_inputs(rng, N=N_OUT, K=K_IN, R=rows, ctas=132)
+    ref = gemv.reference(inp, N=N_OUT, K=K_IN, R=rows)
+    wbytes = inp["w"].nbytes + inp["ws"].nbytes
+    copies = max(2, -(-ROTATE_BYTES // wbytes))
+    w = [torch.from_numpy(inp["w"]).cuda() for _ in range(copies)]
+    ws = torch.from_numpy(inp["ws"]).cuda()
+    x = torch.from_numpy(inp["x"].view(np.int16)).cuda()
+    y = torch.full((rows, N_OUT), float("nan"), device="cuda")
+    kern = gemv.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
+    ck = CudaKernel(kern)
+    grid = 132
+    state = {"i": 0}
+
+    def launch():
+        state["i"] = (state["i"] + 1) % copies
+        ck.launch(dict(w=w[state["i"]], ws=ws, x=x, y=y, ctas=grid), grid=grid, sync=False,
+                  cooperative=False)
+    launch()
+    torch.cuda.synchronize()
+    err = float(np.abs(y.cpu().numpy() - ref["y"]).max() / np.abs(ref["y"]).max())
+    us = timed(launch)
+    floor_us = wbytes / (copy_tbs * 1e12) * 1e6
+    # torch peers: bf16 GEMV on weights dequantized ahead (reads 2x the bytes), and fp8
+    # _scaled_mm with one per-tensor scale (rows padded to 16, its smallest M)
+    wdq = torch.from_numpy(numerics.to_f32(inp["w"], "fp8e4m3fn")).cuda()
+    S = torch.from_numpy(inp["ws"]).cuda().repeat_interleave(128, 0).repeat_interleave(128, 1)[:N_OUT]
+    wbf = [(wdq * S).to(torch.bfloat16) for _ in range(max(2, -(-ROTATE_BYTES // (2 * N_OUT * K_IN))))]
+    xb = torch.from_numpy(numerics.to_f32(inp["x"], "bf16")).cuda().to(torch.bfloat16)
+    st = {"i": 0}
+
+    def torch_bf16():
+        st["i"] = (st["i"] + 1) % len(wbf)
+        return xb @ wbf[st["i"]].t()
+    us_bf16 = timed(torch_bf16)
+    x16 = torch.zeros(16, K_IN, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0, device="cuda")
+    wt = [t.view(torch.float8_e4m3fn).t() for t in w]
+
+    def torch_fp8():
+        st["i"] = (st["i"] + 1) % len(wt)
+        return torch._scaled_mm(x16, wt[st["i"]], scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    us_fp8 = timed(torch_fp8)
+    return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
+                torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
+                regs=ck.regs, waves=waves)
+
+
+def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
+    mma_loops.ensure_atoms()
+    kern, at = mma_loops.build(name, waves=waves)
+    ck = CudaKernel(kern)
+    src = torch.randint(0, 64, (256,), dtype=torch.uint8, device="cuda")
+    out = torch.zeros(132 * waves * 32, device="cuda")
+    us = timed(lambda: ck.launch(dict(src=src, out=out, iters=iters), grid=132, sync=False,
+                                 cooperative=False), reps=10, warmup=2)
+    fl = mma_loops.flops_per_launch(at, waves, 132, iters)
+    return dict(atom=name, us=us, TFLOPs=fl / (us * 1e-6) / 1e12, regs=ck.regs)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--gemv-waves", type=int, default=8)
+    args = ap.parse_args()
+    res = dict(device=torch.cuda.get_device_name())
+    res["ceilings"] = c = ceilings()
+    print(f"ceilings: copy {c['copy_TBps']:.2f} TB/s (read+write, 1 GiB), "
+          f"fp8 _scaled_mm {c['fp8_mm_TFLOPs']:.0f} TFLOP/s (8192^3)", flush=True)
+    res["gemv"] = []
+    print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
+    print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
+    for rows in (1, 2, 4, 8):
+        g = gemv_bench(rows, c["copy_TBps"], args.gemv_waves)
+        res["gemv"].append(g)
+        print(f"{rows:>4} {g['us']:8.2f} {g['floor_us']:7.2f} {g['ratio_to_floor']:8.2f} "
+              f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}", flush=True)
+    res["mma"] = []
+    print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
+    for name in mma_loops.BENCH_ATOMS:
+        m = mma_bench(name)
+        res["mma"].append(m)
+        print(f"{name:32} {m['TFLOPs']:8.1f} TFLOP/s  ({m['us']:.1f} us, {m['regs']} regs)", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Kernels that keep the matrix units busy from registers, to measure each atom's rate.
+
+Each wave loads its A/B fragments once, then issues `ITERS` x `CHAINS` MMAs on independent
+accumulators (so the units, not the dependency chain, set the pace) and finally stores the
+accumulator sum so nothing is dead. `wgmma` keeps B in shared memory as Hopper requires and
+issues `CHAINS` chained MMAs per commit group.
+"""
+from __future__ import annotations
+
+from monokernel.atoms import atom, wgmma_e4m3
+from monokernel.dsl import build_kernel
+from monokernel.ir import ABI, Ptr, Scalar
+from monokernel.types import f32, i32, u8, u64
+
+CHAINS = 4
+
+
+def _abi():
+    return ABI(src=Ptr(u8), out=Ptr(f32), iters=Scalar(i32))
+
+
+def _fragment(k, at, op, lane):
+    dt, slots = at.dtype(op), at.slots(op)
+    vals = [k.load(k.args.src, (lane * slots + s) % 256, dt) for s in range(slots)]
+    return vals[0] if slots == 1 else k.vec(*vals)
+
+
+def mma_sync_loop(k, *, at):
+    lane = k.lane_id()
+    A, B = _fragment(k, at, "a", lane), _fragment(k, at, "b", lane)
+    accs = [k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots), name=f"acc{i}") for i in range(CHAINS)]
+    for _ in k.range(k.args.iters):
+        for acc in accs:
+            acc.set(k.mma(at, A, B, acc.get()))
+    total = accs[0].get()
+    for acc in accs[1:]:
+        total = total + acc.get()
+    gid = (k.cta_id() * k.W + k.wave_id()) * k.L + lane
+    k.store(k.args.out, gid, k.extract(total, 0))
+
+
+def wgmma_loop(k, *, at):
+    lane = k.wave_id() % 4 * k.L + k.lane_id()
+    smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
+    for e0 in k.range(0, at.K * at.N, k.W * k.L):
+        e = e0 + k.thread_id()
+        k.store(smem, e, k.load(k.args.src, e % 256, at.b_dtype), mask=e < at.K * at.N)
+    k.barrier()
+    A = _fragment(k, at, "a", lane)
+    desc = k.const(at.smem_descriptor(0), u64)
+    acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
+    for _ in k.range(k.args.iters):
+        k.wgmma_fence()
+        d = acc.get()
+        for _c in range(CHAINS):
+            d = k.wgmma(at, A, desc, d)
+        k.wgmma_commit()
+        k.wgmma_wait(0)
+        acc.set(d)
+    gid = (k.cta_id() * k.W + k.wave_id()) * k.L + k.lane_id()
+    k.store(k.args.out, gid, k.extract(acc.get(), 0))
+
+
+def build(name: str, target: str = "sm_90a", waves: int = 8):
+    if name.startswith("sm90_wgmma"):
+        at = atom(name)
+        return build_kernel("wgmma_loop", wgmma_loop, abi=_abi(), target=target, waves=waves,
+                            wave_size=32, at=at), at
+    at = atom(name)
+    return build_kernel("mma_loop", mma_sync_loop, abi=_abi(), target=target, waves=waves,
+                        wave_size=at.group if at.group in (32, 64) else None, at=at), at
+
+
+def flops_per_launch(at, waves, ctas, iters) -> float:
+    per_mma = 2.0 * at.M * at.N * at.K
+    if at.group == 128:
+        return per_mma * CHAINS * iters * (waves // 4) * ctas
+    return per_mma * CHAINS * iters * waves * ctas
+
+
+WGMMA_N = 256
+BENCH_ATOMS = ("sm90_mma_m16n8k16_bf16", "sm90_mma_m16n8k32_e4m3", f"sm90_wgmma_m64n{WGMMA_N}k32_e4m3")
+
+
+def ensure_atoms():
+    wgmma_e4m3(WGMMA_N)  # registers the atom by name

@@ -1,0 +1,347 @@
+"""Loading PTX and launching persistent kernels through the CUDA driver (cuda.bindings).
+
+    from monokernel.launch.cuda import CudaKernel
+    ck = CudaKernel(kernel)                 # builds PTX (monokernel.backend.nvptx) and loads it
+    ck(x=x_gpu, out=out_gpu, n=1024)        # one CTA per SM, cooperative, synchronised
+    ck.launch(dict(...), grid=8, sync=False)
+
+Arguments are packed from the kernel's ABI (`ir.ABI`): a `Ptr` slot takes a CUDA torch
+tensor (its data_ptr) or a raw device address (int); a `Scalar` slot takes a Python number,
+converted to the slot's dtype (range-checked for integers; bf16/fp8 through
+monokernel.numerics, the IR's own rounding). Every CTA of a persistent grid must be resident
+at once (tagged-pair hand-offs between CTAs spin otherwise), so launches are cooperative
+(`cuLaunchCooperativeKernel`) and the grid is checked against the occupancy API first. The
+kernel's LDS is dynamic shared memory (the NVPTX backend declares it `extern .shared`); above
+48 KiB the function's dynamic-shared limit is raised first. Driver errors become `CudaError`s
+naming the kernel.
+
+This module imports only numpy, torch and cuda.bindings (the H200 machine has nothing else),
+and those lazily: a CPU machine without cuda.bindings can import it.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import numerics
+from ..ir import Kernel, Ptr
+
+DEFAULT_DYNAMIC_SMEM = 48 * 1024  # what a function may use without raising its limit
+_JIT_LOG_BYTES = 1 << 16
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed (the message names the kernel and the driver's error)."""
+
+    def __init__(self, message: str, *, code=None, kernel: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.kernel = kernel
+
+
+class LaunchError(CudaError):
+    """A launch that cannot run as asked (grid does not fit, bad arguments, ...)."""
+
+
+_DRIVER = None
+_LOCK = threading.Lock()
+
+
+def driver():
+    """cuda.bindings.driver, imported on first use (cuInit done)."""
+    global _DRIVER
+    if _DRIVER is None:
+        with _LOCK:
+            if _DRIVER is None:
+                try:
+                    from cuda.bindings import driver as drv
+                except ImportError as e:  # pragma: no cover - depends on the machine
+                    raise ImportError("monokernel.launch.cuda needs the cuda-bindings package "
+                                      "(cuda.bindings.driver)") from e
+                _check(drv, drv.cuInit(0), "cuInit")
+                _DRIVER = drv
+    return _DRIVER
+
+
+def available() -> bool:
+    """True if torch sees a CUDA GPU and cuda.bindings imports."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return False
+        from cuda.bindings import driver as _  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _err_text(drv, err) -> str:
+    try:
+        name = drv.cuGetErrorName(err)[1]
+        desc = drv.cuGetErrorString(err)[1]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        desc = desc.decode() if isinstance(desc, bytes) else str(desc)
+        return f"{name}: {desc}"
+    except Exception:  # pragma: no cover
+        return str(err)
+
+
+def _check(drv, result, what: str, kernel: str = "", extra: str = ""):
+    """Unpack a cuda.bindings result tuple; raise CudaError on failure."""
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if err != drv.CUresult.CUDA_SUCCESS:
+        where = f"kernel {kernel}: " if kernel else ""
+        msg = f"{where}{what} failed with {_err_text(drv, err)}"
+        if extra:
+            msg += "\n" + extra
+        raise CudaError(msg, code=err, kernel=kernel)
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+def _device_index(device) -> int:
+    import torch
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"not a CUDA device: {device!r}")
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+_TORCH_READY: set = set()
+
+
+def _ensure_context(index: int):
+    """Make the device's primary context (the one torch uses) current on this thread."""
+    import torch
+    drv = driver()
+    if index not in _TORCH_READY:
+        torch.cuda.init()
+        with torch.cuda.device(index):
+            torch.empty(1, device=f"cuda:{index}")  # torch creates its primary context lazily
+        _TORCH_READY.add(index)
+    dev = _check(drv, drv.cuDeviceGet(index), "cuDeviceGet")
+    ctx = _check(drv, drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    cur_dev = None
+    if ctx is not None and int(ctx) != 0:
+        cur_dev = _check(drv, drv.cuCtxGetDevice(), "cuCtxGetDevice")
+    if cur_dev is None or int(cur_dev) != int(dev):
+        pctx = _check(drv, drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _check(drv, drv.cuCtxSetCurrent(pctx), "cuCtxSetCurrent")
+    return dev
+
+
+def _attr(drv, dev, name: str) -> int:
+    a = getattr(drv.CUdevice_attribute, name)
+    return int(_check(drv, drv.cuDeviceGetAttribute(a, dev), f"cuDeviceGetAttribute({name})"))
+
+
+def load_module(ptx: str | bytes, kernel_name: str = ""):
+    """cuModuleLoadDataEx on PTX text (JIT-compiled by the driver); returns the CUmodule.
+    A JIT failure raises CudaError with the driver's error log."""
+    drv = driver()
+    data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+    if not data.endswith(b"\0"):
+        data += b"\0"
+    image = np.frombuffer(data, dtype=np.uint8)
+    opts = [drv.CUjit_option.CU_JIT_ERROR_LOG_BUFFER,
+            drv.CUjit_option.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES]
+    log = bytearray(_JIT_LOG_BYTES)
+    try:
+        res = drv.cuModuleLoadDataEx(image.ctypes.data, len(opts), opts, [log, _JIT_LOG_BYTES])
+    except Exception:  # a cuda.bindings that takes the log buffer differently
+        log = bytes(_JIT_LOG_BYTES)
+        try:
+            res = drv.cuModuleLoadDataEx(image.ctypes.data, len(opts), opts,
+                                         [log, _JIT_LOG_BYTES])
+        except Exception:
+            log = b""
+            res = drv.cuModuleLoadData(image.ctypes.data)
+    text = bytes(log).split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+    return _check(drv, res, "cuModuleLoadDataEx (PTX JIT)", kernel_name,
+                  extra=f"JIT log:\n{text}" if text else "")
+
+
+def _scalar_bytes(name: str, dt, value) -> bytes:
+    if isinstance(value, bool) and dt.name != "i1":
+        value = int(value)
+    if dt.name == "i1":
+        return bytes([1 if value else 0])
+    if dt.is_float:
+        if dt.name in ("f32", "f64", "f16"):
+            return np.array([value], dtype=dt.np).tobytes()
+        return numerics.convert(np.array([float(value)]), "f64", dt).astype(dt.np).tobytes()
+    if dt.is_ptr:
+        raise LaunchError(f"argument {name!r}: pointer scalars are Ptr slots")
+    v = int(value)
+    info = np.iinfo(dt.np)
+    if not info.min <= v <= info.max:
+        raise LaunchError(f"argument {name!r} = {value} does not fit {dt}")
+    return np.array([v], dtype=dt.np).tobytes()
+
+
+class CudaKernel:
+    """One IR kernel loaded on one GPU: `launch(args, grid=...)` or call with keywords."""
+
+    def __init__(self, kernel: Kernel, ptx: str | None = None, *, device=None,
+                 sm: str = "sm_90a"):
+        import torch  # noqa: F401  (the context is torch's primary context)
+        self.kernel = kernel
+        self.name = kernel.name
+        if ptx is None:
+            from ..backend.nvptx import build_ptx
+            ptx = build_ptx(kernel, sm)
+        self.ptx = ptx
+        self.device = _device_index(device)
+        drv = driver()
+        self.dev = _ensure_context(self.device)
+        self.module = load_module(ptx, self.name)
+        self.function = _check(drv, drv.cuModuleGetFunction(self.module, self.name.encode()),
+                               "cuModuleGetFunction", self.name)
+        self.num_sms = _attr(drv, self.dev, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+        self.cooperative_ok = bool(_attr(drv, self.dev, "CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH"))
+        self.smem = kernel.lds_bytes
+        if self.smem > DEFAULT_DYNAMIC_SMEM:
+            limit = _attr(drv, self.dev, "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+            if self.smem > limit:
+                raise LaunchError(f"kernel {self.name}: {self.smem} bytes of LDS; a CTA of this "
+                                  f"GPU may use at most {limit}")
+            a = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(drv, drv.cuFuncSetAttribute(self.function, a, self.smem),
+                   f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.smem})", self.name)
+        per_sm = _check(drv, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            self.function, kernel.threads, self.smem),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor", self.name)
+        self.ctas_per_sm = int(per_sm)
+        self.max_resident = self.ctas_per_sm * self.num_sms
+        self.regs = self._fattr("CU_FUNC_ATTRIBUTE_NUM_REGS")
+        self.local_bytes = self._fattr("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")
+
+    def _fattr(self, name: str) -> int:
+        drv = driver()
+        a = getattr(drv.CUfunction_attribute, name)
+        return int(_check(drv, drv.cuFuncGetAttribute(a, self.function),
+                          f"cuFuncGetAttribute({name})", self.name))
+
+    # ------------------------------------------------------------------ arguments
+    def pack(self, args: dict):
+        """(keep-alive buffer, array of argument pointers) for kernelParams."""
+        import torch
+        abi = self.kernel.abi
+        names = abi.names()
+        extra = sorted(set(args) - set(names))
+        missing = [n for n in names if n not in args]
+        if extra or missing:
+            raise LaunchError(f"kernel {self.name}: arguments {extra} are not in its ABI and "
+                              f"{missing} are missing; the ABI is {names}")
+        slot_bytes = 8
+        buf = np.zeros(len(abi.slots) * slot_bytes, dtype=np.uint8)
+        for i, s in enumerate(abi.slots):
+            v = args[s.name]
+            if isinstance(s.kind, Ptr):
+                if isinstance(v, torch.Tensor):
+                    if not v.is_cuda or v.device.index != self.device:
+                        raise LaunchError(f"kernel {self.name}: argument {s.name!r} is on "
+                                          f"{v.device}, not cuda:{self.device}")
+                    addr = v.data_ptr()
+                elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                    addr = int(v)
+                else:
+                    raise LaunchError(f"kernel {self.name}: argument {s.name!r} must be a CUDA "
+                                      f"tensor or a device address, got {type(v).__name__}")
+                raw = np.array([addr], dtype=np.uint64).tobytes()
+            else:
+                try:
+                    raw = _scalar_bytes(s.name, s.kind.dtype, v)
+                except LaunchError as e:
+                    raise LaunchError(f"kernel {self.name}: {e}") from None
+            buf[i * slot_bytes:i * slot_bytes + len(raw)] = np.frombuffer(raw, np.uint8)
+        ptrs = np.array([buf.ctypes.data + i * slot_bytes for i in range(len(abi.slots))],
+                        dtype=np.uint64)
+        return buf, ptrs
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, args: dict, *, grid: int | None = None, stream=None, sync: bool = True,
+               cooperative: bool = True):
+        """Launch on `grid` CTAs (default: one per SM) of kernel.threads threads. With
+        `cooperative` the driver guarantees co-residency (required by persistent kernels
+        that hand data between CTAs); either way a grid larger than the occupancy API allows
+        is refused. With `sync`, waits and raises a CudaError naming the kernel on failure."""
+        import torch
+        drv = driver()
+        grid = self.num_sms if grid is None else int(grid)
+        if grid < 1:
+            raise LaunchError(f"kernel {self.name}: grid {grid} must be at least 1")
+        if grid > self.max_resident:
+            raise LaunchError(
+                f"kernel {self.name}: a persistent grid of {grid} CTAs cannot be co-resident: "
+                f"{self.ctas_per_sm} CTA(s) of {self.kernel.threads} threads and {self.smem} "
+                f"bytes of shared memory fit per SM, x {self.num_sms} SMs = {self.max_resident}")
+        if cooperative and not self.cooperative_ok:
+            raise LaunchError(f"kernel {self.name}: device {self.device} has no cooperative launch")
+        buf, ptrs = self.pack(args)
+        _ensure_context(self.device)
+        if stream is None:
+            stream = torch.cuda.current_stream(self.device)
+        handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
+        hs = drv.CUstream(handle)
+        block = self.kernel.threads
+        if cooperative:
+            res = drv.cuLaunchCooperativeKernel(self.function, grid, 1, 1, block, 1, 1,
+                                                self.smem, hs, ptrs.ctypes.data)
+            what = f"cuLaunchCooperativeKernel(grid={grid}, block={block}, smem={self.smem})"
+        else:
+            res = drv.cuLaunchKernel(self.function, grid, 1, 1, block, 1, 1, self.smem, hs,
+                                     ptrs.ctypes.data, 0)
+            what = f"cuLaunchKernel(grid={grid}, block={block}, smem={self.smem})"
+        _check(drv, res, what, self.name)
+        del buf, ptrs  # the driver copied the parameters at launch
+        if sync:
+            self.synchronize(stream)
+
+    def synchronize(self, stream=None):
+        import torch
+        drv = driver()
+        if stream is None:
+            stream = torch.cuda.current_stream(self.device)
+        handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
+        _check(drv, drv.cuStreamSynchronize(drv.CUstream(handle)),
+               "running (cuStreamSynchronize)", self.name)
+
+    def __call__(self, grid: int | None = None, **args):
+        return self.launch(args, grid=grid)
+
+    def __del__(self):
+        mod = getattr(self, "module", None)
+        if mod is not None and _DRIVER is not None:
+            try:
+                _DRIVER.cuModuleUnload(mod)
+            except Exception:
+                pass
+
+
+_CACHE: dict = {}
+
+
+def launch(kernel: Kernel, args: dict, *, grid: int | None = None, ptx: str | None = None,
+           device=None, sync: bool = True, cooperative: bool = True) -> CudaKernel:
+    """Build (once per kernel object and device), load and launch. Returns the CudaKernel."""
+    key = (id(kernel), _device_index(device))
+    ck = _CACHE.get(key)
+    if ck is None or ck.kernel is not kernel:
+        ck = CudaKernel(kernel, ptx, device=device)
+        _CACHE[key] = ck
+    ck.launch(args, grid=grid, sync=sync, cooperative=cooperative)
+    return ck
+
+
+__all__ = ["CudaKernel", "CudaError", "LaunchError", "launch", "load_module", "available",
+           "driver"]

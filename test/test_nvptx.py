@@ -1,0 +1,613 @@
+"""The NVPTX backend (monokernel.backend.nvptx) on small DSL kernels: PTX for sm_90a with
+the instructions each construct must lower to, and BackendErrors (raised before LLVM runs)
+for what Hopper lacks. The kernels (`CASES`) are shared with test_cuda_run.py, which runs
+them on an H200 and compares with the interpreter."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from monokernel import interp, numerics
+from monokernel.atoms import amd as amd_atoms
+from monokernel.atoms import nvidia as nv_atoms
+from monokernel.backend import nvptx
+from monokernel.backend.llvm_common import BackendError
+from monokernel.dsl import ABI, Ptr, Scalar, build_kernel
+from monokernel.ir import Kernel
+from monokernel.types import (bf16, f32, fp8e4m3fn, fp8e4m3fnuz, i32, u8, u16, u32, u64)
+
+SM = "sm_90a"
+
+
+# ----------------------------------------------------------------------------- kernels
+
+def _vscale(k, *, chunks):
+    """out[i] = x[i] * s + 1 over a masked tail, one loop of `chunks` warps per CTA, plus a
+    16-byte vector path (f32x4)."""
+    a = k.args
+    base = k.cta_id() * (chunks * k.L)
+    for j in k.range(chunks):
+        i = base + j * k.L + k.lane_id()
+        m = i < a.n
+        v = k.load(a.x, i, f32, mask=m)
+        k.store(a.out, i, v * a.s + 1.0, mask=m)
+    q = k.cta_id() * k.L + k.lane_id()
+    v4 = k.load(a.x, q * 4, f32, 4)
+    w = k.vec(*[k.extract(v4, 3 - t) * 2.0 for t in range(4)])
+    k.store(a.out4, q * 4, w)
+
+
+def _xlane(k):
+    """Every cross-lane op on i32, f32 and u64 values; one column of `out` per result."""
+    a = k.args
+    lane = k.lane_id()
+    v = k.load(a.src, lane, i32)
+    f = k.cast(v, f32) * 0.25
+    u = k.cast(v, u64) * k.const(0x100000001, u64)
+    pred = (v & 1).eq(1)
+    cols = [
+        k.lane_swap(v, 1), k.lane_swap(v, 16), k.bitcast(k.lane_swap(f, 4), i32),
+        k.shuffle(v, (lane * 7 + 3) & 31),
+        k.bitcast(k.ballot(pred), i32), k.prefix_count(pred), k.readfirstlane(v),
+        k.wave_reduce(v, "add"), k.wave_reduce(v, "max"), k.wave_reduce(v, "min"),
+        k.wave_reduce(v, "or"), k.wave_reduce(v, "and"),
+        k.bitcast(k.wave_reduce(f, "add"), i32), k.bitcast(k.wave_reduce(f, "max"), i32),
+        k.bitcast(k.readfirstlane(f), i32),
+    ]
+    for c, x in enumerate(cols):
+        k.store(a.out, c * k.L + lane, x)
+    k.store(a.out64, lane, k.lane_swap(u, 8))
+    k.store(a.out64, k.L + lane, k.shuffle(u, 31 - lane))
+    k.store(a.out64, 2 * k.L + lane, k.wave_reduce(u, "add"))
+
+
+XLANE_COLS = 15
+
+
+def _atomics(k):
+    """Atomics of every kind, order and scope. Contended counters only see commutative
+    operations, so their final values are deterministic; old values are stored only where
+    a lane owns its address."""
+    a = k.args
+    lane = k.lane_id()
+    c = k.cta_id()
+    gid = c * k.L + lane
+    one = k.const(1, i32)
+    k.atomic("add", a.cnt, 0, lane + 1)                                     # relaxed device
+    k.atomic("max", a.cnt, 1, gid, order="acq_rel")
+    k.atomic("min", a.cnt, 2, 0 - gid, order="release")
+    k.atomic("or", a.cnt, 3, one << lane, order="acquire")
+    k.atomic("and", a.cnt, 4, ~(one << (lane & 15)), order="seq_cst")
+    k.atomic("add", a.cnt, 5, lane, scope="system")
+    k.atomic("add", a.cnt, 6, k.const(1, i32))                              # uniform: once a wave
+    k.atomic("add", a.cnt, 7, lane + 1, mask=lane < 5)                      # masked
+    k.atomic("add", a.cnt, 8 + c, lane, scope="cta", order="acq_rel")       # this CTA's word
+    k.atomic("max", a.ucnt, 0, k.cast(gid, u32) * 2654435761, scope="device")
+    k.atomic("min", a.ucnt, 1, k.cast(gid, u32) + 7)
+    k.atomic("add", a.fl, 0, k.cast(lane, f32) * 0.5, order="acq_rel")
+    k.atomic("add", a.c64, 0, k.cast(gid, u64) << 33)
+    k.atomic("max", a.c64, 1, k.cast(gid, u64) * 0x9E3779B97F4A7C15)
+    # lane-owned words: the old values are defined
+    o0 = k.atomic("exch", a.own, gid, gid * 3, order="acq_rel")
+    o1 = k.atomic("cas", a.own, gid, gid * 5, compare=gid * 3)                # succeeds
+    o2 = k.atomic("cas", a.own, gid, gid * 7, compare=gid, scope="system")    # fails but lane 0
+    o3 = k.atomic("add", a.own, gid, one, order="seq_cst", scope="cta")
+    k.store(a.olds, gid * 4, k.vec(o0, o1, o2, o3))
+    # LDS atomics
+    lds = k.lds("cnt", i32, 4)
+    with k.if_(k.wave_id().eq(0)):
+        k.store(lds, lane & 3, k.const(0, i32), mask=lane < 4)
+    k.barrier()
+    k.atomic("add", lds, lane & 3, lane, scope="cta")
+    k.barrier()
+    got = k.load(lds, lane & 3, i32)
+    k.store(a.ldsout, c * k.L + lane, got)
+
+
+ATOMIC_GRID = 8
+
+
+def _handoff(k, *, rounds, bound):
+    """A ring of tagged-pair hand-offs through every CTA of the grid, `rounds` times round:
+    CTA c waits for (value, tag) from CTA c-1 (CTA 0 from the last CTA, one round earlier),
+    publishes (value * 3 + c + 1, tag) as ONE relaxed device-scope 64-bit store. A poll that
+    runs out of its bound records the CTA in `err`."""
+    a = k.args
+    c = k.cta_id()
+    n = k.num_ctas()
+    prev = k.select(c.eq(0), n - 1, c - 1)
+    val = k.uniform_var(0, u32)
+    for r in k.range(rounds):
+        tag = k.cast(r, u32) + a.tag0
+        first = c.eq(0) & r.eq(0)
+        with k.if_else(first) as (seed, wait):
+            with seed:
+                val.set(k.const(7, u32))
+            with wait:
+                want = k.select(c.eq(0), tag - 1, tag)
+                x, timed_out = k.poll(a.box, prev, want, shift=32, bits=32, bound=bound)
+                with k.if_(timed_out):
+                    k.atomic("or", a.err, 0, k.const(1, u32), scope="device")
+                    k.store(a.who, c, k.cast(r, u32) + 1)
+                val.set(k.cast(x, u32))
+        new = val.get() * 3 + k.cast(c, u32) + 1
+        pair = (k.cast(tag, u64) << 32) | k.cast(new, u64)
+        k.store(a.box, c, pair, order="relaxed", scope="device")
+        k.store(a.trace, r * n + c, new)
+    # a poll that must time out: nothing ever writes `never`
+    _, to = k.poll(a.never, 0, 1, bits=32, bound=64, dt=u32)
+    k.store(a.timeouts, c, k.cast(to, u32))
+    t0 = k.clock()
+    t1 = k.clock()
+    k.store(a.clockok, c, k.cast(t1 >= t0, u32))
+
+
+def _casts(k, *, n):
+    """fp8 e4m3fn both ways (all 256 codes; special and tie values), bf16 both ways,
+    saturating float -> int, and a 4-wide fp8 vector cast (the paired cvt)."""
+    a = k.args
+    lane = k.lane_id()
+    for j in k.range(256 // k.L):
+        i = j * k.L + lane
+        b = k.load(a.codes, i, fp8e4m3fn)
+        k.store(a.decoded, i, k.cast(b, f32))
+    for j in k.range(n // k.L):
+        i = j * k.L + lane
+        x = k.load(a.x, i, f32)
+        k.store(a.fp8, i, k.cast(x, fp8e4m3fn))
+        h = k.cast(x, bf16)
+        k.store(a.bf, i, h)
+        k.store(a.bfback, i, k.cast(h, f32))
+        k.store(a.toint, i, k.cast(x, i32))
+        k.store(a.tou8, i, k.cast(x, u8))
+    for j in k.range(n // (4 * k.L)):
+        i = j * k.L + lane
+        x4 = k.load(a.x, i * 4, f32, 4)
+        k.store(a.fp8v, i * 4, k.cast(x4, fp8e4m3fn))
+        k.store(a.fp8vback, i * 4, k.cast(k.cast(x4, fp8e4m3fn), f32))
+
+
+CAST_N = 512
+
+
+def _lds_barrier(k, *, words):
+    """Every thread writes LDS words, a barrier, every thread reads words another wave wrote."""
+    a = k.args
+    buf = k.lds("buf", i32, words)
+    t = k.thread_id()
+    T = k.W * k.L
+    c = k.cta_id()
+    for j in k.range(words // T):
+        k.store(buf, j * T + t, t * 3 + j + c)
+    k.barrier()
+    for j in k.range(words // T):
+        v = k.load(buf, (words - 1) - (j * T + t), i32)
+        k.store(a.out, c * words + j * T + t, v)
+
+
+def _mma(k, *, atom):
+    a = k.args
+    lane = k.lane_id()
+    av = k.load(a.A, lane * atom.a_slots, atom.a_dtype, atom.a_slots)
+    bv = k.load(a.B, lane * atom.b_slots, atom.b_dtype, atom.b_slots)
+    cv = k.load(a.C, lane * atom.c_slots, f32, atom.c_slots)
+    d = k.mma(atom, av, bv, cv)
+    k.store(a.D, lane * atom.c_slots, d)
+
+
+def _wgmma(k, *, atom):
+    """B copied global -> LDS at the atom's layout, one warpgroup issues A(regs) x B(smem) + C."""
+    a = k.args
+    t = k.thread_id()
+    img = k.lds("b", u32, atom.k * atom.n // 4)
+    words = atom.k * atom.n // 4
+    for j in k.range((words + 127) // 128):
+        w = j * 128 + t
+        x = k.load(a.Bimg, w, u32, mask=w < words)
+        k.store(img, w, x, mask=w < words)
+    k.barrier()
+    av = k.load(a.A, t * 16, fp8e4m3fn, 16)
+    nd = atom.c_slots
+    parts = [k.load(a.C, t * nd + 4 * q, f32, 4) for q in range(nd // 4)]
+    cv = k.vec(*[k.extract(p, e) for p in parts for e in range(4)])
+    desc = k.const(atom.smem_descriptor(0), u64)
+    k.wgmma_fence()
+    d = k.wgmma(atom, av, desc, cv)
+    k.wgmma_commit()
+    k.wgmma_wait(0)
+    for q in range(nd // 4):
+        k.store(a.D, t * nd + 4 * q, k.vec(*[k.extract(d, 4 * q + e) for e in range(4)]))
+
+
+# ----------------------------------------------------------------------------- cases
+
+@dataclass
+class Case:
+    name: str
+    build: Callable[[], Kernel]
+    args: Callable[[np.random.Generator, int], dict]  # (rng, grid) -> numpy arrays + scalars
+    grid: int | None            # None: the GPU's SM count (132 on the H200); interp uses 132
+    outputs: tuple
+    floats: dict = field(default_factory=dict)     # output -> (rtol, atol); others bit-exact
+    decode: dict = field(default_factory=dict)     # output -> dtype: equal as numbers, any NaN
+    expect: tuple = ()          # regexes the PTX must contain
+    interp_kw: dict = field(default_factory=dict)
+    reference: Callable | None = None  # (args) -> {output: array}, besides the interpreter
+    # (args) -> {output: per-element absolute tolerance}: for hardware that rounds in its own
+    # way (wgmma e4m3 accumulates with ~14 significant bits, not the interpreter's f32)
+    bound: Callable | None = None
+
+
+def _k(name, fn, abi, waves=1, **params) -> Callable[[], Kernel]:
+    return lambda: build_kernel(name, fn, abi=abi, target=SM, waves=waves, **params)
+
+
+def _vscale_args(rng, grid):
+    chunks = 3
+    return dict(x=rng.standard_normal(grid * 128).astype(np.float32),
+                out=np.full(grid * chunks * 32, -7.0, np.float32),
+                out4=np.zeros(grid * 32 * 4, np.float32), n=grid * chunks * 32 - 13, s=1.5)
+
+
+def _xlane_args(rng, grid):
+    return dict(src=rng.integers(-1000, 1000, 32).astype(np.int32),
+                out=np.zeros(XLANE_COLS * 32, np.int32), out64=np.zeros(3 * 32, np.uint64))
+
+
+def _atomic_args(rng, grid):
+    cnt = np.zeros(8 + grid, np.int32)
+    cnt[1], cnt[2], cnt[4] = -5, 5, -1
+    return dict(cnt=cnt, ucnt=np.array([0, 0xFFFFFFFF], np.uint32),
+                fl=np.array([0.25], np.float32), c64=np.zeros(2, np.uint64),
+                own=np.arange(grid * 32, dtype=np.int32), olds=np.zeros(grid * 32 * 4, np.int32),
+                ldsout=np.zeros(grid * 32, np.int32))
+
+
+HANDOFF_ROUNDS = 2
+
+
+def _handoff_args(rng, grid):
+    return dict(box=np.zeros(grid, np.uint64), trace=np.zeros(HANDOFF_ROUNDS * grid, np.uint32),
+                err=np.zeros(1, np.uint32), who=np.zeros(grid, np.uint32),
+                never=np.zeros(1, np.uint32), timeouts=np.zeros(grid, np.uint32),
+                clockok=np.zeros(grid, np.uint32), tag0=5)
+
+
+def _cast_values(rng):
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448.0, -448.0, 449.0, 464.0, 465.0,
+                        480.0, 1e9, -1e9, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -10, -(2.0 ** -10),
+                        2.0 ** -7, 1.0625, 1.1875, 0.5, 2.5e-3, 3e38, -3e38, 1.5, -2.5, 255.5,
+                        256.0, 2.0 ** 31, -(2.0 ** 31) - 256, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8],
+                       np.float32)
+    rest = CAST_N - special.size
+    mags = np.exp2(rng.uniform(-12, 10, rest)) * rng.choice([-1, 1], rest)
+    return np.concatenate([special, mags.astype(np.float32)])
+
+
+def _cast_args(rng, grid):
+    n = CAST_N
+    return dict(codes=np.arange(256, dtype=np.uint8), decoded=np.zeros(256, np.float32),
+                x=_cast_values(rng), fp8=np.zeros(n, np.uint8), bf=np.zeros(n, np.uint16),
+                bfback=np.zeros(n, np.float32), toint=np.zeros(n, np.int32),
+                tou8=np.zeros(n, np.uint8), fp8v=np.zeros(n, np.uint8),
+                fp8vback=np.zeros(n, np.float32))
+
+
+def _lds_args(words):
+    def make(rng, grid):
+        return dict(out=np.zeros(grid * words, np.int32))
+    return make
+
+
+def _mma_args(atom):
+    def make(rng, grid):
+        def operand(op):
+            rows, cols = atom.shape(op)
+            mat = rng.standard_normal((rows, cols)) * 2
+            vals = atom.to_lanes(op, mat)
+            return numerics.convert(vals, "f64", atom.dtype(op))
+        return dict(A=operand("a"), B=operand("b"),
+                    C=rng.standard_normal((32, atom.c_slots)).astype(np.float32),
+                    D=np.zeros((32, atom.c_slots), np.float32))
+    return make
+
+
+def _mma_reference(atom):
+    def ref(args):
+        a = numerics.to_f64(args["A"], atom.a_dtype)
+        b = numerics.to_f64(args["B"], atom.b_dtype)
+        c = args["C"].astype(np.float64)
+        return dict(D=atom.execute(a, b, c).astype(np.float32))
+    return ref
+
+
+def _wgmma_args(atom):
+    def make(rng, grid):
+        A = numerics.convert(rng.standard_normal((atom.m, atom.k)) * 2, "f64", fp8e4m3fn)
+        B = numerics.convert(rng.standard_normal((atom.k, atom.n)) * 2, "f64", fp8e4m3fn)
+        img = atom.b_to_smem(B)  # padded to the K*N bytes the kernel copies
+        img = np.concatenate([img, np.zeros(atom.k * atom.n - img.size, np.uint8)]).view(np.uint32)
+        return dict(A=atom.to_lanes("a", A), Bimg=img, Bmat=B,
+                    C=rng.standard_normal((128, atom.c_slots)).astype(np.float32),
+                    D=np.zeros((128, atom.c_slots), np.float32))
+    return make
+
+
+def _wgmma_reference(atom):
+    def ref(args):
+        A = atom.from_lanes("a", numerics.to_f64(args["A"], fp8e4m3fn))
+        B = numerics.to_f64(args["Bmat"], fp8e4m3fn)
+        C = atom.from_lanes("c", args["C"].astype(np.float64))
+        return dict(D=atom.to_lanes("c", A @ B + C).astype(np.float32))
+    return ref
+
+
+def _wgmma_bound(atom, rel=2.0 ** -11):
+    """|D_gpu - D_exact| <= rel * (|A| @ |B| + |C|): Hopper's FP8 tensor cores add the
+    products with about 14 significant bits (seen on the H200: 0.0063 off on |D| ~ 50, i.e.
+    ~2**-13 of the magnitude sum); a wrong lane map or descriptor is off by O(|D|)."""
+    def bound(args):
+        A = np.abs(atom.from_lanes("a", numerics.to_f64(args["A"], fp8e4m3fn)))
+        B = np.abs(numerics.to_f64(args["Bmat"], fp8e4m3fn))
+        C = np.abs(atom.from_lanes("c", args["C"].astype(np.float64)))
+        return dict(D=rel * atom.to_lanes("c", A @ B + C))
+    return bound
+
+
+BIG_WORDS = 16384  # 64 KiB of LDS: above the 48 KiB default, the launcher raises the limit
+MMA_BF16 = nv_atoms.MMA_M16N8K16_BF16
+MMA_E4M3 = nv_atoms.MMA_M16N8K32_E4M3
+WGMMA16 = nv_atoms.wgmma_e4m3(16)
+WGMMA256 = nv_atoms.wgmma_e4m3(256)
+
+CASES = [
+    Case("vscale", _k("vscale", _vscale, ABI(x=Ptr(f32), out=Ptr(f32), out4=Ptr(f32),
+                                            n=Scalar(i32), s=Scalar(f32)), chunks=3),
+         _vscale_args, 4, ("out", "out4"), floats={"out": (0, 0), "out4": (0, 0)},
+         expect=(r"ld\.global(\.nc)?\.v4\.(f32|b32)", r"mul\.rn\.f32", r"@%p\d+ bra")),
+    Case("xlane", _k("xlane", _xlane, ABI(src=Ptr(i32), out=Ptr(i32), out64=Ptr(u64))),
+         _xlane_args, 1, ("out", "out64"),
+         expect=(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, 16, 31, -1", r"shfl\.sync\.idx\.b32",
+                 r"vote\.sync\.ballot\.b32", r"%lanemask_lt", r"popc\.b32")),
+    Case("atomics", _k("atomics", _atomics, ABI(
+        cnt=Ptr(i32), ucnt=Ptr(u32), fl=Ptr(f32), c64=Ptr(u64), own=Ptr(i32), olds=Ptr(i32),
+        ldsout=Ptr(i32))), _atomic_args, ATOMIC_GRID,
+         ("cnt", "ucnt", "fl", "c64", "own", "olds", "ldsout"), floats={"fl": (0, 0)},
+         expect=(r"atom\.relaxed\.gpu\.global\.add\.u32", r"atom\.acq_rel\.gpu\.global\.max\.s32",
+                 r"atom\.release\.gpu\.global\.min\.s32", r"atom\.acquire\.gpu\.global\.or\.b32",
+                 r"fence\.sc\.gpu; atom\.acq_rel\.gpu\.global\.and\.b32",
+                 r"atom\.relaxed\.sys\.global\.add\.u32", r"atom\.acq_rel\.cta\.global\.add\.u32",
+                 r"atom\.relaxed\.gpu\.global\.max\.u32", r"atom\.acq_rel\.gpu\.global\.add\.f32",
+                 r"atom\.relaxed\.gpu\.global\.add\.u64", r"atom\.relaxed\.gpu\.global\.max\.u64",
+                 r"atom\.acq_rel\.gpu\.global\.exch\.b32", r"atom(\.relaxed)?\.gpu\.global\.cas\.b32",
+                 r"atom\.relaxed\.sys\.global\.cas\.b32", r"atom\.relaxed\.cta\.shared\.add\.u32",
+                 r"bar\.sync\s+0")),
+    Case("handoff", _k("handoff", _handoff, ABI(
+        box=Ptr(u64), trace=Ptr(u32), err=Ptr(u32), who=Ptr(u32), never=Ptr(u32),
+        timeouts=Ptr(u32), clockok=Ptr(u32), tag0=Scalar(u32)), rounds=HANDOFF_ROUNDS,
+        bound=1 << 22), _handoff_args, None,
+         ("box", "trace", "err", "who", "timeouts", "clockok"),
+         expect=(r"ld\.relaxed\.gpu\.global\.b64", r"st\.relaxed\.gpu\.global\.b64",
+                 r"vote\.sync\.all\.pred", r"nanosleep\.u32", r"%globaltimer", r"%nctaid\.x"),
+         interp_kw=dict(on_stall="timeout")),
+    Case("casts", _k("casts", _casts, ABI(
+        codes=Ptr(u8), decoded=Ptr(f32), x=Ptr(f32), fp8=Ptr(u8), bf=Ptr(u16), bfback=Ptr(f32),
+        toint=Ptr(i32), tou8=Ptr(u8), fp8v=Ptr(u8), fp8vback=Ptr(f32)), n=CAST_N),
+         _cast_args, 1, ("decoded", "fp8", "bf", "bfback", "toint", "tou8", "fp8v", "fp8vback"),
+         floats={"decoded": (0, 0), "bfback": (0, 0), "fp8vback": (0, 0)},
+         decode={"fp8": fp8e4m3fn, "bf": bf16, "fp8v": fp8e4m3fn},
+         expect=(r"cvt\.rn\.satfinite\.e4m3x2\.f32", r"cvt\.rn\.f16x2\.e4m3x2",
+                 r"cvt\.f32\.f16", r"cvt\.rn\.bf16\.f32", r"cvt\.rzi\.s32\.f32")),
+    Case("lds_barrier", _k("lds_barrier", _lds_barrier, ABI(out=Ptr(i32)), waves=4, words=1024),
+         _lds_args(1024), 4, ("out",),
+         expect=(r"\.extern \.shared \.align 16 \.b8 lds\[\]", r"bar\.sync\s+0",
+                 r"fence\.acq_rel\.cta", r"st\.shared\.b32", r"ld\.shared\.b32",
+                 r"\.reqntid 128")),
+    Case("lds_big", _k("lds_big", _lds_barrier, ABI(out=Ptr(i32)), waves=8, words=BIG_WORDS),
+         _lds_args(BIG_WORDS), 2, ("out",), expect=(r"\.reqntid 256",)),
+    Case("mma_bf16", _k("mma_bf16", _mma, ABI(A=Ptr(bf16), B=Ptr(bf16), C=Ptr(f32), D=Ptr(f32)),
+                        atom=MMA_BF16),
+         _mma_args(MMA_BF16), 1, ("D",), floats={"D": (1e-5, 1e-4)},
+         expect=(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32",),
+         reference=_mma_reference(MMA_BF16)),
+    Case("mma_e4m3", _k("mma_e4m3", _mma, ABI(A=Ptr(u8), B=Ptr(u8), C=Ptr(f32), D=Ptr(f32)),
+                        atom=MMA_E4M3),
+         _mma_args(MMA_E4M3), 1, ("D",), floats={"D": (1e-5, 1e-4)},
+         expect=(r"mma\.sync\.aligned\.m16n8k32\.row\.col\.f32\.e4m3\.e4m3\.f32",),
+         reference=_mma_reference(MMA_E4M3)),
+    Case("wgmma16", _k("wgmma16", _wgmma, ABI(A=Ptr(u8), Bimg=Ptr(u32), C=Ptr(f32), D=Ptr(f32)),
+                       waves=4, atom=WGMMA16),
+         _wgmma_args(WGMMA16), 1, ("D",), floats={"D": (1e-5, 1e-4)},
+         expect=(r"wgmma\.fence\.sync\.aligned", r"wgmma\.mma_async\.sync\.aligned\.m64n16k32"
+                 r"\.f32\.e4m3\.e4m3", r"wgmma\.commit_group\.sync\.aligned",
+                 r"wgmma\.wait_group\.sync\.aligned 0", r"fence\.proxy\.async\.shared::cta"),
+         reference=_wgmma_reference(WGMMA16), bound=_wgmma_bound(WGMMA16)),
+    Case("wgmma256", _k("wgmma256", _wgmma, ABI(A=Ptr(u8), Bimg=Ptr(u32), C=Ptr(f32),
+                                                D=Ptr(f32)), waves=4, atom=WGMMA256),
+         _wgmma_args(WGMMA256), 1, ("D",), floats={"D": (1e-5, 1e-4)},
+         expect=(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e4m3\.e4m3",),
+         reference=_wgmma_reference(WGMMA256), bound=_wgmma_bound(WGMMA256)),
+]
+CASE = {c.name: c for c in CASES}
+
+
+def interp_args(case: Case, args: dict) -> dict:
+    """The arguments the kernel takes (test-only extras such as Bmat dropped)."""
+    names = set(case.build().abi.names())
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()
+            if k in names}
+
+
+# ----------------------------------------------------------------------------- tests
+
+_PTX: dict = {}
+
+
+def ptx_of(name: str) -> str:
+    if name not in _PTX:
+        _PTX[name] = nvptx.build_ptx(CASE[name].build())
+    return _PTX[name]
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_ptx_targets_sm90a_and_has_expected_instructions(name):
+    ptx = ptx_of(name)
+    assert re.search(r"^\.target sm_90a$", ptx, re.M), ptx[:400]
+    assert f".version {nvptx.PTX_VERSION // 10}.{nvptx.PTX_VERSION % 10}" in ptx
+    assert re.search(rf"\.visible \.entry {name}\(", ptx)
+    assert ".minnctapersm 1" in ptx and ".maxntid" not in ptx  # ptxas: not with .reqntid
+    missing = [e for e in CASE[name].expect if not re.search(e, ptx)]
+    assert not missing, f"{name}: PTX lacks {missing}"
+    assert ".local" not in ptx, f"{name}: something spilled to local memory"
+
+
+def test_llvm_header_and_kernel_definition():
+    ir = nvptx.emit_llvm(CASE["lds_barrier"].build())
+    assert 'target triple = "nvptx64-nvidia-cuda"' in ir
+    assert f'target datalayout = "{nvptx.DATALAYOUT}"' in ir
+    assert re.search(r"define ptx_kernel void @lds_barrier\(ptr addrspace\(1\) noundef %out\)", ir)
+    assert '"nvvm.reqntid"="128"' in ir and "maxntid" not in ir
+    assert "@lds = external addrspace(3) global [0 x i8], align 16" in ir
+    assert "addrspace(5)" not in ir
+
+
+def test_datalayout_is_llvms():
+    llvm = pytest.importorskip("llvmlite.binding")
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    tm = llvm.Target.from_triple(nvptx.TRIPLE).create_target_machine(cpu=SM)
+    assert str(tm.target_data) == nvptx.DATALAYOUT
+
+
+def test_poll_bound_and_scopes_in_ir():
+    ir = nvptx.emit_llvm(CASE["handoff"].build())
+    assert re.search(r'load atomic i64, ptr addrspace\(1\) %\S+ syncscope\("device"\) monotonic', ir)
+    assert re.search(r'store atomic i64 %\S+, ptr addrspace\(1\) %\S+ syncscope\("device"\) monotonic', ir)
+    assert "icmp uge i32" in ir and str(1 << 22) in ir  # the poll bound
+    assert "@llvm.nvvm.nanosleep" in ir
+
+
+@pytest.mark.parametrize("scope, sync", [("wave", "block"), ("cta", "block"), ("device", "device"),
+                                         ("system", "")])
+def test_scoped_atomic_loads_stores_and_fences(scope, sync):
+    def body(k):
+        a = k.args
+        x = k.load(a.p, k.lane_id(), u32, order="acquire", scope=scope)
+        k.fence("release", scope)
+        k.store(a.p, k.lane_id() + 32, x, order="release", scope=scope)
+        c = k.atomic("cas", a.p, k.lane_id() + 64, x, compare=0, order="acq_rel", scope=scope)
+        k.store(a.p, k.lane_id() + 96, c)
+    kern = build_kernel(f"scoped_{scope}", body, abi=ABI(p=Ptr(u32)), target=SM)
+    ir = nvptx.emit_llvm(kern)
+    s = f' syncscope("{sync}")' if sync else ""
+    assert f"load atomic i32, ptr addrspace(1) %gep" in ir and f"{s} acquire" in ir
+    ptx = nvptx.build_ptx(kern)
+    ptx_scope = {"block": "cta", "device": "gpu", "": "sys"}[sync]
+    assert re.search(rf"ld\.acquire\.{ptx_scope}\.global\.b32", ptx), ptx
+    assert re.search(rf"st\.release\.{ptx_scope}\.global\.b32", ptx), ptx
+    assert re.search(rf"atom\.acq_rel\.{ptx_scope}\.global\.cas\.b32", ptx), ptx
+    assert re.search(rf"fence\.acq_rel\.{ptx_scope}", ptx), ptx
+
+
+def test_fp8_cast_pairs_two_values_per_cvt():
+    ptx = ptx_of("casts")
+    # the f32x4 -> fp8x4 cast is two paired conversions, not four
+    ir = nvptx.emit_llvm(CASE["casts"].build())
+    assert ir.count("@llvm.nvvm.ff.to.e4m3x2.rn(") >= 3  # scalar + 2 for the vector (+decl)
+    assert ptx.count("cvt.rn.satfinite.e4m3x2.f32") >= 3
+
+
+def test_wgmma_descriptor_gets_the_shared_window_base():
+    ir = nvptx.emit_llvm(CASE["wgmma16"].build())
+    assert "ptrtoint ptr addrspace(3) @lds to i64" in ir
+    assert re.search(r"and i64 %\S+, 16383", ir)
+
+
+# ----------------------------------------------------------------------------- rejections
+
+def _no_llvm(monkeypatch):
+    """Make any LLVM compile fail loudly: the checks must come first."""
+    from monokernel.backend import toolchain
+
+    def boom(*a, **k):
+        raise AssertionError("LLVM ran before the backend rejected the kernel")
+    monkeypatch.setattr(toolchain, "compile_ptx", boom)
+
+
+def test_amd_only_atom_is_rejected_before_llvm(monkeypatch):
+    _no_llvm(monkeypatch)
+    atom = amd_atoms.GFX950_FP8_16x16x32
+
+    def body(k):
+        a = k.args
+        av = k.load(a.A, k.lane_id() * atom.a_slots, atom.a_dtype, atom.a_slots)
+        bv = k.load(a.A, k.lane_id() * atom.b_slots, atom.b_dtype, atom.b_slots)
+        cv = k.load(a.C, k.lane_id() * 4, f32, 4)
+        k.store(a.C, k.lane_id() * 4, k.mma(atom, av, bv, cv))
+    kern = build_kernel("amd_mma", body, abi=ABI(A=Ptr(u8), C=Ptr(f32)), target="interp")
+    kern = dataclasses.replace(kern, wave_size=32)  # as if built for 32 lanes
+    with pytest.raises(BackendError, match="does not exist on sm_90a"):
+        nvptx.build_ptx(kern)
+
+
+def test_wave64_kernel_is_rejected():
+    kern = build_kernel("w64", lambda k: k.store(k.args.p, k.lane_id(), k.lane_id()),
+                        abi=ABI(p=Ptr(i32)), target="gfx950")
+    with pytest.raises(BackendError, match="32-lane warps"):
+        nvptx.emit_llvm(kern)
+
+
+@pytest.mark.parametrize("direction", ["encode", "decode"])
+def test_e4m3fnuz_cast_is_rejected_before_llvm(monkeypatch, direction):
+    _no_llvm(monkeypatch)
+
+    def body(k):
+        a = k.args
+        if direction == "encode":
+            x = k.load(a.x, k.lane_id(), f32)
+            k.store(a.y, k.lane_id(), k.cast(x, fp8e4m3fnuz))
+        else:
+            b = k.load(a.y, k.lane_id(), fp8e4m3fnuz)
+            k.store(a.x, k.lane_id(), k.cast(b, f32))
+    kern = build_kernel("fnuz", body, abi=ABI(x=Ptr(f32), y=Ptr(u8)), target="interp",
+                        wave_size=32)
+    with pytest.raises(BackendError, match="e4m3fnuz"):
+        nvptx.build_ptx(kern)
+    with pytest.raises(BackendError, match="e4m3fnuz"):
+        nvptx.NVPTXHooks().fp8_to_f32(None, "%x", fp8e4m3fnuz, 1)
+
+
+def test_unknown_sm_is_rejected():
+    with pytest.raises(BackendError, match="unknown NVIDIA SM"):
+        nvptx.emit_llvm(CASE["xlane"].build(), "sm_80")
+
+
+# ----------------------------------------------------------------------------- interpreter
+
+@pytest.mark.parametrize("name", ["vscale", "xlane", "atomics", "casts", "lds_barrier",
+                                  "mma_bf16", "mma_e4m3", "wgmma16", "wgmma256"])
+def test_cases_run_in_the_interpreter(name):
+    """The shared cases are valid programs (the GPU test compares against these runs)."""
+    case = CASE[name]
+    rng = np.random.default_rng(7)
+    grid = case.grid or 8
+    args = case.args(rng, grid)
+    iargs = interp_args(case, args)
+    interp.run(case.build(), iargs, grid=grid, **case.interp_kw)
+    if case.reference is not None:
+        for k, want in case.reference(args).items():
+            np.testing.assert_allclose(iargs[k], want, rtol=1e-6, atol=1e-6)
+
+
+def test_handoff_runs_in_the_interpreter_at_full_grid():
+    case = CASE["handoff"]
+    rng = np.random.default_rng(7)
+    args = interp_args(case, case.args(rng, 132))
+    interp.run(case.build(), args, grid=132, **case.interp_kw)
+    assert args["err"][0] == 0 and args["timeouts"].tolist() == [1] * 132
+    assert (args["box"] >> np.uint64(32)).tolist() == [5 + HANDOFF_ROUNDS - 1] * 132
