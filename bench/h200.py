@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from bench import mma_loops  # noqa: E402
 from monokernel import numerics  # noqa: E402
 from monokernel.launch.cuda import CudaKernel  # noqa: E402
-from monokernel.proofs import gemv  # noqa: E402
+from monokernel.proofs import gemv, gemv_mma  # noqa: E402
 
 L2_BYTES = 60 << 20
 ROTATE_BYTES = 4 * L2_BYTES  # weight copies cycled per launch: well beyond L2
@@ -33,7 +33,8 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 
 def timed(fn, reps=30, warmup=5) -> float:
-    """Median microseconds of fn() over reps, each bracketed by CUDA events."""
+    """Median microseconds of fn() over reps, each bracketed by CUDA events (for long runs,
+    where launch overhead does not matter)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -46,6 +47,26 @@ def timed(fn, reps=30, warmup=5) -> float:
         e.synchronize()
         times.append(s.elapsed_time(e) * 1e3)
     return statistics.median(times)
+
+
+def timed_graph(fn, per_graph=20, reps=15) -> float:
+    """Median microseconds per call of fn() replayed back to back from a CUDA graph of
+    `per_graph` calls: what a decode step's graph replay sees, without the Python launch cost
+    (fn must rotate its inputs itself so consecutive calls read different buffers)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(per_graph):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return timed(g.replay, reps=reps, warmup=2) / per_graph
 
 
 def ceilings() -> dict:
@@ -62,7 +83,7 @@ def ceilings() -> dict:
     return dict(copy_TBps=copy_tbs, copy_us=us, fp8_mm_TFLOPs=fp8_tflops, fp8_mm_us=us_mm)
 
 
-def gemv_bench(rows: int, copy_tbs: float, waves: int) -> dict:
+def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma") -> dict:
     rng = np.random.default_rng(rows)
     inp = gemv.make_inputs(rng, N=N_OUT, K=K_IN, R=rows, ctas=132)
     ref = gemv.reference(inp, N=N_OUT, K=K_IN, R=rows)
@@ -72,9 +93,13 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int) -> dict:
     ws = torch.from_numpy(inp["ws"]).cuda()
     x = torch.from_numpy(inp["x"].view(np.int16)).cuda()
     y = torch.full((rows, N_OUT), float("nan"), device="cuda")
-    kern = gemv.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
+    if variant == "mma":
+        kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
+        grid = N_OUT // gemv_mma.TILE_N
+    else:
+        kern = gemv.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
+        grid = 132
     ck = CudaKernel(kern)
-    grid = 132
     state = {"i": 0}
 
     def launch():
@@ -84,7 +109,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int) -> dict:
     launch()
     torch.cuda.synchronize()
     err = float(np.abs(y.cpu().numpy() - ref["y"]).max() / np.abs(ref["y"]).max())
-    us = timed(launch)
+    us = timed_graph(launch)
     floor_us = wbytes / (copy_tbs * 1e12) * 1e6
     # torch peers: bf16 GEMV on weights dequantized ahead (reads 2x the bytes), and fp8
     # _scaled_mm with one per-tensor scale (rows padded to 16, its smallest M)
@@ -97,7 +122,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int) -> dict:
     def torch_bf16():
         st["i"] = (st["i"] + 1) % len(wbf)
         return xb @ wbf[st["i"]].t()
-    us_bf16 = timed(torch_bf16)
+    us_bf16 = timed_graph(torch_bf16)
     x16 = torch.zeros(16, K_IN, device="cuda").to(torch.float8_e4m3fn)
     one = torch.tensor(1.0, device="cuda")
     wt = [t.view(torch.float8_e4m3fn).t() for t in w]
@@ -105,10 +130,10 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int) -> dict:
     def torch_fp8():
         st["i"] = (st["i"] + 1) % len(wt)
         return torch._scaled_mm(x16, wt[st["i"]], scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    us_fp8 = timed(torch_fp8)
+    us_fp8 = timed_graph(torch_fp8)
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
-                regs=ck.regs, waves=waves)
+                regs=ck.regs, waves=waves, variant=variant)
 
 
 def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
@@ -135,11 +160,11 @@ def main():
     res["gemv"] = []
     print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
-    for rows in (1, 2, 4, 8):
-        g = gemv_bench(rows, c["copy_TBps"], args.gemv_waves)
+    for variant, rows in [("mma", r) for r in (1, 2, 4, 8)] + [("cuda-core", 8)]:
+        g = gemv_bench(rows, c["copy_TBps"], args.gemv_waves if variant == "mma" else 4, variant)
         res["gemv"].append(g)
         print(f"{rows:>4} {g['us']:8.2f} {g['floor_us']:7.2f} {g['ratio_to_floor']:8.2f} "
-              f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}", flush=True)
+              f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  {variant}", flush=True)
     res["mma"] = []
     print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
     for name in mma_loops.BENCH_ATOMS:

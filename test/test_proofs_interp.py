@@ -144,3 +144,16 @@ def test_wgmma_chained_accumulation_completes_in_order(rng):
     interp.run(kern, inp, grid=1)
     got = inp["d"].astype(np.float64).reshape(at.M, at.N)
     assert np.abs(got - expect).max() / np.abs(expect).max() <= mma.tolerance(at.name) * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("R", [1, 8])
+def test_gemv_fp8_on_tensor_cores_matches_float64(mode, R, rng):
+    from monokernel.proofs import gemv_mma
+    N, K = 32, 512
+    kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2)
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R, ctas=N // 16)
+    ref = gemv_mma.reference(inp, N=N, K=K, R=R)
+    interp.run(kern, inp, grid=N // 16, mode=mode, seed=4)
+    assert not np.isnan(inp["y"]).any(), "unwritten outputs"
+    assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL

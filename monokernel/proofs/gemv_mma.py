@@ -1,0 +1,89 @@
+"""FP8 GEMV on Hopper's tensor cores: y = x @ dequant(W)^T for up to 8 rows of x.
+
+Why this shape: at 8 rows a CUDA-core GEMV reads 16 bytes of activations per weight byte and
+does 8 FMAs per weight, so it is L2/ALU bound long before the weight stream is. Here a warp
+runs `mma.sync m16n8k16 bf16` with 16 weight rows as A (e4m3 -> bf16 is exact) and the 8 x
+rows as B (N = 8 = the widest row count we build), so each activation load serves 16 weight
+rows and the FMAs go to the tensor cores. The K order inside a 64-wide chunk is permuted
+(MMA sums over k in any order, the same permutation applied to A and B): each lane then
+loads 16 CONTIGUOUS bytes of two weight rows and 32 contiguous bytes of its x row, instead of
+the atom's 2-byte pieces. One CTA owns 16 output rows; its waves split K by whole 128-blocks
+(the weight scale is uniform there) and are summed through LDS in wave order: the same bits
+on every run.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..atoms import atom
+from ..dsl import build_kernel
+from ..ir import ABI, Ptr, Scalar
+from ..types import bf16, f32, fp8e4m3fn, i32
+from . import gemv
+
+ATOM = "sm90_mma_m16n8k16_bf16"
+TILE_N = 16  # output rows per CTA = the atom's M
+CHUNK = 64  # k per lane-load round: 4 MMAs of k16, 16 contiguous k per lane quad
+MAX_ROWS = 8  # the atom's N: x rows per MMA
+BLOCK = gemv.BLOCK
+
+
+def abi():
+    return ABI(w=Ptr(fp8e4m3fn), ws=Ptr(f32), x=Ptr(bf16), y=Ptr(f32), ctas=Scalar(i32))
+
+
+def body(k, *, N, K, R):
+    at = atom(ATOM)
+    a = k.args
+    blocks = K // BLOCK
+    if K % BLOCK or N % TILE_N or blocks % k.W or R > MAX_ROWS:
+        raise ValueError(f"gemv_mma: N={N} must be a multiple of {TILE_N}, K={K}/128 of the "
+                         f"{k.W} waves, rows {R} <= {MAX_ROWS}")
+    lane = k.lane_id()
+    r, q = lane >> 2, lane & 3  # the atom's groupID / thread-in-group
+    tile = k.cta_id() * TILE_N
+    xrow_ok = r < R
+    total = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
+    per_wave = blocks // k.W
+    for b in k.range(k.wave_id() * per_wave, (k.wave_id() + 1) * per_wave):
+        acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
+        for chunk in range(BLOCK // CHUNK):
+            kb = b * BLOCK + chunk * CHUNK + q * 16
+            w_lo = k.cast(k.cast(k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True), f32), bf16)
+            w_hi = k.cast(k.cast(k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True), f32), bf16)
+            xs = [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
+            for j in range(4):
+                x_j = [xs[(4 * j + i) // 8][(4 * j + i) % 8] for i in range(4)]
+                p = 4 * j
+                A = k.vec(w_lo[p], w_lo[p + 1], w_hi[p], w_hi[p + 1],
+                          w_lo[p + 2], w_lo[p + 3], w_hi[p + 2], w_hi[p + 3])
+                acc = k.mma(at, A, k.vec(*x_j), acc)
+        scale = k.load(a.ws, (tile // BLOCK) * blocks + b, f32)
+        total.set(k.fma(acc, scale, total.get()))
+    red = k.lds("red", f32, k.W * k.L * at.c_slots)
+    k.store(red, (k.wave_id() * k.L + lane) * at.c_slots, total.get())
+    k.barrier()
+    with k.if_(k.wave_id().eq(0)):
+        s = k.load(red, lane * at.c_slots, f32, at.c_slots)
+        for w in range(1, k.W):
+            s = s + k.load(red, (w * k.L + lane) * at.c_slots, f32, at.c_slots)
+        # D[m][n] = y[n][tile + m]: slots (r, 2q), (r, 2q+1), (r+8, 2q), (r+8, 2q+1)
+        for slot, (dm, dn) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
+            n = q * 2 + dn
+            k.store(a.y, n * N + tile + r + dm, s[slot], mask=n < R)
+
+
+def build(target, *, N, K, R, waves=8):
+    return build_kernel("gemv_fp8_mma", body, abi=abi(), target=target, waves=waves,
+                        wave_size=32, N=N, K=K, R=R)
+
+
+make_inputs = gemv.make_inputs
+reference = gemv.reference
+# bf16 x and exact bf16 weights: the tensor core's f32 accumulation of k16 products, then
+# fp32 sums: within the CUDA-core GEMV's bound
+REL_TOL = gemv.REL_TOL
+
+
+def check(inp, ref, **_):
+    return gemv.check(inp, ref)
