@@ -1,0 +1,212 @@
+"""The mailbox protocol, kernel side: DSL helpers that form every arena access from the
+`Arena` layout and take the launch's tag as a kernel value (regions.py states the protocol).
+
+Free functions (`k` is the kernel builder, `arena_ptr` the arena argument, `arena` the
+layout, `tag` a uniform u32 value):
+
+    publish_pair(k, arena_ptr, arena, name, index, value, tag)     one relaxed 64-bit store
+    poll_pair(k, arena_ptr, arena, name, index, tag, bound=)       -> (value, timed_out)
+    store_data / load_data(k, arena_ptr, arena, name, index, ...)   bulk or plain data, plain
+    release_bulk(k, arena_ptr, arena, name, tag)                    release fence + counter bump
+    acquire_bulk(k, arena_ptr, arena, name, tag, bound=)            poll counter + acquire fence
+
+Addresses: a region's base is `arena_ptr + placement offset` (a 64-bit add of a layout
+constant); the element index inside the region is an int32, which the offset proof
+(offsets.region_access with resource "arena") bounds. Nothing here names a byte offset a
+stage would have to know.
+
+`Mailbox(env, arena)` binds these to what the linker hands a stage body (monokernel.link
+.JobEnv: the arena pointer, the tag, the poll bound and the error path): `io.publish`,
+`io.wait` (a timed-out wait records the stage in the error word and masks the CTA's later
+waits and publishes), `io.store` / `io.load`, `io.release` / `io.acquire`. A stage body
+uses only those and its own buffers (`io.args`).
+
+`release_bulk(..., fence=False)` and `acquire_bulk(..., fence=False)` drop the fence: the
+broken variants a relaxed-visibility test must catch. Nothing else should use them.
+"""
+from __future__ import annotations
+
+from monokernel.types import i1, u32, u64
+
+from .regions import BulkBuffer, PlainBuffer, TaggedPairs
+
+DEFAULT_POLL_BOUND = 1 << 20
+VALUE_MASK = 0xFFFFFFFF
+
+
+def _placement(arena, name, kinds, what):
+    p = arena[name]
+    if not isinstance(p.region, kinds):
+        want = " or ".join(k.kind for k in kinds)
+        raise ValueError(f"{what}: region {name!r} is {p.region.kind}, not {want}")
+    return p
+
+
+def region_base(k, arena_ptr, arena, name):
+    """Uniform pointer to region `name`'s elements (pairs: the words; bulk/plain: the data)."""
+    return k.ptr_add(arena_ptr, arena[name].data_offset)
+
+
+def counter_base(k, arena_ptr, arena, name):
+    """Uniform pointer to bulk region `name`'s counter word."""
+    p = _placement(arena, name, (BulkBuffer,), "counter")
+    return k.ptr_add(arena_ptr, p.counter_offset)
+
+
+def pack_pair(k, value, tag):
+    """The u64 word of a tagged pair: value bits low, tag high."""
+    bits = k.bitcast(value, u32) if value.dtype != u32 else value
+    return k.cast(bits, u64) | (k.cast(tag, u64) << 32)
+
+
+def publish_pair(k, arena_ptr, arena, name, index, value, tag, *, mask=None, scope="device"):
+    """Store (value, tag) as ONE aligned relaxed 64-bit store at element `index` of pairs
+    region `name`. The consumer polls the word itself: no fence is needed."""
+    p = _placement(arena, name, (TaggedPairs,), "publish")
+    if value.dtype != p.region.value_dtype:
+        raise ValueError(f"publish to {name!r}: value is {value.dtype}, the region holds "
+                         f"{p.region.value_dtype}")
+    k.store(region_base(k, arena_ptr, arena, name), index, pack_pair(k, value, tag),
+            order="relaxed", scope=scope, mask=mask)
+
+
+def poll_pair(k, arena_ptr, arena, name, index, tag, *, bound=DEFAULT_POLL_BOUND, mask=None,
+              scope="device"):
+    """Poll element `index` of pairs region `name` until its tag is `tag` (on every active
+    lane), at most `bound` times. Returns (value in the region's dtype, timed_out: uniform i1).
+    A stale word (an older tag) or a fresh one (tag 0) never satisfies the poll."""
+    p = _placement(arena, name, (TaggedPairs,), "poll")
+    word, timed_out = k.poll(region_base(k, arena_ptr, arena, name), index, tag, shift=32,
+                             bits=32, dt=u64, scope=scope, bound=bound, mask=mask)
+    bits = k.cast(word & VALUE_MASK, u32)
+    dt = p.region.value_dtype
+    return (bits if dt == u32 else k.bitcast(bits, dt)), timed_out
+
+
+def store_data(k, arena_ptr, arena, name, index, value, *, mask=None):
+    """Plain store of data elements of a bulk or plain region."""
+    p = _placement(arena, name, (BulkBuffer, PlainBuffer), "store")
+    if value.dtype != p.region.dtype:
+        raise ValueError(f"store to {name!r}: value is {value.dtype}, the region holds {p.region.dtype}")
+    k.store(region_base(k, arena_ptr, arena, name), index, value, mask=mask)
+
+
+def load_data(k, arena_ptr, arena, name, index, n=1, *, mask=None):
+    """Plain load of `n` data elements of a bulk or plain region."""
+    p = _placement(arena, name, (BulkBuffer, PlainBuffer), "load")
+    return k.load(region_base(k, arena_ptr, arena, name), index, p.region.dtype, n, mask=mask)
+
+
+def release_bulk(k, arena_ptr, arena, name, tag, *, fence=True, scope="device"):
+    """One publisher's release of bulk region `name` (call once per publisher, after its data
+    stores): a release fence, then the counter update: one publisher: an atomic store of
+    (tag << 32) | 1; several: a compare-and-swap loop applying counter_after_publish (the
+    first publisher of a launch replaces the previous launch's word, the others add one)."""
+    p = _placement(arena, name, (BulkBuffer,), "release")
+    cnt = counter_base(k, arena_ptr, arena, name)
+    if fence:
+        k.fence("release", scope)
+    tag64 = k.cast(tag, u64)
+    first = (tag64 << 32) | 1
+    if p.region.publishers == 1:
+        k.store(cnt, 0, first, order="relaxed", scope=scope)
+        return
+    cur = k.uniform_var(k.load(cnt, 0, u64, order="relaxed", scope=scope), name="cnt")
+    done = k.uniform_var(0, u32, name="cas_done")
+    with k.while_(lambda: done.get().eq(0)):
+        c = cur.get()
+        new = k.select((c >> 32).eq(tag64), c + 1, first)
+        old = k.atomic("cas", cnt, 0, new, compare=c, order="relaxed", scope=scope)
+        done.set(k.cast(old.eq(c), u32))
+        cur.set(old)
+
+
+def acquire_bulk(k, arena_ptr, arena, name, tag, *, bound=DEFAULT_POLL_BOUND, mask=None,
+                 fence=True, scope="device"):
+    """Poll bulk region `name`'s counter until it reads complete_word(tag) (every publisher
+    of this launch has released), then an acquire fence. Returns timed_out (uniform i1)."""
+    p = _placement(arena, name, (BulkBuffer,), "acquire")
+    want = (k.cast(tag, u64) << 32) | p.region.publishers
+    _, timed_out = k.poll(counter_base(k, arena_ptr, arena, name), 0, want, bits=64, dt=u64,
+                          scope=scope, bound=bound, mask=mask)
+    if fence:
+        k.fence("acquire", scope)
+    return timed_out
+
+
+class Mailbox:
+    """The protocol bound to a linked job: what a stage body receives as `io`.
+
+    `env` is the linker's JobEnv (k, job, tag, arena pointer, args, poll_bound, ok, fail,
+    cta_ok); `arena` the layout. Waits are masked by the CTA's health: once a wait of the
+    CTA timed out, later waits return at once and publishes/releases are skipped, so a
+    failed job never publishes values under the current tag.
+    """
+
+    def __init__(self, env, arena, scope: str = "device"):
+        self.env = env
+        self.k = env.k
+        self.arena = arena
+        self.scope = scope
+        self.args = env.args
+        self.job = env.job
+        self.stage = env.stage
+
+    # -- helpers -----------------------------------------------------------------------
+    def _mask(self, mask):
+        ok = self.env.ok
+        if mask is None:
+            return ok
+        if mask.dtype != i1:
+            raise ValueError(f"mask must be an i1 value, got {mask!r}")
+        return mask & ok
+
+    def region(self, name):
+        return self.arena.region(name)
+
+    @property
+    def ok(self):
+        """Uniform i1: no wait of this CTA has timed out (mask stores to output buffers with
+        it, so a failed launch leaves them unwritten)."""
+        return self.env.ok
+
+    # -- tagged pairs ------------------------------------------------------------------
+    def publish(self, name, index, value, *, mask=None):
+        publish_pair(self.k, self.env.arena, self.arena, name, index, value, self.env.tag,
+                     mask=self._mask(mask), scope=self.scope)
+
+    def wait(self, name, index, *, mask=None):
+        """The value of pairs element `index` once it carries this launch's tag."""
+        v, timed_out = poll_pair(self.k, self.env.arena, self.arena, name, index, self.env.tag,
+                                 bound=self.env.poll_bound, mask=self._mask(mask), scope=self.scope)
+        self.env.fail(timed_out, f"pairs {name!r}")
+        return v
+
+    # -- bulk and plain data -----------------------------------------------------------
+    def store(self, name, index, value, *, mask=None):
+        store_data(self.k, self.env.arena, self.arena, name, index, value, mask=self._mask(mask))
+
+    def load(self, name, index, n=1, *, mask=None):
+        return load_data(self.k, self.env.arena, self.arena, name, index, n, mask=mask)
+
+    def release(self, name, *, fence=True):
+        """This job's release of bulk region `name`: once per job, after all its stores,
+        from every wave (with several waves: a CTA barrier, then wave 0 releases)."""
+        k = self.k
+        ok = self.env.cta_ok()  # barriers included when the CTA has several waves
+        if k.W > 1:
+            ok = ok & k.wave_id().eq(0)
+        with k.if_(ok):
+            release_bulk(k, self.env.arena, self.arena, name, self.env.tag, fence=fence,
+                         scope=self.scope)
+
+    def acquire(self, name, *, fence=True):
+        """Wait until every publisher of bulk region `name` has released for this launch."""
+        timed_out = acquire_bulk(self.k, self.env.arena, self.arena, name, self.env.tag,
+                                 bound=self.env.poll_bound, mask=self.env.ok, fence=fence,
+                                 scope=self.scope)
+        self.env.fail(timed_out, f"the counter of bulk {name!r}")
+
+
+__all__ = ["Mailbox", "publish_pair", "poll_pair", "store_data", "load_data", "release_bulk",
+           "acquire_bulk", "region_base", "counter_base", "pack_pair", "DEFAULT_POLL_BOUND"]

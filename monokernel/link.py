@@ -1,0 +1,415 @@
+"""The linker: stages + a schedule -> ONE persistent kernel (DESIGN.md section 4).
+
+Generic: it knows no layout and no model. It takes duck-typed stage objects, each with
+
+    name: str
+    jobs() -> [job]                  job.index, job.cost_bytes, job.cost_flops, job.lds_bytes
+    deps(index) -> [(stage, index)]  the jobs whose results job `index` waits for
+    kernel_args() -> {name: Ptr | Scalar}   the stage's own buffers (merged by name)
+    body(k, job, io)                 DSL: `job` is the job index, a uniform runtime i32
+
+and builds a kernel whose CTAs each run their entries of a schedule table:
+
+    for e in table[cta]:                      # the schedule is DATA (a kernel argument)
+        if the CTA has not failed:
+            stage_id, job, prio = entry e
+            if stage_id == 0: stage0.body(k, job, io)
+            elif stage_id == 1: stage1.body(k, job, io)  ...
+
+Each stage body is emitted ONCE; which jobs a CTA runs, and in what order, is read from the
+table at run time, so one code object serves every grid and every schedule of its stages.
+
+The kernel ABI (one `ir.ABI`, never positional sprawl):
+
+    arena  Ptr(u8)    the scratch arena (mailboxes, counters), zeroed once, never reset
+    sched  Ptr(i32)   the schedule table (`ScheduleTable`)
+    err    Ptr(u64)   the error word; the host zeroes it before a launch
+    tag    u32        this launch's tag (layouts.tags.tag_for: never 0, wraps after 2**32-1)
+    ...               the stages' own buffers and scalars, in stage order
+
+Table layout (int32 words):
+
+    [0..4)              MAGIC, grid G, number of stages, number of entries
+    [4..4+G+1)          first entry of CTA c (entries of CTA c are [start[c], start[c+1]))
+    padded to 4 words
+    entries             4 words each: stage id, job index, priority, 0  (16-byte aligned:
+                        one uniform 128-bit load per entry)
+
+Error word (u64, written with an atomic unsigned max, device scope):
+
+    0                   no failure
+    hi 32 bits          priority = 0xFFFFFFFE - p, where p is the failing job's position in
+                        the deadlock-freedom witness (a topological order of dependencies +
+                        program order); 0xFFFFFFFF for a table that does not fit the kernel
+    lo 32 bits          what failed: 1 + index into `LinkedKernel.whats` (e.g. "pairs 'y'")
+
+Why a max and not "first failure wins": a job whose input never arrives makes every job
+downstream of it time out as well, and on a GPU the downstream ones may run out of polls
+FIRST (they started polling earlier). The max keeps the failure earliest in the witness
+order, which is the most upstream one: the job that waited for the missing producer
+directly. All jobs before it in that order complete (they do not depend on the producer),
+so that job is always reached and always reports: the decoded error is deterministic and
+names the root cause, on the interpreter and on hardware. After recording, the CTA marks
+itself failed: its later polls in the same job are masked off (they return at once), its
+publishes are masked off (a failed job never publishes garbage under the current tag), and
+it skips its remaining jobs.
+
+With more than one wave per CTA the failed flag is made CTA-uniform at every job boundary
+(an LDS word between two barriers), so waves never diverge around a barrier; `io.cta_ok()`
+gives a body the same agreement mid-job (e.g. before bumping a bulk counter).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .dsl import DSLError, build_kernel
+from .ir import ABI, Ptr, Scalar
+from .schedule import (JobGraph, JobNode, Key, Schedule, check_deadlock_free, job_name,
+                       list_schedule)
+from .types import i32, u8, u32, u64
+
+LINK_ARGS = ("arena", "sched", "err", "tag")
+TABLE_MAGIC = 0x4D4B4C31  # "MKL1"
+HEADER_WORDS = 4
+ENTRY_WORDS = 4
+PRIO_TABLE_MISMATCH = 0xFFFFFFFF
+PRIO_MAX_JOB = 0xFFFFFFFE
+WHAT_TABLE_MISMATCH = "schedule table (magic, grid or stage count) does not fit the kernel/launch"
+DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short sleep) before a wait gives up
+
+
+class LinkError(ValueError):
+    """Stages or a schedule that cannot be linked (the message names the culprit)."""
+
+
+class LaunchFailed(RuntimeError):
+    """A launch's error word was set: `stage` / `job` (None for a table mismatch) timed out
+    on `what`; `cta` is the CTA that ran it; `missing` (filled by a caller that can read the
+    arena) the producer jobs whose results never arrived."""
+
+    def __init__(self, message: str, *, stage=None, job=None, cta=None, what="", word=0,
+                 missing=()):
+        super().__init__(message)
+        self.stage, self.job, self.cta, self.what, self.word = stage, job, cta, what, word
+        self.missing = list(missing)
+
+
+# ------------------------------------------------------------------------------------- graph
+
+def job_graph(stages: Sequence) -> JobGraph:
+    """The scheduler's input from the stages' declared jobs and dependencies."""
+    _check_stage_names(stages)
+    nodes = []
+    for st in stages:
+        for j in st.jobs():
+            nodes.append(JobNode((st.name, int(j.index)), j.cost_bytes, j.cost_flops, j.lds_bytes,
+                                 tuple(st.deps(int(j.index)))))
+    return JobGraph(nodes, [s.name for s in stages])
+
+
+def _check_stage_names(stages):
+    names = [getattr(s, "name", None) for s in stages]
+    for n in names:
+        if not isinstance(n, str) or not n:
+            raise LinkError(f"stage {n!r}: a stage needs a non-empty string name")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise LinkError(f"stage name(s) {dup} appear twice")
+    if len(stages) > 255:
+        raise LinkError(f"{len(stages)} stages; a launch links at most 255")
+
+
+# ------------------------------------------------------------------------------ table (host)
+
+@dataclass
+class ScheduleTable:
+    """The schedule as the kernel reads it, plus what the host needs to decode an error."""
+    data: np.ndarray  # int32
+    schedule: Schedule
+    witness: list  # the deadlock-freedom witness: priority p <-> witness[p]
+    stage_ids: dict
+
+    @property
+    def grid(self) -> int:
+        return self.schedule.num_ctas
+
+    def key_of_priority(self, prio: int) -> Key:
+        return self.witness[PRIO_MAX_JOB - prio]
+
+
+def make_table(stages: Sequence, schedule: Schedule, graph: JobGraph | None = None,
+               max_resident_ctas: int | None = None) -> ScheduleTable:
+    """Check `schedule` deadlock-free for the stages' job graph and lay it out as the table
+    the linked kernel reads."""
+    graph = graph if graph is not None else job_graph(stages)
+    witness = check_deadlock_free(schedule, graph, max_resident_ctas=max_resident_ctas)
+    if len(witness) >= PRIO_MAX_JOB:
+        raise LinkError(f"{len(witness)} jobs: more than the error word can name")
+    ids = {s.name: i for i, s in enumerate(stages)}
+    pos = {k: p for p, k in enumerate(witness)}
+    G = schedule.num_ctas
+    starts = [0]
+    for lst in schedule.cta_jobs:
+        starts.append(starts[-1] + len(lst))
+    hdr = HEADER_WORDS + G + 1
+    hdr = (hdr + ENTRY_WORDS - 1) // ENTRY_WORDS * ENTRY_WORDS
+    n = starts[-1]
+    data = np.zeros(hdr + ENTRY_WORDS * n, np.int64)
+    data[:HEADER_WORDS] = (TABLE_MAGIC, G, len(stages), n)
+    data[HEADER_WORDS:HEADER_WORDS + G + 1] = starts
+    e = 0
+    for lst in schedule.cta_jobs:
+        for key in lst:
+            if key[1] >= 2**31:
+                raise LinkError(f"job {job_name(key)}: index over int32")
+            prio = PRIO_MAX_JOB - pos[key]
+            data[hdr + ENTRY_WORDS * e: hdr + ENTRY_WORDS * (e + 1)] = (
+                ids[key[0]], key[1], prio - (1 << 32) if prio >= 1 << 31 else prio, 0)
+            e += 1
+    return ScheduleTable(data.astype(np.int32), schedule, witness, ids)
+
+
+# ---------------------------------------------------------------------------- job environment
+
+class JobEnv:
+    """What the linker hands a stage body (directly, or wrapped by the `io` factory):
+
+    k, job (uniform i32), stage (name), tag (uniform u32), arena (uniform pointer),
+    args (namespace of the stage's declared kernel_args), poll_bound,
+    ok (uniform i1: this wave has not failed), fail(timed_out, what), cta_ok()."""
+
+    def __init__(self, linker: "_Builder", k, stage, stage_id: int, job, prio):
+        self._l = linker
+        self.k = k
+        self.stage = stage.name
+        self.stage_id = stage_id
+        self.job = job
+        self.tag = k.args.tag
+        self.arena = k.args.arena
+        self.poll_bound = linker.poll_bound
+        self.waves = k.W
+        self._prio = prio
+        declared = linker.stage_args[stage.name]
+        self.args = SimpleNamespace(**{n: getattr(k.args, n) for n in declared})
+
+    @property
+    def ok(self):
+        """Uniform i1: this wave has not recorded a failure."""
+        return self._l.failed.get().eq(0)
+
+    def fail(self, timed_out, what: str):
+        """If `timed_out` (uniform i1): record `what` in the error word and mark the CTA
+        failed (later polls and publishes of the CTA are masked off, later jobs skipped)."""
+        k = self.k
+        code = self._l.what_code(what)
+        with k.if_(timed_out):
+            word = (k.cast(self._prio, u64) << 32) | k.const(code, u64)
+            k.atomic("max", k.args.err, 0, word, order="relaxed", scope="device")
+            self._l.failed.set(1)
+            if self._l.lds_flag is not None:
+                k.store(self._l.lds_flag, 0, k.const(1, u32))
+
+    def cta_ok(self):
+        """Uniform i1, equal on every wave of the CTA: no wave of the CTA has failed. With
+        several waves this is a CTA-wide agreement (two barriers): call it from every wave."""
+        self._l.agree()
+        return self.ok
+
+
+# ------------------------------------------------------------------------------------ linker
+
+@dataclass(eq=False)
+class LinkedKernel:
+    name: str
+    stages: list
+    kernel: object  # ir.Kernel
+    target: str
+    waves: int
+    poll_bound: int
+    whats: list = field(default_factory=list)  # error detail strings, by code - 1
+
+    @property
+    def abi(self) -> ABI:
+        return self.kernel.abi
+
+    @property
+    def stage_ids(self) -> dict:
+        return {s.name: i for i, s in enumerate(self.stages)}
+
+    def table(self, schedule: Schedule, graph: JobGraph | None = None,
+              max_resident_ctas: int | None = None) -> ScheduleTable:
+        return make_table(self.stages, schedule, graph, max_resident_ctas)
+
+    @staticmethod
+    def error_word() -> np.ndarray:
+        return np.zeros(1, np.uint64)
+
+    def args(self, *, arena, table, err, tag: int, **buffers) -> dict:
+        """The kernel's arguments by ABI name (table: a ScheduleTable or its data)."""
+        if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 1 <= tag < 2**32:
+            raise ValueError(f"tag {tag!r} must be an int in 1 .. 2**32-1 (0 means 'never written')")
+        data = table.data if isinstance(table, ScheduleTable) else table
+        args = dict(arena=arena, sched=data, err=err, tag=int(tag))
+        names = self.abi.names()
+        extra = sorted(set(buffers) - set(names))
+        missing = [n for n in names if n not in args and n not in buffers]
+        if extra or missing:
+            raise ValueError(f"launch {self.name}: buffers {extra} are not in the ABI and {missing} "
+                             f"are missing; the ABI is {names}")
+        args.update(buffers)
+        return args
+
+    def decode_error(self, err, table: ScheduleTable, tag: int | None = None) -> LaunchFailed | None:
+        """None if the error word is clear, else the LaunchFailed it describes."""
+        w = int(np.asarray(err).reshape(-1).view(np.uint64)[0])
+        if w == 0:
+            return None
+        prio, code = w >> 32, w & 0xFFFFFFFF
+        what = self.whats[code - 1] if 1 <= code <= len(self.whats) else f"unknown code {code}"
+        at = f"launch {self.name!r}" + (f" (tag {tag})" if tag is not None else "")
+        if prio == PRIO_TABLE_MISMATCH:
+            return LaunchFailed(f"{at}: {what} (grid launched vs the table's {table.grid})",
+                                what=what, word=w)
+        p = PRIO_MAX_JOB - prio
+        if not 0 <= p < len(table.witness):
+            return LaunchFailed(f"{at}: error word {w:#x} names no job of the table", what=what,
+                                word=w)
+        key = table.witness[p]
+        cta, position = table.schedule.placement[key]
+        return LaunchFailed(
+            f"{at}: stage {key[0]!r} job {key[1]} (CTA {cta}, position {position}) timed out "
+            f"waiting for {what}; the CTA skipped its remaining jobs",
+            stage=key[0], job=key[1], cta=cta, what=what, word=w)
+
+    def check(self, err, table: ScheduleTable, tag: int | None = None):
+        """Raise the LaunchFailed the error word describes, if any."""
+        e = self.decode_error(err, table, tag)
+        if e is not None:
+            raise e
+
+    def run_interp(self, args: dict, table: ScheduleTable, *, mode="inorder", seed=0,
+                   on_stall="raise", max_steps=50_000_000):
+        """Run in the interpreter on the table's grid; raise LaunchFailed from the error word."""
+        from . import interp
+        interp.run(self.kernel, args, grid=table.grid, mode=mode, seed=seed, on_stall=on_stall,
+                   max_steps=max_steps)
+        self.check(args["err"], table, args.get("tag"))
+        return args
+
+
+class _Builder:
+    def __init__(self, stages, waves, poll_bound, io):
+        self.stages = stages
+        self.waves = waves
+        self.poll_bound = poll_bound
+        self.io = io
+        self.whats: list[str] = []
+        self.stage_args: dict[str, list[str]] = {}
+        self.failed = None
+        self.lds_flag = None
+        self.k = None
+
+    def what_code(self, what: str) -> int:
+        if not isinstance(what, str) or not what:
+            raise DSLError("fail(..., what): describe what timed out in a non-empty string")
+        if what not in self.whats:
+            self.whats.append(what)
+        return self.whats.index(what) + 1
+
+    def agree(self):
+        """Make `failed` CTA-uniform (several waves): barrier, read the LDS flag, barrier."""
+        k = self.k
+        if self.lds_flag is None:
+            return
+        k.barrier()
+        f = k.load(self.lds_flag, 0, u32)
+        self.failed.set(self.failed.get() | f)
+        k.barrier()
+
+    def kernel(self, k):
+        self.k = k
+        a = k.args
+        self.failed = k.uniform_var(0, u32, name="failed")
+        if k.W > 1:
+            self.lds_flag = k.lds("link_failed", u32, 1)
+            with k.if_(k.wave_id().eq(0)):
+                k.store(self.lds_flag, 0, k.const(0, u32))
+            k.barrier()
+        hdr = k.load(a.sched, 0, i32, 4)
+        fits = (k.extract(hdr, 0).eq(TABLE_MAGIC) & k.extract(hdr, 1).eq(k.num_ctas())
+                & k.extract(hdr, 2).eq(len(self.stages)))
+        with k.if_else(fits) as (good, bad):
+            with good:
+                c = k.cta_id()
+                lo = k.load(a.sched, c + HEADER_WORDS, i32)
+                hi = k.load(a.sched, c + (HEADER_WORDS + 1), i32)
+                base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) \
+                    / ENTRY_WORDS * ENTRY_WORDS
+                for e in k.range(lo, hi):
+                    with k.if_(self.failed.get().eq(0)):
+                        ent = k.load(a.sched, base + e * ENTRY_WORDS, i32, ENTRY_WORDS)
+                        sid, job = k.extract(ent, 0), k.extract(ent, 1)
+                        prio = k.cast(k.extract(ent, 2), u32)
+                        for s_id, st in enumerate(self.stages):
+                            with k.if_(sid.eq(s_id)):
+                                env = JobEnv(self, k, st, s_id, job, prio)
+                                st.body(k, job, self.io(env) if self.io else env)
+                        self.agree()
+            with bad:
+                word = k.const((PRIO_TABLE_MISMATCH << 32) | self.what_code(WHAT_TABLE_MISMATCH), u64)
+                k.atomic("max", a.err, 0, word, order="relaxed", scope="device")
+
+
+def link_abi(stages: Sequence) -> tuple[ABI, dict]:
+    """The one ABI of the linked kernel: the linker's arguments, then every stage's declared
+    buffers and scalars (merged by name; a name declared twice must agree)."""
+    merged: dict = {}
+    per_stage: dict = {}
+    for st in stages:
+        decl = dict(st.kernel_args())
+        per_stage[st.name] = list(decl)
+        for n, kind in decl.items():
+            if n in LINK_ARGS:
+                raise LinkError(f"stage {st.name!r}: argument name {n!r} is the linker's own")
+            if not isinstance(kind, (Ptr, Scalar)):
+                raise LinkError(f"stage {st.name!r}: argument {n!r} must be Ptr(...) or Scalar(...)")
+            if n in merged and merged[n] != kind:
+                raise LinkError(f"argument {n!r} declared as {merged[n]} and as {kind} "
+                                f"(stage {st.name!r})")
+            merged[n] = kind
+    abi = ABI(arena=Ptr(u8), sched=Ptr(i32, readonly=True), err=Ptr(u64), tag=Scalar(u32), **merged)
+    return abi, per_stage
+
+
+def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
+         wave_size: int | None = None, io: Callable | None = None,
+         poll_bound: int = DEFAULT_POLL_BOUND) -> LinkedKernel:
+    """Build the persistent kernel of `stages` for `target`. `io(env)` wraps the JobEnv a
+    body receives (e.g. a mailbox helper bound to the arena layout); without it the body
+    gets the JobEnv itself."""
+    stages = list(stages)
+    _check_stage_names(stages)
+    if not stages:
+        raise LinkError("nothing to link: no stages")
+    if poll_bound < 1:
+        raise LinkError(f"poll bound {poll_bound} must be at least 1")
+    abi, per_stage = link_abi(stages)
+    b = _Builder(stages, waves, poll_bound, io)
+    b.stage_args = per_stage
+    kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size)
+    return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats))
+
+
+def schedule_stages(stages: Sequence, ctas: int, cost=None) -> tuple[JobGraph, Schedule]:
+    """Convenience: the job graph and a critical-path list schedule on `ctas` CTAs."""
+    g = job_graph(stages)
+    return g, list_schedule(g, ctas, cost)
+
+
+__all__ = ["link", "link_abi", "job_graph", "make_table", "schedule_stages", "LinkedKernel",
+           "ScheduleTable", "JobEnv", "LinkError", "LaunchFailed", "LINK_ARGS",
+           "DEFAULT_POLL_BOUND", "TABLE_MAGIC"]
