@@ -65,6 +65,7 @@ class KernelBuilder:
         self._lds: list[LDSAlloc] = []
         self._lds_top = 0
         self.uses: set[str] = set()
+        self._stage: str | None = None  # set while a stage body is emitted (stage_scope)
         self.args = SimpleNamespace(**{s.name: self._arg(s) for s in abi.slots})
 
     # ------------------------------------------------------------------ plumbing
@@ -109,10 +110,26 @@ class KernelBuilder:
         return self._v("wave_id", (), VType(i32, 1, True))
 
     def cta_id(self) -> Value:
+        self._placement_free("cta_id")
         return self._v("cta_id", (), VType(i32, 1, True))
 
     def num_ctas(self) -> Value:
+        self._placement_free("num_ctas")
         return self._v("num_ctas", (), VType(i32, 1, True))
+
+    def _placement_free(self, what):
+        if self._stage is not None:
+            raise DSLError(f"stage {self._stage!r} asks for {what}: a stage sees only its job "
+                           "index; which CTA runs a job is the scheduler's choice")
+
+    @contextlib.contextmanager
+    def stage_scope(self, name: str):
+        """While a stage body is emitted, placement (CTA ids, grid size) is off limits."""
+        prev, self._stage = self._stage, name
+        try:
+            yield
+        finally:
+            self._stage = prev
 
     def thread_id(self) -> Value:
         return self.wave_id() * self.L + self.lane_id()

@@ -357,7 +357,8 @@ class _Builder:
                         for s_id, st in enumerate(self.stages):
                             with k.if_(sid.eq(s_id)):
                                 env = JobEnv(self, k, st, s_id, job, prio)
-                                st.body(k, job, self.io(env) if self.io else env)
+                                with k.stage_scope(st.name):
+                                    st.body(k, job, self.io(env) if self.io else env)
                         self.agree()
             with bad:
                 word = k.const((PRIO_TABLE_MISMATCH << 32) | self.what_code(WHAT_TABLE_MISMATCH), u64)
