@@ -195,6 +195,9 @@ class JobEnv:
         self._prio = prio
         declared = linker.stage_args[stage.name]
         self.args = SimpleNamespace(**{n: getattr(k.args, n) for n in declared})
+        # the running CTA, for the linker's own records (timelines, diagnostics); a stage's
+        # math must not depend on it, which is why k.cta_id() is refused inside a body
+        self.cta = linker.cta
 
     @property
     def ok(self):
@@ -345,6 +348,7 @@ class _Builder:
         with k.if_else(fits) as (good, bad):
             with good:
                 c = k.cta_id()
+                self.cta = c
                 lo = k.load(a.sched, c + HEADER_WORDS, i32)
                 hi = k.load(a.sched, c + (HEADER_WORDS + 1), i32)
                 base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) \

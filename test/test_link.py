@@ -41,7 +41,7 @@ class Flagged:
                     env.fail(to, f"flag of {st}")
         seq = k.atomic("add", a.clock, 0, k.const(1, u32))
         slot = (job + self.base) * 2
-        k.store(a.log, slot, k.cta_id() + 1)
+        k.store(a.log, slot, env.cta + 1)
         k.store(a.log, slot + 1, k.cast(seq, i32))
         if self.skip:
             cond = None
