@@ -271,3 +271,20 @@ def max_rel_err(got, ref) -> float:
     got = np.asarray(got, np.float64).reshape(-1)
     ref = np.asarray(ref, np.float64).reshape(-1)
     return float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+
+def _kind_launch(spec):
+    """The synthetic launch as a kind: the grid is the target's (one CTA per CU/SM), a small
+    one in the interpreter."""
+    grid = 8 if spec.target == "interp" else spec.target_info.num_ctas
+    return synthetic_launch(SyntheticConfig(), grid=grid)
+
+
+def _kind_inputs(launch, spec, rng):
+    return make_inputs(SyntheticConfig(), rng)
+
+
+from .kinds import Kind, register  # noqa: E402
+
+register(Kind("synthetic", "producer -> K-split reduction -> fan-in/fan-out norm -> gather "
+              "(the assembly's proof launch)", _kind_launch, _kind_inputs))

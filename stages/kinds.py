@@ -1,0 +1,52 @@
+"""Launch kinds: the name a user builds, checks and times, and how each is composed.
+
+A kind's name never changes meaning; it only gains stages (DESIGN.md section 1). Every kind
+is a function BuildSpec -> stages.launch.Launch, plus seeded inputs scaled as real
+activations and weights (never zeros), so tools (build, check_layer, time_layers, lint)
+work on any kind the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    doc: str
+    launch: Callable  # (spec: spec.BuildSpec) -> stages.launch.Launch
+    inputs: Callable  # (launch, spec, rng: numpy Generator) -> dict of numpy inputs
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+    if kind.name in KINDS:
+        raise ValueError(f"launch kind {kind.name!r} registered twice")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind(name: str) -> Kind:
+    _load()
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown launch kind {name!r}; known: {', '.join(sorted(KINDS))}") from None
+
+
+def names() -> list[str]:
+    _load()
+    return sorted(KINDS)
+
+
+def _load():
+    """Import the modules that register kinds (each registers itself on import)."""
+    from . import synthetic  # noqa: F401
+    try:
+        from . import front  # noqa: F401
+    except ImportError as e:  # the front stage is being written
+        if "stages.front" not in str(e) and "front" not in str(e):
+            raise
