@@ -32,7 +32,7 @@ def run(torch, kern, inp, grid, cooperative=True):
     CudaKernel(kern).launch(dev, grid=grid, cooperative=cooperative)
     for n, v in inp.items():
         if isinstance(v, np.ndarray):
-            v.reshape(-1).view(np.uint8)[:] = dev[n].cpu().numpy()
+            v.reshape(-1).view(np.uint8)[:] = dev[n].cpu().numpy().reshape(-1)
     return inp
 
 
