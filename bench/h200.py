@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,65 +24,14 @@ from monokernel import numerics  # noqa: E402
 from monokernel.launch.cuda import CudaKernel  # noqa: E402
 from monokernel.proofs import gemv, gemv_mma  # noqa: E402
 
-L2_BYTES = 60 << 20
-ROTATE_BYTES = 4 * L2_BYTES  # weight copies cycled per launch: well beyond L2
-COPY_BYTES = 1 << 30
-GEMM = 8192
+from monokernel.launch.timing import (COPY_BYTES, GEMM, L2_BYTES, ROTATE_BYTES,  # noqa: E402,F401
+                                      ceilings, timed, timed_graph)
+
 N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 
-def timed(fn, reps=30, warmup=5) -> float:
-    """Median microseconds of fn() over reps, each bracketed by CUDA events (for long runs,
-    where launch overhead does not matter)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
-
-
-def timed_graph(fn, per_graph=20, reps=15) -> float:
-    """Median microseconds per call of fn() replayed back to back from a CUDA graph of
-    `per_graph` calls: what a decode step's graph replay sees, without the Python launch cost
-    (fn must rotate its inputs itself so consecutive calls read different buffers)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(per_graph):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return timed(g.replay, reps=reps, warmup=2) / per_graph
-
-
-def ceilings() -> dict:
-    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    us = timed(lambda: dst.copy_(src), reps=20)
-    copy_tbs = 2 * COPY_BYTES / (us * 1e-6) / 1e12
-    del src, dst
-    a = torch.randn(GEMM, GEMM, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(GEMM, GEMM, device="cuda").to(torch.float8_e4m3fn).t()
-    one = torch.tensor(1.0, device="cuda")
-    us_mm = timed(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), reps=20)
-    fp8_tflops = 2 * GEMM ** 3 / (us_mm * 1e-6) / 1e12
-    return dict(copy_TBps=copy_tbs, copy_us=us, fp8_mm_TFLOPs=fp8_tflops, fp8_mm_us=us_mm)
-
-
-def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma") -> dict:
+def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
+               x_in_lds: bool = False) -> dict:
     rng = np.random.default_rng(rows)
     inp = gemv.make_inputs(rng, N=N_OUT, K=K_IN, R=rows, ctas=132)
     ref = gemv.reference(inp, N=N_OUT, K=K_IN, R=rows)
@@ -94,7 +42,8 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma") -> 
     x = torch.from_numpy(inp["x"].view(np.int16)).cuda()
     y = torch.full((rows, N_OUT), float("nan"), device="cuda")
     if variant == "mma":
-        kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
+        kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
+                              x_in_lds=x_in_lds)
         grid = N_OUT // gemv_mma.TILE_N
     else:
         kern = gemv.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
@@ -133,7 +82,8 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma") -> 
     us_fp8 = timed_graph(torch_fp8)
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
-                regs=ck.regs, waves=waves, variant=variant)
+                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}"
+                                             if variant == "mma" else variant))
 
 
 def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
@@ -151,7 +101,7 @@ def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
-    ap.add_argument("--gemv-waves", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="GEMV variants at 8 rows only, no MMA loops")
     args = ap.parse_args()
     res = dict(device=torch.cuda.get_device_name())
     res["ceilings"] = c = ceilings()
@@ -160,12 +110,20 @@ def main():
     res["gemv"] = []
     print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
-    for variant, rows in [("mma", r) for r in (1, 2, 4, 8)] + [("cuda-core", 8)]:
-        g = gemv_bench(rows, c["copy_TBps"], args.gemv_waves if variant == "mma" else 4, variant)
+    plan = [("mma", r, 2, 8, False) for r in (1, 2, 4, 8)] + [
+        ("mma", 8, 1, 8, False), ("mma", 8, 3, 16, False), ("mma", 8, 6, 8, True),
+        ("mma", 8, 3, 16, True), ("mma", 8, 2, 8, True), ("cuda-core", 8, 1, 4, False)]
+    if args.quick:
+        plan = plan[3:]
+    for variant, rows, unroll, waves, xl in plan:
+        g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl)
+        variant = g["variant"] + f" w{waves}"
         res["gemv"].append(g)
         print(f"{rows:>4} {g['us']:8.2f} {g['floor_us']:7.2f} {g['ratio_to_floor']:8.2f} "
               f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  {variant}", flush=True)
     res["mma"] = []
+    if args.quick:
+        return
     print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
     for name in mma_loops.BENCH_ATOMS:
         m = mma_bench(name)

@@ -157,3 +157,13 @@ def test_gemv_fp8_on_tensor_cores_matches_float64(mode, R, rng):
     interp.run(kern, inp, grid=N // 16, mode=mode, seed=4)
     assert not np.isnan(inp["y"]).any(), "unwritten outputs"
     assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL
+
+
+def test_gemv_fp8_tensor_cores_with_activations_staged_in_lds(rng):
+    from monokernel.proofs import gemv_mma
+    N, K, R = 32, 1024, 3
+    kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, unroll=4, x_in_lds=True)
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R)
+    ref = gemv_mma.reference(inp, N=N, K=K, R=R)
+    interp.run(kern, inp, grid=N // 16, mode="random", seed=9)
+    assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL

@@ -273,14 +273,15 @@ class CudaKernel:
                cooperative: bool = True):
         """Launch on `grid` CTAs (default: one per SM) of kernel.threads threads. With
         `cooperative` the driver guarantees co-residency (required by persistent kernels
-        that hand data between CTAs); either way a grid larger than the occupancy API allows
-        is refused. With `sync`, waits and raises a CudaError naming the kernel on failure."""
+        that hand data between CTAs) and a grid larger than the occupancy API allows is
+        refused; a plain launch (a kernel whose CTAs never wait on each other) may exceed it,
+        the hardware then runs the CTAs in rounds. With `sync`, waits and raises a CudaError naming the kernel on failure."""
         import torch
         drv = driver()
         grid = self.num_sms if grid is None else int(grid)
         if grid < 1:
             raise LaunchError(f"kernel {self.name}: grid {grid} must be at least 1")
-        if grid > self.max_resident:
+        if cooperative and grid > self.max_resident:
             raise LaunchError(
                 f"kernel {self.name}: a persistent grid of {grid} CTAs cannot be co-resident: "
                 f"{self.ctas_per_sm} CTA(s) of {self.kernel.threads} threads and {self.smem} "

@@ -25,6 +25,7 @@ ATOM = "sm90_mma_m16n8k16_bf16"
 TILE_N = 16  # output rows per CTA = the atom's M
 CHUNK = 64  # k per lane-load round: 4 MMAs of k16, 16 contiguous k per lane quad
 MAX_ROWS = 8  # the atom's N: x rows per MMA
+UNROLL = 2  # 128-blocks whose loads are issued together (bench/NOTES.md: measured)
 BLOCK = gemv.BLOCK
 
 
@@ -32,7 +33,7 @@ def abi():
     return ABI(w=Ptr(fp8e4m3fn), ws=Ptr(f32), x=Ptr(bf16), y=Ptr(f32), ctas=Scalar(i32))
 
 
-def body(k, *, N, K, R):
+def body(k, *, N, K, R, unroll=1, x_in_lds=False):
     at = atom(ATOM)
     a = k.args
     blocks = K // BLOCK
@@ -45,21 +46,46 @@ def body(k, *, N, K, R):
     xrow_ok = r < R
     total = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
     per_wave = blocks // k.W
-    for b in k.range(k.wave_id() * per_wave, (k.wave_id() + 1) * per_wave):
-        acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
-        for chunk in range(BLOCK // CHUNK):
-            kb = b * BLOCK + chunk * CHUNK + q * 16
-            w_lo = k.cast(k.cast(k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True), f32), bf16)
-            w_hi = k.cast(k.cast(k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True), f32), bf16)
-            xs = [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
-            for j in range(4):
-                x_j = [xs[(4 * j + i) // 8][(4 * j + i) % 8] for i in range(4)]
-                p = 4 * j
-                A = k.vec(w_lo[p], w_lo[p + 1], w_hi[p], w_hi[p + 1],
-                          w_lo[p + 2], w_lo[p + 3], w_hi[p + 2], w_hi[p + 3])
-                acc = k.mma(at, A, k.vec(*x_j), acc)
-        scale = k.load(a.ws, (tile // BLOCK) * blocks + b, f32)
-        total.set(k.fma(acc, scale, total.get()))
+    if per_wave % unroll:
+        raise ValueError(f"gemv_mma: {per_wave} blocks per wave are not a multiple of unroll={unroll}")
+    xl = None
+    if x_in_lds:
+        # stage the CTA's activations once: later x reads are LDS-latency, so only weight
+        # loads stay in flight in registers
+        xl = k.lds("x", bf16, MAX_ROWS * K)
+        per_round = k.W * k.L * 8
+        for e0 in k.range(0, R * K, per_round):
+            e = e0 + k.thread_id() * 8
+            k.store(xl, e, k.load(a.x, e, bf16, 8, mask=e < R * K), mask=e < R * K)
+        k.barrier()
+    for b0 in k.range(k.wave_id() * per_wave, (k.wave_id() + 1) * per_wave, unroll):
+        # `unroll` whole 128-blocks per iteration: all their loads are issued before the
+        # first MMA, so more bytes are in flight per lane (Little's law on ~1 us latency)
+        loads = []
+        for u in range(unroll):
+            for chunk in range(BLOCK // CHUNK):
+                kb = (b0 + u) * BLOCK + chunk * CHUNK + q * 16
+                w_lo = k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True)
+                w_hi = k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True)
+                xs = None if x_in_lds else \
+                    [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
+                loads.append((w_lo, w_hi, xs, kb))
+        for u in range(unroll):
+            acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
+            for chunk in range(BLOCK // CHUNK):
+                w_lo8, w_hi8, xs, kb = loads[u * (BLOCK // CHUNK) + chunk]
+                if xs is None:
+                    xs = [k.load(xl, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
+                w_lo = k.cast(k.cast(w_lo8, f32), bf16)
+                w_hi = k.cast(k.cast(w_hi8, f32), bf16)
+                for j in range(4):
+                    x_j = [xs[(4 * j + i) // 8][(4 * j + i) % 8] for i in range(4)]
+                    p = 4 * j
+                    A = k.vec(w_lo[p], w_lo[p + 1], w_hi[p], w_hi[p + 1],
+                              w_lo[p + 2], w_lo[p + 3], w_hi[p + 2], w_hi[p + 3])
+                    acc = k.mma(at, A, k.vec(*x_j), acc)
+            scale = k.load(a.ws, (tile // BLOCK) * blocks + b0 + u, f32)
+            total.set(k.fma(acc, scale, total.get()))
     red = k.lds("red", f32, k.W * k.L * at.c_slots)
     k.store(red, (k.wave_id() * k.L + lane) * at.c_slots, total.get())
     k.barrier()
@@ -73,9 +99,9 @@ def body(k, *, N, K, R):
             k.store(a.y, n * N + tile + r + dm, s[slot], mask=n < R)
 
 
-def build(target, *, N, K, R, waves=8):
+def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False):
     return build_kernel("gemv_fp8_mma", body, abi=abi(), target=target, waves=waves,
-                        wave_size=32, N=N, K=K, R=R)
+                        wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds)
 
 
 make_inputs = gemv.make_inputs

@@ -1,0 +1,315 @@
+"""gfx950 code objects run in tinygrad's CDNA4 emulator, checked against the interpreter.
+
+Each proof kernel is built for gfx950 at its small (CI) shapes, run in the emulator
+(monokernel/launch/emulator.py) and, on copies of the same inputs, in the interpreter
+(in-order mode), which defines what every op means. Integer and moved data must agree bit
+for bit; float sums too where the order of the sum is fixed by the kernel (butterflies,
+per-lane fma chains: both run the same f32 operations in the same order). Only MFMA results
+may differ: the emulator accumulates the K products in f32 one after another, the
+interpreter rounds the float64 product once, so they agree within the f32 error bound of a
+K-term sum, |d| <= (K + 1) * 2^-24 * (sum_k |a_ik b_kj| + |c_ij|). Each kernel is also
+checked against its float64 reference with the proof's own tolerance.
+
+Kernels that cannot run in the emulator, and why:
+- handoff on more than one CTA as built: CTA c polls CTA c-1's mailbox, and the emulator
+  runs workgroups one after another (CTA 0 would spin on CTA ctas-1, which runs last). One
+  CTA (handing to itself) runs; so do several CTAs when CTA ctas-1's mailbox is seeded
+  beforehand with exactly what it will publish (an order-safe launch: every consumer then
+  finds its producer's data already there).
+- handoff's no-release / no-acquire mutations: the emulator is sequentially consistent, so
+  it cannot tell them from the fenced kernel (that is the interpreter's relaxed mode's job).
+- any kernel reading `num_ctas`: it lowers to the code object v5 hidden argument
+  hidden_block_count_x, which the emulator's dispatch does not fill (reads as zero). The
+  proof kernels take the CTA count as an explicit argument instead.
+- wave32 builds and the NVIDIA atoms (gemv_mma's mma.sync, wgmma): gfx950 is wave64 only,
+  and those atoms do not exist there.
+- gfx942 code objects: the emulator models CDNA4 only (CDNA3 reads fnuz fp8 and has no
+  permlane swaps), so the gfx942 builds are checked by test_amdgcn_build.py alone.
+
+What the runner adjusts at run time (monokernel/launch/emulator.py says why; never in
+tinygrad's files): v_permlane16/32_swap routed through the emulator's cross-lane pseudocode
+path; ds_swizzle_b32 emulated from the ISA's definition (the CDNA pseudocode is prose); DPP
+source lanes read before the destination is written; buffer_wbl2 / buffer_inv as no-ops.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monokernel import interp, numerics
+from monokernel.atoms import amd as amd_atoms
+from monokernel.atoms import atom as atom_of
+from monokernel.dsl import build_kernel
+from monokernel.ir import ABI, Ptr
+from monokernel.launch import emulator
+from monokernel.proofs import PROOFS, crosslane, gemv, handoff, rmsnorm
+from monokernel.types import f32, i32
+
+pytestmark = pytest.mark.emulator
+
+
+@pytest.fixture(scope="module")
+def emu():
+    ok, why = emulator.available()
+    if not ok:
+        pytest.skip(why)
+    try:
+        emulator.load_tinygrad()
+    except emulator.EmulatorUnavailable as e:
+        pytest.skip(str(e))
+    return emulator
+
+
+def _copy(args):
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+
+
+def _run_both(emu, kernel, args, grid):
+    """(emulator's arrays, interpreter's arrays) after running `kernel` on copies of `args`."""
+    got, exp = _copy(args), _copy(args)
+    emu.run(kernel, got, grid=grid)
+    interp.run(kernel, exp, grid=grid, mode="inorder")
+    return got, exp
+
+
+def _assert_same_bits(got, exp, names):
+    for n in names:
+        a, b = got[n], exp[n]
+        assert a.dtype == b.dtype
+        if not np.array_equal(a.view(np.uint8), b.view(np.uint8)):
+            bad = np.flatnonzero(a.reshape(-1) != b.reshape(-1))
+            first = bad[:8]
+            raise AssertionError(f"{n}: {bad.size} of {a.size} elements differ; first at {first}: "
+                                 f"emulator {a.reshape(-1)[first]} "
+                                 f"interpreter {b.reshape(-1)[first]}")
+
+
+# ----------------------------------------------------------------------- proof kernels
+
+def test_crosslane_bit_exact(emu, rng):
+    kern = PROOFS["crosslane"].build("gfx950", **PROOFS["crosslane"].small)
+    inp = crosslane.make_inputs(rng, L=64)
+    got, exp = _run_both(emu, kern, inp, grid=1)
+    # every row, the f32 butterfly sum included: same operations in the same order
+    _assert_same_bits(got, exp, ["ints", "floats"])
+    ints_ok, floats_ok, sum_err = crosslane.check(got, crosslane.reference(got, L=64), L=64)
+    assert ints_ok and floats_ok and sum_err <= crosslane.SUM_REL_TOL
+
+
+def test_rmsnorm_bit_exact(emu, rng):
+    p = PROOFS["rmsnorm"]
+    R = 3
+    kern = p.build("gfx950", **p.small)
+    inp = rmsnorm.make_inputs(rng, R=R, D=p.small["D"])
+    got, exp = _run_both(emu, kern, inp, grid=R)
+    _assert_same_bits(got, exp, ["out", "x", "w"])
+    assert rmsnorm.check(got, rmsnorm.reference(got)) <= rmsnorm.REL_TOL
+
+
+def test_gemv_fp8_bit_exact(emu, rng):
+    p = PROOFS["gemv_fp8"]
+    ctas = 3  # rows are strided over the grid's waves: 3 CTAs x 2 waves over N = 256
+    kern = p.build("gfx950", **p.small)
+    inp = gemv.make_inputs(rng, **p.small, fp8="fp8e4m3fn", ctas=ctas)
+    got, exp = _run_both(emu, kern, inp, grid=ctas)
+    assert not np.isnan(got["y"]).any(), "unwritten outputs"
+    _assert_same_bits(got, exp, ["y"])
+    ref = gemv.reference(got, **p.small, fp8="fp8e4m3fn")
+    assert gemv.check(got, ref) <= gemv.REL_TOL
+
+
+def test_handoff_one_cta_hands_to_itself(emu):
+    p = PROOFS["handoff"]
+    kern = p.build("gfx950", **p.small)
+    inp = handoff.make_inputs(None, ctas=1, **p.small, tag=5)
+    got, exp = _run_both(emu, kern, inp, grid=1)
+    _assert_same_bits(got, exp, ["mbox", "bulk", "counters", "out_pairs", "out_bulk", "err"])
+    assert all(handoff.check(got, handoff.reference(got, ctas=1, **p.small)).values())
+
+
+def test_handoff_order_safe_multi_cta(emu):
+    """Several CTAs, run one after another: CTA ctas-1's mailbox (read by CTA 0, which runs
+    first) is seeded with what CTA ctas-1 will publish; every later consumer's producer has
+    already run. Checks the cross-CTA indexing, the 64-bit tagged stores and the polls."""
+    p = PROOFS["handoff"]
+    ctas, pairs, bulk, tag = 4, p.small["pairs"], p.small["bulk"], 5
+    kern = p.build("gfx950", **p.small)
+    inp = handoff.make_inputs(None, ctas=ctas, pairs=pairs, bulk=bulk, tag=tag)
+    last = ctas - 1
+    j = np.arange(pairs)
+    values = np.array([handoff.pair_value(last, x, tag) for x in j], np.uint64)
+    inp["mbox"][last * pairs:(last + 1) * pairs] = values | (np.uint64(tag) << np.uint64(32))
+    inp["bulk"][last * bulk:(last + 1) * bulk] = [handoff.bulk_value(last, x, tag)
+                                                  for x in range(bulk)]
+    inp["counters"][last] = tag
+    got, exp = _run_both(emu, kern, inp, grid=ctas)
+    _assert_same_bits(got, exp, ["mbox", "bulk", "counters", "out_pairs", "out_bulk", "err"])
+    ref = handoff.reference(got, ctas=ctas, pairs=pairs, bulk=bulk)
+    assert all(handoff.check(got, ref).values())
+
+
+# ----------------------------------------------------------------------- MFMA atoms
+
+GFX950_ATOMS = [a for a in amd_atoms.ATOMS if "gfx950" in a.targets]
+
+
+def _atom_body(k, *, atom):
+    """Each lane loads its A, B and C fragments (lane-major, in the atom's slot order), runs
+    the atom once and stores its D fragment: the emulator reads the fragments through the
+    hardware's lane maps, the interpreter through the atom's."""
+    a, lane = k.args, k.lane_id()
+
+    def frag(p, n, dt):
+        per = 16 // dt.bytes  # at most 16 bytes per lane per load
+        if n <= per:
+            return k.load(p, lane * n, dt, n)
+        parts = [k.load(p, lane * n + i, dt, per) for i in range(0, n, per)]
+        return k.vec(*[e for q in parts for e in k.split(q)])
+
+    A = frag(a.a, atom.a_slots, atom.a_dtype)
+    B = frag(a.b, atom.b_slots, atom.b_dtype)
+    C = k.load(a.c, lane * atom.c_slots, f32, atom.c_slots)
+    k.store(a.d, lane * atom.c_slots, k.mma(atom, A, B, C))
+
+
+def _atom_bound(atom, inp):
+    """Per-element f32 error bound of a K-term sum: (K + 1) * 2^-24 * (sum |a b| + |c|)."""
+    A = np.zeros((atom.M, atom.K))
+    B = np.zeros((atom.K, atom.N))
+    C = np.zeros((atom.M, atom.N))
+    A[atom.a_rows(), atom.a_cols()] = numerics.to_f64(inp["a"].reshape(64, -1), atom.a_dtype)
+    B[atom.b_rows(), atom.b_cols()] = numerics.to_f64(inp["b"].reshape(64, -1), atom.b_dtype)
+    C[atom.c_rows(), atom.c_cols()] = inp["c"].reshape(64, -1)
+    mag = np.abs(A) @ np.abs(B) + np.abs(C)
+    return ((atom.K + 1) * 2.0 ** -24 * mag)[atom.c_rows(), atom.c_cols()].reshape(-1)
+
+
+@pytest.mark.parametrize("atom", GFX950_ATOMS, ids=lambda a: a.name)
+def test_mfma_atom_matches_interpreter(emu, atom, rng):
+    abi = ABI(a=Ptr(atom.a_dtype), b=Ptr(atom.b_dtype), c=Ptr(f32), d=Ptr(f32))
+    kern = build_kernel("mma_atom", _atom_body, abi=abi, target="gfx950", waves=1, atom=atom)
+    inp = dict(a=numerics.convert(rng.standard_normal(64 * atom.a_slots) * 4, "f64", atom.a_dtype),
+               b=numerics.convert(rng.standard_normal(64 * atom.b_slots) * 4, "f64", atom.b_dtype),
+               c=rng.standard_normal(64 * atom.c_slots).astype(np.float32),
+               d=np.full(64 * atom.c_slots, np.nan, np.float32))
+    got, exp = _run_both(emu, kern, inp, grid=1)
+    assert not np.isnan(got["d"]).any(), "unwritten outputs"
+    err = np.abs(got["d"].astype(np.float64) - exp["d"])
+    bound = _atom_bound(atom, inp)
+    worst = int(np.argmax(err / bound))
+    assert (err <= bound).all(), (f"{atom.name}: element {worst} (lane {worst // atom.c_slots}, "
+                                  f"slot {worst % atom.c_slots}) emulator {got['d'][worst]} "
+                                  f"interpreter {exp['d'][worst]} bound {bound[worst]:.3g}")
+
+
+def _mma_proofs():
+    return [name for name, p in PROOFS.items() if name.startswith("mma_") and "gfx950" in p.targets]
+
+
+@pytest.mark.parametrize("name", _mma_proofs() or ["(none)"])
+def test_mma_proof_kernels(emu, name, rng):
+    """The registry's gfx950 MMA proof kernels (monokernel/proofs/mma.py: row-major A, B, C
+    gathered and D scattered through the atom's maps on the host's index tables): index
+    tables and inputs unchanged, D within the f32 bound of the interpreter's and within the
+    proof's tolerance of the float64 reference."""
+    if name == "(none)":
+        pytest.skip("monokernel/proofs/mma.py registers no gfx950 MMA proof kernels")
+    from monokernel.proofs import mma
+    atom_name = name[len("mma_"):]
+    at = atom_of(atom_name)
+    p = PROOFS[name]
+    kern = p.build("gfx950", **p.small)
+    inp = mma.make_inputs(rng, atom_name)
+    got, exp = _run_both(emu, kern, inp, grid=1)
+    _assert_same_bits(got, exp, ["a", "b", "c", "a_idx", "b_idx", "c_idx"])
+    assert not np.isnan(got["d"]).any(), "unwritten outputs"
+    A = numerics.to_f64(inp["a"], at.a_dtype).reshape(at.M, at.K)
+    B = numerics.to_f64(inp["b"], at.b_dtype).reshape(at.K, at.N)
+    mag = np.abs(A) @ np.abs(B) + np.abs(inp["c"].reshape(at.M, at.N))
+    bound = ((at.K + 1) * 2.0 ** -24 * mag).reshape(-1)
+    err = np.abs(got["d"].astype(np.float64) - exp["d"])
+    worst = int(np.argmax(err / bound))
+    assert (err <= bound).all(), (f"{name}: D[{worst // at.N}][{worst % at.N}] emulator "
+                                  f"{got['d'][worst]} interpreter {exp['d'][worst]} "
+                                  f"bound {bound[worst]:.3g}")
+    assert mma.check(got, mma.reference(got, atom_name), atom_name) <= mma.tolerance(atom_name)
+
+
+# ----------------------------------------------------------------------- the runner itself
+
+def _raw_kernel(emu, name, ir_body):
+    """A 64-lane kernel x -> y written directly in LLVM IR (for instructions our backend
+    does not emit), with a DSL kernel of the same ABI standing in for the launch data."""
+    from monokernel.backend.amdgcn import AMDGCNHooks
+    from monokernel.backend.toolchain import Job, compile_many
+    def copy(k):
+        k.store(k.args.y, k.lane_id(), k.load(k.args.x, k.lane_id(), i32))
+    stub = build_kernel(name, copy, abi=ABI(x=Ptr(i32), y=Ptr(i32)), target="gfx950", waves=1)
+    attrs = AMDGCNHooks("gfx950").kernel_attrs(stub)
+    ir = f"""target triple = "amdgcn-amd-amdhsa"
+declare i32 @llvm.amdgcn.mbcnt.lo(i32, i32)
+declare i32 @llvm.amdgcn.mbcnt.hi(i32, i32)
+declare {{ i32, i32 }} @llvm.amdgcn.permlane16.swap(i32, i32, i1, i1)
+declare {{ i32, i32 }} @llvm.amdgcn.permlane32.swap(i32, i32, i1, i1)
+define amdgpu_kernel void @{name}(ptr addrspace(1) %x, ptr addrspace(1) %y) #0 {{
+  %lo = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
+  %lane = call i32 @llvm.amdgcn.mbcnt.hi(i32 -1, i32 %lo)
+  %px = getelementptr i32, ptr addrspace(1) %x, i32 %lane
+  %v = load i32, ptr addrspace(1) %px
+  %w = add i32 %v, 1000
+{ir_body}
+  ret void
+}}
+!llvm.module.flags = !{{!0}}
+!0 = !{{i32 1, !"amdhsa_code_object_version", i32 500}}
+attributes #0 = {{ {attrs} }}
+"""
+    code = compile_many([Job(ir, "gfx950")])[0]
+    return emu.EmuKernel(stub, code)
+
+
+@pytest.mark.parametrize("width", [16, 32])
+def test_permlane_swap_adjustment_follows_the_isa(emu, width):
+    """v_permlaneN_swap_b32 vdst, vsrc (CDNA4 ISA): for each pair of N-lane rows (2r, 2r+1),
+    vsrc's row 2r trades places with vdst's row 2r+1. Both results are stored, so the
+    adjustment is checked on both registers, not only on what lane_swap(32) reads."""
+    swap = f"@llvm.amdgcn.permlane{width}.swap"
+    body = f"""  %pair = call {{ i32, i32 }} {swap}(i32 %v, i32 %w, i1 false, i1 false)
+  %d = extractvalue {{ i32, i32 }} %pair, 0
+  %s = extractvalue {{ i32, i32 }} %pair, 1
+  %mix = shl i32 %s, 16
+  %out = or i32 %mix, %d
+  %py = getelementptr i32, ptr addrspace(1) %y, i32 %lane
+  store i32 %out, ptr addrspace(1) %py"""
+    ek = _raw_kernel(emu, f"swap{width}", body)
+    x = np.arange(64, dtype=np.int32)
+    y = np.zeros(64, np.int32)
+    ek(dict(x=x, y=y))
+    lane = np.arange(64)
+    upper = (lane // width) % 2 == 1
+    # vdst (old: x) takes vsrc's (old: x + 1000) lower row into its upper rows; vsrc's lower
+    # rows take vdst's upper row
+    d = np.where(upper, x[lane - width] + 1000, x)
+    s = np.where(upper, x + 1000, x[np.minimum(lane + width, 63)])
+    np.testing.assert_array_equal(y, (s << 16) | d)
+
+
+@pytest.mark.parametrize("mask", [1, 2, 4, 8, 16, 32])
+def test_lane_swap_each_mask_in_place(emu, mask):
+    """lane_swap alone (its source dead afterwards, so DPP may write in place)."""
+    def body(k):
+        lane = k.lane_id()
+        k.store(k.args.y, lane, k.lane_swap(k.load(k.args.x, lane, i32), mask))
+    kern = build_kernel("swap", body, abi=ABI(x=Ptr(i32), y=Ptr(i32)), target="gfx950", waves=1)
+    x = (np.arange(64, dtype=np.int32) * 7919) ^ 0x55
+    y = np.zeros(64, np.int32)
+    emu.run(kern, dict(x=x, y=y))
+    np.testing.assert_array_equal(y, x[np.arange(64) ^ mask])
+
+
+def test_swizzle_source_lane_modes():
+    sw = emulator.swizzle_source_lane
+    assert [sw(0x1F | (4 << 10), i) for i in range(8)] == [4, 5, 6, 7, 0, 1, 2, 3]
+    assert sw(0x1F | (16 << 10), 33) == 49  # bit-mask mode stays in its 32-lane half
+    assert [sw(0x8000 | 0b00011011, i) for i in range(4)] == [3, 2, 1, 0]  # quad-permute
+    assert sw(0x00 | (1 << 5), 40) == 33  # and 0, or 1: every lane of a half reads its lane 1
