@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from bench import mma_loops  # noqa: E402
 from monokernel import numerics  # noqa: E402
 from monokernel.launch.cuda import CudaKernel  # noqa: E402
-from monokernel.proofs import gemv, gemv_mma  # noqa: E402
+from monokernel.proofs import gemv, gemv_mma, gemv_split  # noqa: E402
 
 from monokernel.launch.timing import (COPY_BYTES, GEMM, L2_BYTES, ROTATE_BYTES,  # noqa: E402,F401
                                       ceilings, timed, timed_graph)
@@ -41,7 +41,12 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     ws = torch.from_numpy(inp["ws"]).cuda()
     x = torch.from_numpy(inp["x"].view(np.int16)).cuda()
     y = torch.full((rows, N_OUT), float("nan"), device="cuda")
-    if variant == "mma":
+    extra = {}
+    if variant == "split":
+        kern = gemv_split.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
+        grid = 132
+        extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_split.scratch(N_OUT, K_IN).items()}
+    elif variant == "mma":
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
                               x_in_lds=x_in_lds)
         grid = N_OUT // gemv_mma.TILE_N
@@ -53,8 +58,8 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
 
     def launch():
         state["i"] = (state["i"] + 1) % copies
-        ck.launch(dict(w=w[state["i"]], ws=ws, x=x, y=y, ctas=grid), grid=grid, sync=False,
-                  cooperative=False)
+        ck.launch(dict(w=w[state["i"]], ws=ws, x=x, y=y, ctas=grid, **extra), grid=grid,
+                  sync=False, cooperative=False)
     launch()
     torch.cuda.synchronize()
     err = float(np.abs(y.cpu().numpy() - ref["y"]).max() / np.abs(ref["y"]).max())
@@ -110,11 +115,12 @@ def main():
     res["gemv"] = []
     print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
-    plan = [("mma", r, 2, 8, False) for r in (1, 2, 4, 8)] + [
+    plan = [("split", r, 0, 8, False) for r in (1, 2, 4, 8)] + [
+        ("split", 8, 0, 4, False), ("split", 8, 0, 12, False), ("mma", 8, 2, 8, False),
         ("mma", 8, 1, 8, False), ("mma", 8, 3, 16, False), ("mma", 8, 6, 8, True),
         ("mma", 8, 3, 16, True), ("mma", 8, 2, 8, True), ("cuda-core", 8, 1, 4, False)]
     if args.quick:
-        plan = plan[3:]
+        plan = plan[3:7]
     for variant, rows, unroll, waves, xl in plan:
         g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl)
         variant = g["variant"] + f" w{waves}"
