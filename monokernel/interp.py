@@ -183,7 +183,9 @@ class Wave:
         self.put(op.result, np.int32(self.run.grid))
 
     def op_clock(self, op):
-        self.run.ticks += 1
+        # ticks: the run's memory accesses so far (any wave's: a job's span counts the work
+        # interleaved with it), strictly increasing from one read to the next
+        self.run.ticks = max(self.run.ticks + 1, self.run.accesses)
         self.put(op.result, np.uint64(self.run.ticks))
 
     # arithmetic
@@ -321,7 +323,7 @@ class Wave:
         return np.broadcast_to(m, (rows,)) if m.shape[0] != rows else m
 
     def _lds_index(self, addr, nbytes, what):
-        size = self.run.kernel.lds_bytes
+        size = self.run.lds_size
         if (addr < 0).any() or (addr + nbytes > size).any():
             raise MemoryFault(f"CTA {self.cta} wave {self.wave}: {what} of LDS byte "
                               f"{int(addr.max())} (+{nbytes}) outside the {size}-byte allocation")
@@ -334,6 +336,7 @@ class Wave:
         return op.args[0].dtype.name == "ptr_lds"
 
     def _memory_point(self):
+        self.run.accesses += 1
         if self.run.mode != "inorder":
             yield "mem"
 
@@ -641,7 +644,9 @@ class Run:
         self.rng = np.random.default_rng(seed)
         self.mem = RelaxedMemory(grid) if mode == "relaxed" else Memory()
         self.ticks = 0
-        self.lds = [np.zeros(kernel.lds_bytes, np.uint8) for _ in range(grid)]
+        self.accesses = 0  # memory accesses so far (any wave): the clock's time base
+        self.lds_size = kernel.lds_bytes  # computed once: _lds_index asks on every access
+        self.lds = [np.zeros(self.lds_size, np.uint8) for _ in range(grid)]
         self.arg_values = {}
         self.buffers = {}
         self._wg = {}

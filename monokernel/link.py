@@ -26,6 +26,11 @@ The kernel ABI (one `ir.ABI`, never positional sprawl):
     err    Ptr(u64)   the error word; the host zeroes it before a launch
     tag    u32        this launch's tag (layouts.tags.tag_for: never 0, wraps after 2**32-1)
     ...               the stages' own buffers and scalars, in stage order
+    timeline Ptr(u64) only when linked with timeline=True (off by default), LAST, so every
+                      other argument keeps its offset: lane 0 of wave 0 stores k.clock() at
+                      the start and end of table entry e into timeline[2*e] and
+                      timeline[2*e + 1] (globaltimer ns on NVIDIA, s_memrealtime ticks on
+                      AMD, the interpreter's tick counter); `timeline_records` decodes it
 
 Table layout (int32 words):
 
@@ -73,6 +78,7 @@ from .schedule import (JobGraph, JobNode, Key, Schedule, check_deadlock_free, jo
 from .types import i32, u8, u32, u64
 
 LINK_ARGS = ("arena", "sched", "err", "tag")
+TIMELINE_ARG = "timeline"  # the optional per-entry timestamp buffer (link(timeline=True))
 TABLE_MAGIC = 0x4D4B4C31  # "MKL1"
 HEADER_WORDS = 4
 ENTRY_WORDS = 4
@@ -234,6 +240,7 @@ class LinkedKernel:
     waves: int
     poll_bound: int
     whats: list = field(default_factory=list)  # error detail strings, by code - 1
+    timeline: bool = False  # the kernel records per-entry timestamps (TIMELINE_ARG)
 
     @property
     def abi(self) -> ABI:
@@ -251,8 +258,14 @@ class LinkedKernel:
     def error_word() -> np.ndarray:
         return np.zeros(1, np.uint64)
 
+    @staticmethod
+    def timeline_buffer(table: "ScheduleTable") -> np.ndarray:
+        """A zeroed timestamp buffer for a timeline kernel: 2 u64 per table entry."""
+        return timeline_buffer(table)
+
     def args(self, *, arena, table, err, tag: int, **buffers) -> dict:
-        """The kernel's arguments by ABI name (table: a ScheduleTable or its data)."""
+        """The kernel's arguments by ABI name (table: a ScheduleTable or its data). A timeline
+        kernel also takes `timeline=` (see `timeline_buffer`)."""
         if not isinstance(tag, (int, np.integer)) or isinstance(tag, bool) or not 1 <= tag < 2**32:
             raise ValueError(f"tag {tag!r} must be an int in 1 .. 2**32-1 (0 means 'never written')")
         data = table.data if isinstance(table, ScheduleTable) else table
@@ -304,8 +317,48 @@ class LinkedKernel:
         return args
 
 
+def timeline_buffer(table: ScheduleTable) -> np.ndarray:
+    """A zeroed timestamp buffer for a timeline kernel: 2 u64 per table entry."""
+    return np.zeros(2 * max(1, int(table.data[3])), np.uint64)
+
+
+@dataclass(frozen=True)
+class TimelineRecord:
+    cta: int
+    position: int  # in the CTA's list
+    stage: str
+    job: int
+    start: int  # clock ticks (ns on NVIDIA); 0 = never recorded (the job was skipped)
+    end: int
+
+
+def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | None = None
+                     ) -> list[TimelineRecord]:
+    """Decode a timeline buffer: one record per table entry whose job ran (start != 0)."""
+    ts = np.asarray(stamps).reshape(-1).view(np.uint64)
+    d = table.data
+    G = int(d[1])
+    starts = d[HEADER_WORDS:HEADER_WORDS + G + 1]
+    hdr = (HEADER_WORDS + G + 1 + ENTRY_WORDS - 1) // ENTRY_WORDS * ENTRY_WORDS
+    ids = {i: n for n, i in table.stage_ids.items()}
+    if stage_names is not None:
+        ids = dict(enumerate(stage_names))
+    out = []
+    for c in range(G):
+        for p, e in enumerate(range(int(starts[c]), int(starts[c + 1]))):
+            if 2 * e + 1 >= ts.size:
+                raise ValueError(f"timeline buffer of {ts.size} stamps is too short for entry {e}")
+            t0, t1 = int(ts[2 * e]), int(ts[2 * e + 1])
+            if t0 == 0:
+                continue
+            sid, job = int(d[hdr + ENTRY_WORDS * e]), int(d[hdr + ENTRY_WORDS * e + 1])
+            out.append(TimelineRecord(c, p, ids.get(sid, str(sid)), job, t0, t1))
+    return out
+
+
 class _Builder:
-    def __init__(self, stages, waves, poll_bound, io):
+    def __init__(self, stages, waves, poll_bound, io, timeline=False):
+        self.timeline = timeline
         self.stages = stages
         self.waves = waves
         self.poll_bound = poll_bound
@@ -333,6 +386,13 @@ class _Builder:
         self.failed.set(self.failed.get() | f)
         k.barrier()
 
+    def stamp(self, e, which: int):
+        """Lane 0 of wave 0 stores the clock into timeline[2*e + which]."""
+        k = self.k
+        t = k.clock()
+        with k.if_(k.wave_id().eq(0)):
+            k.store(k.args.timeline, e * 2 + which, t, mask=k.lane_id().eq(0))
+
     def kernel(self, k):
         self.k = k
         a = k.args
@@ -358,27 +418,32 @@ class _Builder:
                         ent = k.load(a.sched, base + e * ENTRY_WORDS, i32, ENTRY_WORDS)
                         sid, job = k.extract(ent, 0), k.extract(ent, 1)
                         prio = k.cast(k.extract(ent, 2), u32)
+                        if self.timeline:
+                            self.stamp(e, 0)
                         for s_id, st in enumerate(self.stages):
                             with k.if_(sid.eq(s_id)):
                                 env = JobEnv(self, k, st, s_id, job, prio)
                                 with k.stage_scope(st.name):
                                     st.body(k, job, self.io(env) if self.io else env)
+                        if self.timeline:
+                            self.stamp(e, 1)
                         self.agree()
             with bad:
                 word = k.const((PRIO_TABLE_MISMATCH << 32) | self.what_code(WHAT_TABLE_MISMATCH), u64)
                 k.atomic("max", a.err, 0, word, order="relaxed", scope="device")
 
 
-def link_abi(stages: Sequence) -> tuple[ABI, dict]:
+def link_abi(stages: Sequence, timeline: bool = False) -> tuple[ABI, dict]:
     """The one ABI of the linked kernel: the linker's arguments, then every stage's declared
-    buffers and scalars (merged by name; a name declared twice must agree)."""
+    buffers and scalars (merged by name; a name declared twice must agree), then, with
+    `timeline`, the timestamp buffer."""
     merged: dict = {}
     per_stage: dict = {}
     for st in stages:
         decl = dict(st.kernel_args())
         per_stage[st.name] = list(decl)
         for n, kind in decl.items():
-            if n in LINK_ARGS:
+            if n in LINK_ARGS or (timeline and n == TIMELINE_ARG):
                 raise LinkError(f"stage {st.name!r}: argument name {n!r} is the linker's own")
             if not isinstance(kind, (Ptr, Scalar)):
                 raise LinkError(f"stage {st.name!r}: argument {n!r} must be Ptr(...) or Scalar(...)")
@@ -386,27 +451,30 @@ def link_abi(stages: Sequence) -> tuple[ABI, dict]:
                 raise LinkError(f"argument {n!r} declared as {merged[n]} and as {kind} "
                                 f"(stage {st.name!r})")
             merged[n] = kind
+    if timeline:
+        merged[TIMELINE_ARG] = Ptr(u64)
     abi = ABI(arena=Ptr(u8), sched=Ptr(i32, readonly=True), err=Ptr(u64), tag=Scalar(u32), **merged)
     return abi, per_stage
 
 
 def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
          wave_size: int | None = None, io: Callable | None = None,
-         poll_bound: int = DEFAULT_POLL_BOUND) -> LinkedKernel:
+         poll_bound: int = DEFAULT_POLL_BOUND, timeline: bool = False) -> LinkedKernel:
     """Build the persistent kernel of `stages` for `target`. `io(env)` wraps the JobEnv a
     body receives (e.g. a mailbox helper bound to the arena layout); without it the body
-    gets the JobEnv itself."""
+    gets the JobEnv itself. `timeline` adds the per-entry timestamp buffer (module doc)."""
     stages = list(stages)
     _check_stage_names(stages)
     if not stages:
         raise LinkError("nothing to link: no stages")
     if poll_bound < 1:
         raise LinkError(f"poll bound {poll_bound} must be at least 1")
-    abi, per_stage = link_abi(stages)
-    b = _Builder(stages, waves, poll_bound, io)
+    abi, per_stage = link_abi(stages, timeline)
+    b = _Builder(stages, waves, poll_bound, io, timeline)
     b.stage_args = per_stage
     kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size)
-    return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats))
+    return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats),
+                        bool(timeline))
 
 
 def schedule_stages(stages: Sequence, ctas: int, cost=None) -> tuple[JobGraph, Schedule]:
@@ -417,4 +485,5 @@ def schedule_stages(stages: Sequence, ctas: int, cost=None) -> tuple[JobGraph, S
 
 __all__ = ["link", "link_abi", "job_graph", "make_table", "schedule_stages", "LinkedKernel",
            "ScheduleTable", "JobEnv", "LinkError", "LaunchFailed", "LINK_ARGS",
-           "DEFAULT_POLL_BOUND", "TABLE_MAGIC"]
+           "DEFAULT_POLL_BOUND", "TABLE_MAGIC", "TIMELINE_ARG", "TimelineRecord",
+           "timeline_buffer", "timeline_records"]

@@ -10,6 +10,7 @@ A stage declares, in plain Python:
     writes(j)       -> [Use]  the region elements job j writes
     body(k, job, io)          DSL; `job` is a uniform runtime i32, `io` a layouts.Mailbox
     reference(env)  -> {name: tensor}   torch float64 of what it computes
+    bytes_moved()   -> {item: bytes} | None   optional: the byte floor (default: its buffers)
 
 and never names a CTA, a lane number of a vendor, a byte offset or a tag. Which job produced
 what a job reads is derived from the writes of every stage of the launch (`resolve`), so the
@@ -88,6 +89,11 @@ class Stage:
     def scalars(self) -> dict:
         return {}
 
+    def bytes_moved(self) -> dict | None:
+        """{item: bytes} this stage must move per launch (weights once, caches once: the byte
+        floor), or None to count its declared buffers (Launch.bytes_moved)."""
+        return None
+
     def reads(self, j: int) -> list[Use]:
         return []
 
@@ -155,10 +161,11 @@ def resolve(stages) -> dict:
             if n != r.publishers:
                 raise ValueError(f"bulk {name!r} declares {r.publishers} publishers but {n} jobs "
                                  "write it")
+    bulk_writes: dict = {}  # bulk region -> its writes sorted by lo (every reader waits for all)
     for st in stages:
         deps = {}
         for job in st.jobs():
-            ks = []
+            ks, seen = [], set()
             for u in st.reads(job.index):
                 if u.region not in regions:
                     raise ValueError(f"stage {st.name!r} job {job.index} reads unknown region {u.region!r}")
@@ -166,14 +173,21 @@ def resolve(stages) -> dict:
                 if order[owner] >= order[st.name]:
                     raise ValueError(f"stage {st.name!r} reads {u.region!r}, written by the later or "
                                      f"same stage {owner!r}")
-                hit = [(w, key) for (w, key) in writers[u.region]
-                       if isinstance(r, BulkBuffer) or w.overlaps(u)]
-                covered = _covered(u, [w for w, _ in hit])
+                if isinstance(r, BulkBuffer):
+                    hit = writers[u.region]
+                    if u.region not in bulk_writes:
+                        bulk_writes[u.region] = sorted((w for w, _ in hit), key=lambda w: w.lo)
+                    ws = bulk_writes[u.region]
+                else:
+                    hit = [(w, key) for (w, key) in writers[u.region] if w.overlaps(u)]
+                    ws = [w for w, _ in hit]
+                covered = _covered(u, ws)
                 if not covered:
                     raise ValueError(f"stage {st.name!r} job {job.index} reads {u.region!r}"
                                      f"[{u.lo}:{u.hi}], which no job writes entirely")
                 for _, key in hit:
-                    if key not in ks:
+                    if key not in seen:
+                        seen.add(key)
                         ks.append(key)
             deps[job.index] = ks
         st._deps = deps

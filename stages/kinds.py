@@ -17,6 +17,8 @@ class Kind:
     doc: str
     launch: Callable  # (spec: spec.BuildSpec) -> stages.launch.Launch
     inputs: Callable  # (launch, spec, rng: numpy Generator) -> dict of numpy inputs
+    # False for test-only kinds (e.g. "synthetic"): tools build/check/time them only when named
+    default: bool = True
 
 
 KINDS: dict[str, Kind] = {}
@@ -42,9 +44,16 @@ def names() -> list[str]:
     return sorted(KINDS)
 
 
+def default_names() -> list[str]:
+    """The kinds a tool runs when none is named: every registered kind but test-only ones."""
+    _load()
+    return sorted(n for n, k in KINDS.items() if k.default)
+
+
 def _load():
     """Import the modules that register kinds (each registers itself on import)."""
     from . import synthetic  # noqa: F401
+    from . import select  # noqa: F401  (select, select_hist)
     try:
         from . import front  # noqa: F401
     except ImportError as e:  # the front stage is being written

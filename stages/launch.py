@@ -9,7 +9,10 @@
     L.tag(step)      layouts.tags.tag_for(step, launch_index, launches_per_step)
     L.run_interp(inputs, arena=..., step=...)   run, check the error word, decode the arena
     L.run_cuda(inputs, arena=..., step=...)     the same through the CUDA driver
+    L.run_hip(inputs, arena=..., step=...)      the same through HIP (monokernel.launch.hip)
     L.reference(inputs)                          the stages' float64 references, chained
+    L.bytes_moved()                              the byte floor's numerator (weights once, ...)
+    L.timeline_buffer() / L.timeline(stamps)     per-job timestamps (run_*(timeline=buffer))
 
 The arena passed in is the scratch: zeroed once (`L.new_arena()`), then reused by every
 launch, never reset; the tag tells each launch's words from the previous ones'.
@@ -57,7 +60,8 @@ class Launch:
         self.witness = check_deadlock_free(self.schedule, self.graph, max_resident_ctas=grid)
         self.table = mlink.make_table(self.stages, self.schedule, self.graph, grid)
         self._linked: dict = {}
-        self._cuda = None
+        self._cuda: dict = {}
+        self._hip: dict = {}
 
     # -- layout and proofs ----------------------------------------------------------------
     def accesses(self) -> list[Access]:
@@ -88,17 +92,48 @@ class Launch:
         return tag_for(step, self.launch_index, self.launches_per_step)
 
     # -- build ----------------------------------------------------------------------------
-    def linked(self, target: str = "interp", wave_size: int | None = None) -> mlink.LinkedKernel:
-        key = (target, wave_size)
+    def linked(self, target: str = "interp", wave_size: int | None = None,
+               timeline: bool = False) -> mlink.LinkedKernel:
+        key = (target, wave_size, bool(timeline))
         if key not in self._linked:
             arena = self.arena
             self._linked[key] = mlink.link(
                 self.name, self.stages, target=target, waves=self.waves, wave_size=wave_size,
-                io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound)
+                io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound,
+                timeline=timeline)
         return self._linked[key]
 
-    def kernel(self, target: str = "interp", wave_size: int | None = None):
-        return self.linked(target, wave_size).kernel
+    def kernel(self, target: str = "interp", wave_size: int | None = None,
+               timeline: bool = False):
+        return self.linked(target, wave_size, timeline).kernel
+
+    # -- what it moves and when each job ran --------------------------------------------------
+    def bytes_moved(self) -> dict:
+        """The bytes the launch must move, by item (the byte floor's numerator: weights once,
+        caches once, activations in, outputs out; never the arena's mailbox traffic). A stage
+        may say it exactly with `bytes_moved() -> {item: bytes}`; a stage that returns None
+        (the default) counts its declared buffers, each buffer once per launch however many
+        stages declare it."""
+        out: dict = {}
+        seen: set = set()
+        for st in self.stages:
+            own = st.bytes_moved() if hasattr(st, "bytes_moved") else None
+            names = set(st.buffers())
+            if own is None:
+                own = {n: b.elements * b.dtype.bytes for n, b in st.buffers().items()
+                       if n not in seen}
+            for item, nb in own.items():
+                out[item] = out.get(item, 0) + int(nb)
+            seen |= names
+        return out
+
+    def timeline_buffer(self) -> np.ndarray:
+        """A zeroed timestamp buffer (2 u64 per schedule entry) for run_*(timeline=...)."""
+        return mlink.timeline_buffer(self.table)
+
+    def timeline(self, stamps) -> list:
+        """link.TimelineRecord per job that ran: CTA, position, stage, job, start, end."""
+        return mlink.timeline_records(self.table, stamps)
 
     def buffer_specs(self) -> dict:
         out = {}
@@ -132,30 +167,35 @@ class Launch:
     def run_interp(self, inputs: dict, *, arena: np.ndarray | None = None, step: int | None = None,
                    tag: int | None = None, mode: str = "inorder", seed: int = 0,
                    on_stall: str = "raise", wave_size: int | None = None,
-                   max_steps: int = 50_000_000) -> Result:
+                   max_steps: int = 50_000_000, timeline: np.ndarray | None = None) -> Result:
         """Run the launch in the interpreter. `arena` is updated in place (pass the same one to
         every launch: it is never reset); `inputs` output buffers are written in place.
         Raises link.LaunchFailed naming the stage, job and CTA that timed out and the producer
-        jobs whose words never arrived."""
+        jobs whose words never arrived. With `timeline` (a `timeline_buffer()`), the timeline
+        kernel runs and fills it with interpreter ticks."""
         tag = self._tag(step, tag)
         arena = self.new_arena() if arena is None else arena
         if arena.dtype != np.uint8 or arena.size != self.arena.total_bytes:
             raise ValueError(f"arena must be {self.arena.total_bytes} uint8 bytes")
-        lk = self.linked("interp", wave_size)
+        lk = self.linked("interp", wave_size, timeline is not None)
         err = lk.error_word()
-        args = lk.args(arena=arena, table=self.table, err=err, tag=tag, **self._buffers(inputs))
+        args = lk.args(arena=arena, table=self.table, err=err, tag=tag,
+                       **self._buffers(inputs, timeline))
         from monokernel import interp
         interp.run(lk.kernel, args, grid=self.table.grid, mode=mode, seed=seed,
                    on_stall=on_stall, max_steps=max_steps)
         self._check(lk, err, arena, tag)
         return self._result(inputs, arena, tag)
 
-    def _buffers(self, inputs):
+    def _buffers(self, inputs, timeline=None):
         specs = self.buffer_specs()
         missing = [n for n in specs if n not in inputs]
         if missing:
             raise ValueError(f"launch {self.name}: missing buffers {missing}")
-        return {n: inputs[n] for n in specs}
+        out = {n: inputs[n] for n in specs}
+        if timeline is not None:
+            out[mlink.TIMELINE_ARG] = timeline
+        return out
 
     def _result(self, inputs, arena, tag) -> Result:
         """Output buffers (as passed: numpy, or CUDA tensors) and the decoded host arena."""
@@ -199,23 +239,57 @@ class Launch:
                         out.append(key)
         return out
 
+    def cuda_kernel(self, timeline: bool = False, device=None):
+        """The CudaKernel of the sm_90a build (loaded once per timeline flag)."""
+        from monokernel.launch.cuda import CudaKernel
+        if timeline not in self._cuda:
+            self._cuda[timeline] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
+                                              device=device)
+        return self._cuda[timeline]
+
     def run_cuda(self, inputs: dict, *, arena, step: int | None = None, tag: int | None = None,
-                 device=None):
+                 device=None, timeline=None):
         """Run on an NVIDIA GPU (sm_90a PTX, cooperative launch on the schedule's grid).
         `inputs` and `arena` are CUDA torch tensors (the arena is never reset: pass the same
         one to every launch); raises link.LaunchFailed on a timeout. The Result's regions are
-        decoded from a host copy of the arena."""
+        decoded from a host copy of the arena. `timeline`: a CUDA u64/int64 tensor of
+        2 x entries stamps (globaltimer ns) runs the timeline kernel."""
         import torch
-        from monokernel.launch.cuda import CudaKernel
         tag = self._tag(step, tag)
-        lk = self.linked("sm_90a")
-        if self._cuda is None:
-            self._cuda = CudaKernel(lk.kernel, device=device)
+        lk = self.linked("sm_90a", None, timeline is not None)
+        ck = self.cuda_kernel(timeline is not None, device)
         dev = arena.device
         table = torch.from_numpy(self.table.data).to(dev)
         err = torch.zeros(1, dtype=torch.int64, device=dev)
-        args = lk.args(arena=arena, table=table, err=err, tag=tag, **self._buffers(inputs))
-        self._cuda.launch(args, grid=self.table.grid)
+        args = lk.args(arena=arena, table=table, err=err, tag=tag,
+                       **self._buffers(inputs, timeline))
+        ck.launch(args, grid=self.table.grid)
+        host_err = err.cpu().numpy().view(np.uint64)
+        host_arena = arena.cpu().numpy()
+        self._check(lk, host_err, host_arena, tag)
+        return self._result(inputs, host_arena, tag)
+
+    def run_hip(self, inputs: dict, *, arena, step: int | None = None, tag: int | None = None,
+                target: str = "gfx950", code_object: bytes | None = None, timeline=None):
+        """Run on an AMD GPU through HIP (monokernel.launch.hip; untested: no AMD GPU is
+        available to the project). `inputs` and `arena` are ROCm torch tensors; the code
+        object is built for `target` unless given."""
+        import torch
+        from monokernel.launch.hip import HipKernel
+        tag = self._tag(step, tag)
+        lk = self.linked(target, None, timeline is not None)
+        key = (target, timeline is not None)
+        if key not in self._hip:
+            if code_object is None:
+                from monokernel.build import build
+                code_object = build(lk.kernel).data
+            self._hip[key] = HipKernel(code_object, lk.kernel)
+        dev = arena.device
+        table = torch.from_numpy(self.table.data).to(dev)
+        err = torch.zeros(1, dtype=torch.int64, device=dev)
+        args = lk.args(arena=arena, table=table, err=err, tag=tag,
+                       **self._buffers(inputs, timeline))
+        self._hip[key].launch(args, grid=self.table.grid)
         host_err = err.cpu().numpy().view(np.uint64)
         host_arena = arena.cpu().numpy()
         self._check(lk, host_err, host_arena, tag)

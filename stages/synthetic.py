@@ -287,4 +287,4 @@ def _kind_inputs(launch, spec, rng):
 from .kinds import Kind, register  # noqa: E402
 
 register(Kind("synthetic", "producer -> K-split reduction -> fan-in/fan-out norm -> gather "
-              "(the assembly's proof launch)", _kind_launch, _kind_inputs))
+              "(the assembly's proof launch)", _kind_launch, _kind_inputs, default=False))

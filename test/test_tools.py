@@ -1,0 +1,290 @@
+"""The user's tools (tools/): build writes code objects + manifests that lint accepts and a
+doctored one fails; check_layer digests are identical run to run, --compare tells equal from
+different dumps, --perturb changes them; time_layers --timeline prints per-stage rows from the
+kernel's own timestamps (interpreter ticks); bad options are clear argparse errors; the HIP
+launcher packs kernargs from the ABI and says clearly when ROCm is absent."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from monokernel import link as mlink
+from monokernel.codeobject import read_code_object
+from stages.synthetic import SyntheticConfig, make_inputs, synthetic_launch
+from tools import build, check_layer, lint, time_layers
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    rc = build.main(["--config", "tiny", "--kind", "synthetic", "--rows", "2,4",
+                     "--target", "gfx950,gfx942,sm_90a", "--out", str(out)])
+    assert rc == 0
+    return out
+
+
+# ------------------------------------------------------------------------------------ build
+
+def test_build_writes_every_artifact_with_its_manifest(built):
+    for r in (2, 4):
+        d = built / "tiny" / "tp1" / f"r{r}" / "fp8"
+        for t, ext in (("gfx950", "co"), ("gfx942", "co"), ("sm_90a", "ptx")):
+            assert (d / f"synthetic.{t}.{ext}").is_file()
+            assert (d / f"synthetic.{t}.json").is_file()
+    m = json.loads((built / "tiny/tp1/r2/fp8/synthetic.gfx950.json").read_text())
+    assert m["spec"] == dict(config="tiny", tp=1, rows=2, kv="fp8", target="gfx950")
+    assert m["launch_kind"] == "synthetic" and m["model"]["name"] == "tiny"
+    assert [a["name"] for a in m["abi"]] == ["arena", "sched", "err", "tag", "W", "h", "g", "out"]
+    assert [a["offset"] for a in m["abi"]] == [0, 8, 16, 24, 32, 40, 48, 56]
+    assert [r["name"] for r in m["arena"]["regions"]] == ["partials", "y", "z"]
+    assert m["schedule"]["grid"] == 256 and m["schedule"]["jobs"] == 26
+    assert sum(len(c) for c in m["schedule"]["cta_jobs"]) == 26
+    assert m["registers"]["within_budget"] and m["registers"]["budget"]["lds"] == 160 * 1024
+    assert m["figures"]["vgpr_spill"] == 0 and m["figures"]["scratch"] == 0
+    assert m["bytes_moved"]["total"] == sum(m["bytes_moved"]["items"].values()) > 0
+    m942 = json.loads((built / "tiny/tp1/r2/fp8/synthetic.gfx942.json").read_text())
+    assert m942["schedule"]["grid"] == 304 and m942["registers"]["budget"]["lds"] == 64 * 1024
+    co = (built / "tiny/tp1/r2/fp8/synthetic.gfx950.co").read_bytes()
+    assert read_code_object(co).chip == "gfx950"
+
+
+def test_build_prints_the_table_and_exits_nonzero_on_a_spill(tmp_path, capsys, monkeypatch):
+    from monokernel.build import Artifact
+    real = Artifact.figures
+
+    def spilling(self):
+        f = real(self)
+        return dict(f, vgpr_spill=3) if self.target == "gfx942" else f
+    monkeypatch.setattr(Artifact, "figures", spilling)
+    rc = build.main(["--config", "tiny", "--kind", "synthetic", "--rows", "2",
+                     "--out", str(tmp_path)])
+    cap = capsys.readouterr()
+    assert rc == 1 and "spills or scratch in synthetic.gfx942" in cap.err
+    assert "vgpr_spill" in cap.out and "tiny/tp1/r2/fp8" in cap.out
+
+
+def test_build_keeps_the_proof_kernels(tmp_path, capsys):
+    assert build.main(["--proofs", "--kernel", "rmsnorm", "--target", "gfx950",
+                       "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "proofs" / "rmsnorm.gfx950.co").is_file()
+    assert lint.main([str(tmp_path)]) == 0
+
+
+# ------------------------------------------------------------------------------------- lint
+
+def test_lint_accepts_what_build_wrote(built, capsys):
+    assert lint.main([str(built)]) == 0
+    out = capsys.readouterr().out
+    assert "6 code object(s): no violations" in out and "synthetic.gfx942.co" in out
+
+
+def _copy(built, tmp_path, name):
+    src = built / "tiny/tp1/r2/fp8"
+    d = tmp_path / "x"
+    d.mkdir()
+    for ext in (name.rsplit(".", 1)[1], "json"):
+        stem = name.rsplit(".", 1)[0]
+        shutil.copy(src / f"{stem}.{ext}", d / f"{stem}.{ext}")
+    return d / name, d / (name.rsplit(".", 1)[0] + ".json")
+
+
+def test_lint_fails_a_manifest_whose_abi_is_not_the_kernels(built, tmp_path, capsys):
+    co, mf = _copy(built, tmp_path, "synthetic.gfx950.co")
+    m = json.loads(mf.read_text())
+    m["abi"][4]["offset"] += 8  # W declared 8 bytes later than the code object has it
+    mf.write_text(json.dumps(m))
+    assert lint.main([str(co.parent)]) == 1
+    err = capsys.readouterr().err
+    assert "kernarg 4" in err and "W@32:8B ptr" in err and "W@40:8B ptr" in err
+
+
+def test_lint_fails_a_code_object_for_another_chip(built, tmp_path, capsys):
+    import hashlib
+    co, mf = _copy(built, tmp_path, "synthetic.gfx950.co")
+    data = bytearray(co.read_bytes())
+    flags = int.from_bytes(data[48:52], "little")  # e_flags of an ELF64 header
+    data[48:52] = ((flags & ~0xFF) | 0x4C).to_bytes(4, "little")  # EF_AMDGPU_MACH gfx942
+    co.write_bytes(bytes(data))
+    m = json.loads(mf.read_text())
+    m["sha256"] = hashlib.sha256(bytes(data)).hexdigest()  # only the chip is wrong
+    mf.write_text(json.dumps(m))
+    assert lint.main([str(co.parent)]) == 1
+    err = capsys.readouterr().err
+    assert "chip: e_flags" in err and "gfx942, the manifest says gfx950" in err
+
+
+def test_lint_fails_altered_bytes_figures_and_ptx_params(built, tmp_path, capsys):
+    co, mf = _copy(built, tmp_path, "synthetic.gfx942.co")
+    m = json.loads(mf.read_text())
+    m["figures"]["vgpr"] = 7
+    mf.write_text(json.dumps(m))
+    with open(co, "ab") as f:
+        f.write(b"\0")
+    assert lint.main([str(co.parent)]) == 1
+    err = capsys.readouterr().err
+    assert "sha256 is not the manifest's" in err and "manifest figure vgpr = 7" in err
+    shutil.rmtree(co.parent)
+    ptx, mf = _copy(built, tmp_path, "synthetic.sm_90a.ptx")
+    m = json.loads(mf.read_text())
+    m["abi"][3]["size"] = 8  # the u32 tag declared as 8 bytes
+    m.pop("sha256")
+    mf.write_text(json.dumps(m))
+    assert lint.main([str(ptx.parent)]) == 1
+    assert "kernarg: PTX params" in capsys.readouterr().err
+
+
+def test_lint_budget_depends_on_the_cta_size():
+    from monokernel.targets import GFX950
+    assert lint.budget(GFX950, 256)["unified"] == 512  # 4 waves: one per SIMD
+    assert lint.budget(GFX950, 1024)["unified"] == 128  # 16 waves: 4 per SIMD
+    assert lint.unified_used(50) == 56 and lint.unified_used(298) == 304
+    assert lint.arch_vgprs(298, 42) == 256 and lint.arch_vgprs(50, 0) == 50
+
+
+# ------------------------------------------------------------------------------ check_layer
+
+CL = ["--kind", "synthetic", "--config", "tiny", "--rows", "2,8", "--kv", "fp8"]
+
+
+def test_check_layer_digests_are_identical_run_to_run_and_compare(tmp_path, capsys):
+    a, b, p = tmp_path / "a", tmp_path / "b", tmp_path / "p"
+    assert check_layer.main(CL + ["--dump", str(a)]) == 0
+    assert check_layer.main(CL + ["--dump", str(b)]) == 0
+    assert check_layer.main(CL + ["--dump", str(p), "--perturb"]) == 0
+    capsys.readouterr()
+    da = json.loads((a / "tiny/tp1/r2/fp8/synthetic.json").read_text())
+    assert da["backend"] == "interp" and da["perturb"] is None
+    assert [lr["tag"] for lr in da["launches"]] == [1, 2]
+    assert set(da["launches"][0]["digests"]) == {"output/out", "arena/partials", "arena/y",
+                                                 "arena/z"}
+    for e in da["launches"][0]["errors"].values():
+        assert e["ok"] and e["rel_err"] <= e["tol"]
+    assert (a / "tiny/tp1/r2/fp8/synthetic.json").read_text() != "" and \
+        check_layer.load_dump(a) == check_layer.load_dump(b)
+    assert check_layer.main(["--compare", str(a), str(b)]) == 0
+    assert "all 16 digests equal" in capsys.readouterr().out
+    # the negative control: one input bit flipped changes every digest it feeds
+    dp = json.loads((p / "tiny/tp1/r2/fp8/synthetic.json").read_text())
+    assert dp["perturb"] == dict(buffer="W", element=0, bit=22)
+    assert check_layer.main(["--compare", str(a), str(p)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFF tiny/tp1/r2/fp8/synthetic.json launch 0 output/out" in out
+    assert "16 of 16 digests differ" in out
+    # a dump missing a spec differs too
+    (b / "tiny/tp1/r8/fp8/synthetic.json").unlink()
+    assert check_layer.main(["--compare", str(a), str(b)]) == 1
+    assert "!= missing" in capsys.readouterr().out
+
+
+def test_check_layer_without_rocm_says_so(tmp_path, capsys, monkeypatch):
+    from monokernel.launch import hip
+    monkeypatch.setattr(hip, "_LIB", None)
+    monkeypatch.setattr(hip, "_candidates", lambda: [str(tmp_path / "libamdhip64.so")])
+    assert check_layer.main(CL + ["--backend", "hip", "--dump", str(tmp_path)]) == 2
+    assert "libamdhip64.so) is not on this machine" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ time_layers
+
+def test_time_layers_timeline_in_the_interpreter_prints_stage_rows(capsys):
+    rc = time_layers.main(["--kind", "synthetic", "--config", "tiny", "--rows", "4",
+                           "--backend", "interp", "--timeline"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "timeline of synthetic tiny/tp1/r4/fp8" in out and "ticks" in out
+    rows = {l.split()[0]: l.split() for l in out.splitlines() if l.split()[:1] and
+            l.split()[0] in ("produce", "reduce", "norm", "gather")}
+    assert set(rows) == {"produce", "reduce", "norm", "gather"}
+    assert [int(rows[s][1]) for s in ("produce", "reduce", "norm", "gather")] == [16, 4, 4, 2]
+    # a consumer stage ends after its producers start
+    assert float(rows["gather"][3]) > float(rows["norm"][2]) >= float(rows["produce"][2])
+
+
+def test_timeline_records_every_job_in_order_and_leaves_the_plain_abi_alone():
+    L = synthetic_launch(SyntheticConfig(), grid=3)
+    plain, timed = L.kernel("interp"), L.kernel("interp", timeline=True)
+    assert plain.abi.names() == timed.abi.names()[:-1] and timed.abi.names()[-1] == "timeline"
+    assert [s.offset for s in plain.abi.slots] == [s.offset for s in timed.abi.slots[:-1]]
+    inp = make_inputs(SyntheticConfig(), np.random.default_rng(3))
+    ts = L.timeline_buffer()
+    r = L.run_interp(inp, step=0, mode="random", seed=5, timeline=ts)
+    recs = L.timeline(ts)
+    assert len(recs) == L.schedule.num_jobs
+    assert {(x.stage, x.job) for x in recs} == set(L.schedule.placement)
+    for x in recs:
+        assert 0 < x.start < x.end
+        assert L.schedule.placement[(x.stage, x.job)] == (x.cta, x.position)
+    by_cta = {}
+    for x in recs:
+        by_cta.setdefault(x.cta, []).append(x)
+    for lst in by_cta.values():
+        assert all(a.end < b.start for a, b in zip(lst, lst[1:]))
+    ref = L.reference(inp)
+    assert np.allclose(r.outputs["out"], ref["out"], rtol=1e-4)
+    with pytest.raises(mlink.LinkError, match="linker's own"):
+        from types import SimpleNamespace
+        from monokernel.ir import Ptr
+        from monokernel.types import u64
+        mlink.link_abi([SimpleNamespace(name="s", kernel_args=lambda: {"timeline": Ptr(u64)})],
+                       timeline=True)
+
+
+def test_bytes_moved_counts_each_buffer_once():
+    L = synthetic_launch(SyntheticConfig(), grid=2)
+    c = SyntheticConfig()
+    assert L.bytes_moved() == {"W": c.n * c.k * 4, "h": c.k * 4, "g": c.n * 4, "out": c.n * 4}
+
+
+# ---------------------------------------------------------------------------------- options
+
+@pytest.mark.parametrize("tool,argv,message", [
+    (check_layer, ["--rows", "3"], "argument --rows: rows 3 is not built; choose from 2, 4, 8"),
+    (time_layers, ["--rows", "2,3"], "rows 3 is not built"),
+    (build, ["--kind", "nosuch"], "argument --kind: unknown launch kind 'nosuch'; known:"),
+    (check_layer, ["--kind", "synthetic,nosuch"], "unknown launch kind 'nosuch'"),
+    (build, ["--target", "gfx90a"], "target gfx90a is not built; choose from gfx950, gfx942, sm_90a"),
+    (check_layer, ["--tp", "6"], "TP 6 is not built"),
+    (check_layer, ["--config", "glm6"], "unknown config 'glm6'"),
+    (build, ["--config", "tiny", "--tp", "8"], "TP 8 does not divide tiny's 4 heads"),
+    (time_layers, ["--backend", "interp"], "use it with --timeline"),
+    (time_layers, ["--plot", "x.png"], "add --timeline"),
+])
+def test_bad_options_are_clear_argparse_errors(tool, argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        tool.main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------- hip
+
+def test_hip_kernargs_are_packed_at_the_abi_offsets():
+    from monokernel.launch.hip import HipError, pack_kernargs
+    L = synthetic_launch(SyntheticConfig(), grid=2)
+    k = L.kernel("gfx950")
+    args = dict(arena=0x1000, sched=0x2000, err=0x3000, tag=7, W=0x4000, h=0x5000, g=0x6000,
+                out=0x7000)
+    buf = pack_kernargs(k, args, 320)
+    assert len(buf) == 320 and buf[64:] == bytes(256)
+    for s in k.abi.slots:
+        got = int.from_bytes(buf[s.offset:s.offset + s.kind.size], "little")
+        assert got == args[s.name]
+    with pytest.raises(HipError, match="missing"):
+        pack_kernargs(k, {n: v for n, v in args.items() if n != "W"})
+    with pytest.raises(HipError, match="smaller than"):
+        pack_kernargs(k, args, 16)
+
+
+def test_gpu_backends_move_inputs_with_their_shape_and_bits():
+    """What --backend cuda/hip upload keeps each input's shape (launches validate inputs on
+    the tensor) and bits (unsigned data travels as the signed integer of its width)."""
+    from tools import common
+    a = {"x": np.arange(12, dtype=np.uint16).reshape(3, 4) | 0x8000,
+         "pos": np.array([5, 70], np.int32), "w": np.arange(6, dtype=np.uint8).reshape(2, 3),
+         "s": np.linspace(-1, 1, 5, dtype=np.float32)}
+    for n, v in a.items():
+        t = common.to_device(v, "cpu")
+        assert tuple(t.shape) == v.shape and t.element_size() == v.itemsize
+        back = common.from_device(t, v)
+        assert back.dtype == v.dtype and np.array_equal(back, v)

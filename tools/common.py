@@ -1,0 +1,371 @@
+"""What the CLIs share: option parsing with clear errors, the kinds a tool runs by default,
+specs, tables, progress lines, seeded inputs and the backends that run a launch."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import sys
+import time
+
+import numpy as np
+
+from spec import KV_KINDS, ROWS, TPS, BuildSpec, SpecError
+from spec.catalogue import CONFIGS
+
+BUILD_TARGETS = ("gfx950", "gfx942", "sm_90a")
+
+
+# ------------------------------------------------------------------------------ option types
+
+def csv(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def _choices(what, allowed, convert=str):
+    def parse(s):
+        out = []
+        for x in csv(s):
+            try:
+                v = convert(x)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{what} {x!r} is not a number") from None
+            if v not in allowed:
+                raise argparse.ArgumentTypeError(
+                    f"{what} {x} is not built; choose from {', '.join(map(str, allowed))}")
+            if v not in out:
+                out.append(v)
+        if not out:
+            raise argparse.ArgumentTypeError(f"no {what} given")
+        return out
+    parse.__name__ = what
+    return parse
+
+
+rows_list = _choices("rows", ROWS, int)
+kv_list = _choices("kv cache kind", KV_KINDS)
+target_list = _choices("target", BUILD_TARGETS)
+
+
+def config_name(s: str) -> str:
+    if s not in CONFIGS:
+        raise argparse.ArgumentTypeError(f"unknown config {s!r}; choose from {', '.join(CONFIGS)}")
+    return s
+
+
+def tp_value(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"TP {s!r} is not a number") from None
+    if v not in TPS:
+        raise argparse.ArgumentTypeError(f"TP {v} is not built; choose from {', '.join(map(str, TPS))}")
+    return v
+
+
+def pos_list(s: str) -> list[int]:
+    out = []
+    for x in csv(s):
+        try:
+            v = int(x)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"position {x!r} is not a number") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"position {v} must be >= 0")
+        out.append(v)
+    if not out:
+        raise argparse.ArgumentTypeError("no position given")
+    return out
+
+
+def kind_list(s: str) -> list[str]:
+    from stages import kinds
+    out = []
+    for x in csv(s):
+        try:
+            kinds.kind(x)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        out.append(x)
+    if not out:
+        raise argparse.ArgumentTypeError("no launch kind given")
+    return out
+
+
+def default_kinds(fallback: str = "synthetic") -> list[str]:
+    """Every registered kind but test-only ones; `fallback` when none is registered yet."""
+    from stages import kinds
+    names = kinds.default_names()
+    return names or [fallback]
+
+
+def preferred_kind(name: str = "front", fallback: str = "synthetic") -> list[str]:
+    from stages import kinds
+    return [name] if name in kinds.names() else [fallback]
+
+
+def resolve_tp(ap: argparse.ArgumentParser, config: str, tp: int | None) -> int:
+    tp = (1 if config == "tiny" else 8) if tp is None else tp
+    try:
+        BuildSpec.make(config, tp, ROWS[0], KV_KINDS[0], "interp")
+    except SpecError as e:
+        ap.error(str(e))
+    return tp
+
+
+def make_spec(config, tp, rows, kv, target) -> BuildSpec:
+    return BuildSpec.make(config, tp, rows, kv, target)
+
+
+# ---------------------------------------------------------------------------------- printing
+
+def table(rows: list[dict], columns) -> str:
+    """Columns: names, or (name, header) pairs; numbers right-aligned."""
+    cols = [(c, c) if isinstance(c, str) else c for c in columns]
+
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e5 else f"{v:.2f}"
+        return str(v)
+    cells = [[cell(r.get(c)) for c, _ in cols] for r in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, (_, h) in enumerate(cols)]
+    num = [bool(rows) and all(isinstance(r.get(c), (int, float)) or r.get(c) is None
+                              for r in rows) for c, _ in cols]
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, num)).rstrip()
+    return "\n".join([line([h for _, h in cols])] + [line(r) for r in cells])
+
+
+class Progress:
+    """Progress of `total` items: tqdm or rich if installed, else one plain line per item."""
+
+    def __init__(self, total: int, desc: str, stream=None):
+        self.total, self.desc, self.n = total, desc, 0
+        self.stream = stream or sys.stdout
+        self.t0 = time.time()
+        self._bar = self._rich = None
+        try:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, desc=desc, file=self.stream, leave=False)
+            return
+        except ImportError:
+            pass
+        try:
+            from rich.progress import Progress as RichProgress
+            self._rich = RichProgress(transient=True)
+            self._rich.start()
+            self._task = self._rich.add_task(desc, total=total)
+        except ImportError:
+            pass
+
+    def update(self, item: str):
+        self.n += 1
+        if self._bar is not None:
+            self._bar.set_postfix_str(item, refresh=False)
+            self._bar.update(1)
+        elif self._rich is not None:
+            self._rich.update(self._task, advance=1, description=f"{self.desc}: {item}")
+        else:
+            print(f"  [{self.n}/{self.total}] {self.desc}: {item} ({time.time() - self.t0:.1f} s)",
+                  file=self.stream, flush=True)
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+        if self._rich is not None:
+            self._rich.stop()
+
+
+# ------------------------------------------------------------------------------------ inputs
+
+def kind_inputs(kind, launch, spec, rng, pos: int | None = None) -> tuple[dict, bool]:
+    """The kind's seeded inputs (a fresh copy); passes `pos` where the kind's inputs function
+    takes it. Returns (inputs, whether pos was used)."""
+    takes_pos = "pos" in inspect.signature(kind.inputs).parameters
+    if takes_pos and pos is not None:
+        inp = kind.inputs(launch, spec, rng, pos=pos)
+    else:
+        inp = kind.inputs(launch, spec, rng)
+    return {n: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
+            for n, v in inp.items()}, takes_pos and pos is not None
+
+
+MANTISSA_BITS = {"f64": 52, "f32": 23, "f16": 10, "bf16": 7, "fp8e4m3fn": 3, "fp8e4m3fnuz": 3}
+
+
+def perturb_target(launch) -> tuple[str, int, int]:
+    """The bit `--perturb` flips: element 0 of the first floating-point INPUT buffer of the
+    launch (in ABI order, outputs excluded), its most significant mantissa bit (f32 bit 22,
+    bf16 bit 6, e4m3 bit 2): a change of a quarter to a half of the value, which every kind
+    carries to its outputs. Returns (buffer, element, bit)."""
+    specs = launch.buffer_specs()  # in stage order: the ABI's order after the linker's args
+    for name, b in specs.items():
+        if not b.output and b.dtype.name in MANTISSA_BITS:
+            return name, 0, MANTISSA_BITS[b.dtype.name] - 1
+    for name, b in specs.items():  # no float input: bit 0 of an integer
+        if not b.output:
+            return name, 0, 0
+    raise ValueError(f"launch {launch.name} has no input buffer to perturb")
+
+
+def flip_bit(inputs: dict, name: str, element: int, bit: int):
+    a = inputs[name]
+    raw = a.reshape(-1).view(np.dtype(f"u{a.dtype.itemsize}"))
+    raw[element] ^= raw.dtype.type(1 << bit)
+
+
+# ----------------------------------------------------------------------------------- digests
+
+def sha(arr) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+
+
+def region_bytes(launch, arena: np.ndarray, name: str) -> np.ndarray:
+    p = launch.arena[name]
+    return arena[p.offset:p.offset + p.span]
+
+
+def as_f64(arr, dtype) -> np.ndarray:
+    from monokernel import numerics
+    from monokernel.types import STORAGE_ONLY
+    a = np.asarray(arr)
+    if dtype in STORAGE_ONLY:
+        return numerics.to_f64(a, dtype)
+    return a.astype(np.float64)
+
+
+def rel_err(got, ref) -> float:
+    """Max-norm relative error against the float64 reference (inf for NaN or a shape change)."""
+    got = np.asarray(got, np.float64).reshape(-1)
+    ref = np.asarray(ref, np.float64).reshape(-1)
+    if got.size != ref.size:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    d = np.abs(got - ref)
+    if np.isnan(d).any():
+        return float("inf")
+    return float(d.max() / max(np.abs(ref).max(), 1e-30))
+
+
+def reference_errors(launch, inputs: dict, outputs: dict, regions: dict) -> dict:
+    """{name: {rel_err, tol, ok}} of every output buffer and region the stages' float64
+    references compute, against what the run produced."""
+    ref = launch.reference(inputs)
+    specs = launch.buffer_specs()
+    owner_tol, dtypes = {}, {}
+    for st in launch.stages:
+        for r in st.regions():
+            owner_tol[r.name] = st.rel_tol
+            dtypes[r.name] = getattr(r, "value_dtype", None) or getattr(r, "dtype", None)
+        for n, b in st.buffers().items():
+            if b.output:
+                owner_tol[n] = st.rel_tol
+                dtypes[n] = b.dtype
+    out = {}
+    for name, r in ref.items():
+        if name in outputs and name in specs:
+            got = outputs[name]
+        elif name in regions:
+            got = regions[name]
+            got = getattr(got, "data", got)
+        else:
+            continue
+        e = rel_err(as_f64(got, dtypes.get(name)), r)
+        tol = owner_tol.get(name, 1e-5)
+        out[name] = dict(rel_err=e, tol=tol, ok=bool(e <= tol))
+    return out
+
+
+# ----------------------------------------------------------------------------------- backends
+
+class Backend:
+    """Runs a launch: `target` (the spec's), `prepare(inputs)` -> what run takes, `run(L,
+    prepared, arena, step, timeline)` -> Result with numpy outputs, `new_arena(L)`."""
+    name = ""
+    target = ""
+
+    def new_arena(self, L):
+        return L.new_arena()
+
+    def prepare(self, inputs: dict) -> dict:
+        return inputs
+
+    def outputs(self, L, result, prepared, inputs) -> dict:
+        return {n: np.asarray(v) for n, v in result.outputs.items()}
+
+
+class InterpBackend(Backend):
+    name, target = "interp", "interp"
+
+    def __init__(self, mode: str = "inorder", seed: int = 0):
+        self.mode, self.seed = mode, seed
+
+    def run(self, L, prepared, arena, step, timeline=None):
+        return L.run_interp(prepared, arena=arena, step=step, mode=self.mode, seed=self.seed,
+                            timeline=timeline)
+
+
+def to_device(a: np.ndarray, device: str = "cuda"):
+    """A device copy of the array, its shape and dtype kept (launches may validate inputs
+    on the host copy of a tensor); unsigned 16/32/64-bit data (bf16 bits, ...) travels as the
+    signed integer of its width (same bits: torch supports those everywhere)."""
+    import torch
+    a = np.ascontiguousarray(a).copy()
+    if a.dtype.kind == "u" and a.dtype.itemsize > 1:
+        a = a.view(np.dtype(f"i{a.dtype.itemsize}"))
+    return torch.from_numpy(a).to(device)
+
+
+def from_device(t, like: np.ndarray) -> np.ndarray:
+    return t.cpu().numpy().view(like.dtype).reshape(like.shape)
+
+
+class _GpuBackend(Backend):
+    def new_arena(self, L):
+        import torch
+        return torch.zeros(L.arena.total_bytes, dtype=torch.uint8, device="cuda")
+
+    def prepare(self, inputs):
+        return {n: to_device(v) for n, v in inputs.items() if isinstance(v, np.ndarray)}
+
+    def outputs(self, L, result, prepared, inputs):
+        return {n: from_device(t, inputs[n]) for n, t in result.outputs.items()}
+
+
+class CudaBackend(_GpuBackend):
+    name, target = "cuda", "sm_90a"
+
+    def __init__(self):
+        from monokernel.launch import cuda
+        if not cuda.available():
+            raise RuntimeError("--backend cuda needs an NVIDIA GPU, a CUDA build of torch and "
+                               "cuda-bindings; this machine has not all of them")
+
+    def run(self, L, prepared, arena, step, timeline=None):
+        return L.run_cuda(prepared, arena=arena, step=step, timeline=timeline)
+
+
+class HipBackend(_GpuBackend):
+    name = "hip"
+
+    def __init__(self, target: str = "gfx950"):
+        from monokernel.launch import hip
+        hip.library()  # HipUnavailable with a clear message on a machine without ROCm
+        self.target = target
+
+    def run(self, L, prepared, arena, step, timeline=None):
+        return L.run_hip(prepared, arena=arena, step=step, target=self.target, timeline=timeline)
+
+
+def backend(name: str, *, chip: str = "gfx950", mode: str = "inorder", seed: int = 0) -> Backend:
+    if name == "interp":
+        return InterpBackend(mode, seed)
+    if name == "cuda":
+        return CudaBackend()
+    if name == "hip":
+        return HipBackend(chip)
+    raise ValueError(f"unknown backend {name!r}")
