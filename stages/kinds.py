@@ -50,12 +50,16 @@ def default_names() -> list[str]:
     return sorted(n for n, k in KINDS.items() if k.default)
 
 
+KIND_MODULES = ("synthetic", "select", "front", "index")
+
+
 def _load():
-    """Import the modules that register kinds (each registers itself on import)."""
-    from . import synthetic  # noqa: F401
-    from . import select  # noqa: F401  (select, select_hist)
-    try:
-        from . import front  # noqa: F401
-    except ImportError as e:  # the front stage is being written
-        if "stages.front" not in str(e) and "front" not in str(e):
-            raise
+    """Import the modules that register kinds (each registers itself on import). A module
+    that does not exist yet is skipped; any other import error propagates."""
+    import importlib
+    for mod in KIND_MODULES:
+        try:
+            importlib.import_module(f"{__package__}.{mod}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{mod}":
+                raise
