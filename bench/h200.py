@@ -115,12 +115,13 @@ def main():
     res["gemv"] = []
     print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
-    plan = [("split", r, 0, 8, False) for r in (1, 2, 4, 8)] + [
-        ("split", 8, 0, 4, False), ("split", 8, 0, 12, False), ("mma", 8, 2, 8, False),
+    plan = [("mma", r, 2, 8, False) for r in (1, 2, 4, 8)] + [
+        ("mma", 8, 6, 8, True), ("mma", 8, 4, 12, True), ("mma", 8, 8, 6, True),
+        ("mma", 8, 12, 4, True), ("split", 8, 0, 8, False), ("split", 8, 0, 12, False),
         ("mma", 8, 1, 8, False), ("mma", 8, 3, 16, False), ("mma", 8, 6, 8, True),
         ("mma", 8, 3, 16, True), ("mma", 8, 2, 8, True), ("cuda-core", 8, 1, 4, False)]
     if args.quick:
-        plan = plan[3:7]
+        plan = plan[3:8]
     for variant, rows, unroll, waves, xl in plan:
         g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl)
         variant = g["variant"] + f" w{waves}"

@@ -23,6 +23,14 @@ uses only those and its own buffers (`io.args`).
 
 `release_bulk(..., fence=False)` and `acquire_bulk(..., fence=False)` drop the fence: the
 broken variants a relaxed-visibility test must catch. Nothing else should use them.
+
+`flat=True` (every function above; `Mailbox(..., flat=True)`) forms the same accesses through
+the arena pointer itself, with the region's offset folded into the int32 element index,
+instead of through a per-region pointer (arena + offset). Same addresses, same semantics; a
+kernel that touches many regions then keeps one 64-bit base live instead of one per region
+(LLVM hoists each region's constant pointer out of the job loop into a pair of SGPRs, which
+spill once there are a dozen). The int32 index stays below INT32_MAX as long as the arena
+does in elements of the access's size (checked when the access is formed).
 """
 from __future__ import annotations
 
@@ -53,82 +61,101 @@ def counter_base(k, arena_ptr, arena, name):
     return k.ptr_add(arena_ptr, p.counter_offset)
 
 
+def _element(k, arena_ptr, arena, name, index, elem_bytes, flat, counter=False):
+    """(pointer, index) of element `index` (of `elem_bytes`) of region `name`'s data (or, with
+    `counter`, of its counter word): through the region's base, or `flat` through the arena
+    pointer with the region's offset folded into the index."""
+    if not flat:
+        base = counter_base(k, arena_ptr, arena, name) if counter else \
+            region_base(k, arena_ptr, arena, name)
+        return base, index
+    off = arena[name].counter_offset if counter else arena[name].data_offset
+    if off % elem_bytes or arena.total_bytes // elem_bytes > 2**31 - 1:
+        raise ValueError(f"region {name!r}: a flat index of {elem_bytes}-byte elements does "
+                         f"not fit int32 in an arena of {arena.total_bytes} bytes")
+    return arena_ptr, index + off // elem_bytes
+
+
 def pack_pair(k, value, tag):
     """The u64 word of a tagged pair: value bits low, tag high."""
     bits = k.bitcast(value, u32) if value.dtype != u32 else value
     return k.cast(bits, u64) | (k.cast(tag, u64) << 32)
 
 
-def publish_pair(k, arena_ptr, arena, name, index, value, tag, *, mask=None, scope="device"):
+def publish_pair(k, arena_ptr, arena, name, index, value, tag, *, mask=None, scope="device",
+                 flat=False):
     """Store (value, tag) as ONE aligned relaxed 64-bit store at element `index` of pairs
     region `name`. The consumer polls the word itself: no fence is needed."""
     p = _placement(arena, name, (TaggedPairs,), "publish")
     if value.dtype != p.region.value_dtype:
         raise ValueError(f"publish to {name!r}: value is {value.dtype}, the region holds "
                          f"{p.region.value_dtype}")
-    k.store(region_base(k, arena_ptr, arena, name), index, pack_pair(k, value, tag),
-            order="relaxed", scope=scope, mask=mask)
+    ptr, index = _element(k, arena_ptr, arena, name, index, 8, flat)
+    k.store(ptr, index, pack_pair(k, value, tag), order="relaxed", scope=scope, mask=mask)
 
 
 def poll_pair(k, arena_ptr, arena, name, index, tag, *, bound=DEFAULT_POLL_BOUND, mask=None,
-              scope="device"):
+              scope="device", flat=False):
     """Poll element `index` of pairs region `name` until its tag is `tag` (on every active
     lane), at most `bound` times. Returns (value in the region's dtype, timed_out: uniform i1).
     A stale word (an older tag) or a fresh one (tag 0) never satisfies the poll."""
     p = _placement(arena, name, (TaggedPairs,), "poll")
-    word, timed_out = k.poll(region_base(k, arena_ptr, arena, name), index, tag, shift=32,
-                             bits=32, dt=u64, scope=scope, bound=bound, mask=mask)
+    ptr, index = _element(k, arena_ptr, arena, name, index, 8, flat)
+    word, timed_out = k.poll(ptr, index, tag, shift=32, bits=32, dt=u64, scope=scope,
+                             bound=bound, mask=mask)
     bits = k.cast(word & VALUE_MASK, u32)
     dt = p.region.value_dtype
     return (bits if dt == u32 else k.bitcast(bits, dt)), timed_out
 
 
-def store_data(k, arena_ptr, arena, name, index, value, *, mask=None):
+def store_data(k, arena_ptr, arena, name, index, value, *, mask=None, flat=False):
     """Plain store of data elements of a bulk or plain region."""
     p = _placement(arena, name, (BulkBuffer, PlainBuffer), "store")
     if value.dtype != p.region.dtype:
         raise ValueError(f"store to {name!r}: value is {value.dtype}, the region holds {p.region.dtype}")
-    k.store(region_base(k, arena_ptr, arena, name), index, value, mask=mask)
+    ptr, index = _element(k, arena_ptr, arena, name, index, value.dtype.bytes, flat)
+    k.store(ptr, index, value, mask=mask)
 
 
-def load_data(k, arena_ptr, arena, name, index, n=1, *, mask=None):
+def load_data(k, arena_ptr, arena, name, index, n=1, *, mask=None, flat=False):
     """Plain load of `n` data elements of a bulk or plain region."""
     p = _placement(arena, name, (BulkBuffer, PlainBuffer), "load")
-    return k.load(region_base(k, arena_ptr, arena, name), index, p.region.dtype, n, mask=mask)
+    ptr, index = _element(k, arena_ptr, arena, name, index, p.region.dtype.bytes, flat)
+    return k.load(ptr, index, p.region.dtype, n, mask=mask)
 
 
-def release_bulk(k, arena_ptr, arena, name, tag, *, fence=True, scope="device"):
+def release_bulk(k, arena_ptr, arena, name, tag, *, fence=True, scope="device", flat=False):
     """One publisher's release of bulk region `name` (call once per publisher, after its data
     stores): a release fence, then the counter update: one publisher: an atomic store of
     (tag << 32) | 1; several: a compare-and-swap loop applying counter_after_publish (the
     first publisher of a launch replaces the previous launch's word, the others add one)."""
     p = _placement(arena, name, (BulkBuffer,), "release")
-    cnt = counter_base(k, arena_ptr, arena, name)
+    cnt, c0 = _element(k, arena_ptr, arena, name, 0, 8, flat, counter=True)
     if fence:
         k.fence("release", scope)
     tag64 = k.cast(tag, u64)
     first = (tag64 << 32) | 1
     if p.region.publishers == 1:
-        k.store(cnt, 0, first, order="relaxed", scope=scope)
+        k.store(cnt, c0, first, order="relaxed", scope=scope)
         return
-    cur = k.uniform_var(k.load(cnt, 0, u64, order="relaxed", scope=scope), name="cnt")
+    cur = k.uniform_var(k.load(cnt, c0, u64, order="relaxed", scope=scope), name="cnt")
     done = k.uniform_var(0, u32, name="cas_done")
     with k.while_(lambda: done.get().eq(0)):
         c = cur.get()
         new = k.select((c >> 32).eq(tag64), c + 1, first)
-        old = k.atomic("cas", cnt, 0, new, compare=c, order="relaxed", scope=scope)
+        old = k.atomic("cas", cnt, c0, new, compare=c, order="relaxed", scope=scope)
         done.set(k.cast(old.eq(c), u32))
         cur.set(old)
 
 
 def acquire_bulk(k, arena_ptr, arena, name, tag, *, bound=DEFAULT_POLL_BOUND, mask=None,
-                 fence=True, scope="device"):
+                 fence=True, scope="device", flat=False):
     """Poll bulk region `name`'s counter until it reads complete_word(tag) (every publisher
     of this launch has released), then an acquire fence. Returns timed_out (uniform i1)."""
     p = _placement(arena, name, (BulkBuffer,), "acquire")
     want = (k.cast(tag, u64) << 32) | p.region.publishers
-    _, timed_out = k.poll(counter_base(k, arena_ptr, arena, name), 0, want, bits=64, dt=u64,
-                          scope=scope, bound=bound, mask=mask)
+    cnt, c0 = _element(k, arena_ptr, arena, name, 0, 8, flat, counter=True)
+    _, timed_out = k.poll(cnt, c0, want, bits=64, dt=u64, scope=scope, bound=bound, mask=mask)
     if fence:
         k.fence("acquire", scope)
     return timed_out
@@ -143,11 +170,12 @@ class Mailbox:
     failed job never publishes values under the current tag.
     """
 
-    def __init__(self, env, arena, scope: str = "device"):
+    def __init__(self, env, arena, scope: str = "device", flat: bool = False):
         self.env = env
         self.k = env.k
         self.arena = arena
         self.scope = scope
+        self.flat = flat  # accesses through the arena pointer (module doc)
         self.args = env.args
         self.job = env.job
         self.stage = env.stage
@@ -173,21 +201,24 @@ class Mailbox:
     # -- tagged pairs ------------------------------------------------------------------
     def publish(self, name, index, value, *, mask=None):
         publish_pair(self.k, self.env.arena, self.arena, name, index, value, self.env.tag,
-                     mask=self._mask(mask), scope=self.scope)
+                     mask=self._mask(mask), scope=self.scope, flat=self.flat)
 
     def wait(self, name, index, *, mask=None):
         """The value of pairs element `index` once it carries this launch's tag."""
         v, timed_out = poll_pair(self.k, self.env.arena, self.arena, name, index, self.env.tag,
-                                 bound=self.env.poll_bound, mask=self._mask(mask), scope=self.scope)
+                                 bound=self.env.poll_bound, mask=self._mask(mask), scope=self.scope,
+                                 flat=self.flat)
         self.env.fail(timed_out, f"pairs {name!r}")
         return v
 
     # -- bulk and plain data -----------------------------------------------------------
     def store(self, name, index, value, *, mask=None):
-        store_data(self.k, self.env.arena, self.arena, name, index, value, mask=self._mask(mask))
+        store_data(self.k, self.env.arena, self.arena, name, index, value, mask=self._mask(mask),
+                   flat=self.flat)
 
     def load(self, name, index, n=1, *, mask=None):
-        return load_data(self.k, self.env.arena, self.arena, name, index, n, mask=mask)
+        return load_data(self.k, self.env.arena, self.arena, name, index, n, mask=mask,
+                         flat=self.flat)
 
     def release(self, name, *, fence=True):
         """This job's release of bulk region `name`: once per job, after all its stores,
@@ -198,13 +229,13 @@ class Mailbox:
             ok = ok & k.wave_id().eq(0)
         with k.if_(ok):
             release_bulk(k, self.env.arena, self.arena, name, self.env.tag, fence=fence,
-                         scope=self.scope)
+                         scope=self.scope, flat=self.flat)
 
     def acquire(self, name, *, fence=True):
         """Wait until every publisher of bulk region `name` has released for this launch."""
         timed_out = acquire_bulk(self.k, self.env.arena, self.arena, name, self.env.tag,
                                  bound=self.env.poll_bound, mask=self.env.ok, fence=fence,
-                                 scope=self.scope)
+                                 scope=self.scope, flat=self.flat)
         self.env.fail(timed_out, f"the counter of bulk {name!r}")
 
 

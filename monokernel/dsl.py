@@ -314,8 +314,11 @@ class KernelBuilder:
         yield branch(0), branch(1)
         self._emit("if", (cond,), (), {}, tuple(blocks))
 
-    def range(self, start, stop=None, step=1, dt=i32):
-        """`for i in k.range(n):` builds one loop whose body is the Python loop body."""
+    def range(self, start, stop=None, step=1, dt=i32, *, unroll: bool | None = None):
+        """`for i in k.range(n):` builds one loop whose body is the Python loop body.
+        `unroll=False` asks the LLVM backends not to unroll it (a loop whose iterations'
+        loads, once unrolled, would all be hoisted and live at once); the interpreter ignores
+        it."""
         if stop is None:
             start, stop = 0, start
         vals = []
@@ -332,7 +335,10 @@ class KernelBuilder:
         iv = Value(VType(as_dtype(dt), 1, True), "i")
         with self._region() as body:
             yield iv
-        op = Op("for", tuple(vals), (), {"iv": iv}, (body,))
+        attrs = {"iv": iv}
+        if unroll is not None:
+            attrs["unroll"] = bool(unroll)
+        op = Op("for", tuple(vals), (), attrs, (body,))
         self._blocks[-1].ops.append(op)
 
     @contextlib.contextmanager
@@ -360,6 +366,27 @@ class KernelBuilder:
                            f"gives a CTA {self.target.lds_bytes}")
         self.uses.add("lds")
         return self._v("lds_base", (), VType(ptr_lds, 1, True), name=name)
+
+    def reload_arg(self, name: str) -> Value:
+        """Kernel argument `name` read again at this point (the same value as `k.args.name`).
+        On AMD it is a fresh load from the kernarg segment that LLVM may not hoist or merge
+        with another reload, so a stage of a persistent kernel can hold only its own
+        pointers in scalar registers."""
+        slot = next((s for s in self.abi.slots if s.name == name), None)
+        if slot is None:
+            raise DSLError(f"reload_arg: no kernel argument {name!r}")
+        proto = getattr(self.args, name)
+        v = self._v("arg_reload", (), proto.type, name=name)
+        v.name = name
+        return v
+
+    def lds_offset(self, name: str) -> int:
+        """The byte offset of LDS allocation `name` (e.g. for a wgmma shared-memory
+        descriptor, which addresses the CTA's LDS by byte offset)."""
+        for a in self._lds:
+            if a.name == name:
+                return a.offset
+        raise DSLError(f"no LDS allocation named {name!r}")
 
     def ptr_add(self, p: Value, byte_offset) -> Value:
         if not p.dtype.is_ptr:

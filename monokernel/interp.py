@@ -170,6 +170,9 @@ class Wave:
     def op_arg(self, op):
         self.put(op.result, self.run.arg_values[op.attrs["name"]])
 
+    def op_arg_reload(self, op):
+        self.op_arg(op)
+
     def op_lane_id(self, op):
         self.put(op.result, self.lane)
 
@@ -420,6 +423,10 @@ class Wave:
         device = scope in ("device", "system") and not lds
         if device and order in ("release", "acq_rel", "seq_cst"):
             mem.release(self.cta)
+        if lds and kind == "add" and not dt.is_float:
+            self._lds_int_add(addr, nb, val, mask, old, dt)  # same result, vectorised
+            self.put(op.result, old)
+            return
         for lane in range(rows):  # lanes in order: a defined, deterministic serialisation
             if mask is not None and not mask[lane]:
                 continue
@@ -455,6 +462,31 @@ class Wave:
         if device and order in ("acquire", "acq_rel", "seq_cst"):
             mem.acquire(self.cta)
         self.put(op.result, old)
+
+    def _lds_int_add(self, addr, nb, val, mask, old, dt):
+        """An integer atomic add on LDS as the lane-ordered loop defines it (each lane gets the
+        word before its own add: the initial value plus the adds of the lanes below it on the
+        same word), computed at once: integer adds wrap, so the order of the sum is exact."""
+        act = np.arange(addr.shape[0]) if mask is None else np.flatnonzero(mask)
+        if act.size == 0:
+            return
+        a = addr[act]
+        idx = self._lds_index(a, nb, "atomic")
+        store = self.run.lds[self.cta]
+        cur = np.ascontiguousarray(store[idx]).view(dt.np)[:, 0]
+        v = val[act, 0].astype(dt.np)
+        order = np.argsort(a, kind="stable")  # by word, lanes in order within a word
+        sa, sv = a[order], v[order]
+        start = np.ones(sa.size, bool)
+        start[1:] = sa[1:] != sa[:-1]
+        first = np.flatnonzero(start)
+        with np.errstate(over="ignore"):
+            cs = np.cumsum(sv, dtype=dt.np)
+            before = cs - sv  # adds of lower lanes, all words
+            excl = before - before[first][np.cumsum(start) - 1]
+            old[act[order], 0] = cur[order] + excl
+            final = cur[order][first] + np.add.reduceat(sv, first, dtype=dt.np)
+        store[idx[order][first]] = final.astype(dt.np).view(np.uint8).reshape(first.size, nb)
 
     def op_fence(self, op):
         if op.attrs["scope"] not in ("device", "system"):

@@ -25,6 +25,9 @@ OPCODES: dict[str, str] = {
     # values
     "const": "attrs.value as a uniform constant of the result type",
     "arg": "the kernel argument attrs.name (uniform)",
+    "arg_reload": "the kernel argument attrs.name read again here (uniform): the same value, "
+                  "loaded where it is used (AMD: from the kernarg segment behind an opaque "
+                  "asm), so a long kernel need not keep every argument in registers",
     "lane_id": "this lane's index in its wave, 0..L-1 (per-lane i32)",
     "wave_id": "this wave's index in its CTA (uniform i32)",
     "cta_id": "this CTA's index in the grid (uniform i32)",
@@ -68,7 +71,8 @@ OPCODES: dict[str, str] = {
     "var_new": "a mutable variable, initialised", "var_get": "read a variable",
     "var_set": "write a variable",
     "if": "regions[0] if cond else regions[1] (cond uniform)",
-    "for": "for iv in range(start, stop, step): regions[0] (bounds uniform)",
+    "for": "for iv in range(start, stop, step): regions[0] (bounds uniform); attrs.unroll "
+           "False: a hint to the LLVM backends not to unroll it",
     "while": "while regions[0] yields true: regions[1]",
     "yield_cond": "the condition computed by a while's first region",
 }

@@ -85,6 +85,7 @@ ENTRY_WORDS = 4
 PRIO_TABLE_MISMATCH = 0xFFFFFFFF
 PRIO_MAX_JOB = 0xFFFFFFFE
 WHAT_TABLE_MISMATCH = "schedule table (magic, grid or stage count) does not fit the kernel/launch"
+INVALID_INPUT = "invalid input"  # a `what` starting so is a stage's input check, not a wait
 DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short sleep) before a wait gives up
 
 
@@ -296,9 +297,11 @@ class LinkedKernel:
                                 word=w)
         key = table.witness[p]
         cta, position = table.schedule.placement[key]
+        # a stage may also report bad input through the same word: fail(cond, "invalid input...")
+        why = f"rejected {what}" if what.startswith(INVALID_INPUT) else f"timed out waiting for {what}"
         return LaunchFailed(
-            f"{at}: stage {key[0]!r} job {key[1]} (CTA {cta}, position {position}) timed out "
-            f"waiting for {what}; the CTA skipped its remaining jobs",
+            f"{at}: stage {key[0]!r} job {key[1]} (CTA {cta}, position {position}) {why}; "
+            f"the CTA skipped its remaining jobs",
             stage=key[0], job=key[1], cta=cta, what=what, word=w)
 
     def check(self, err, table: ScheduleTable, tag: int | None = None):

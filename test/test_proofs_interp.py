@@ -188,3 +188,13 @@ def test_gemv_split_k_over_the_grid_is_exact_and_deterministic_over_launches(mod
         results.append(inp["y"].copy())
     assert np.array_equal(results[0], results[1])
     assert (scratch["counters"] == 0).all()
+
+
+def test_gemv_fp8_tensor_cores_single_round_with_lds_activations(rng):
+    from monokernel.proofs import gemv_mma
+    N, K, R = 32, 1024, 8
+    kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, unroll=4, x_in_lds=True)
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R)
+    ref = gemv_mma.reference(inp, N=N, K=K, R=R)
+    interp.run(kern, inp, grid=N // 16, mode="random", seed=3)
+    assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL

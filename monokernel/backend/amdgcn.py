@@ -87,6 +87,24 @@ class AMDGCNHooks:
     def lds_pointer(self, e: Emitter, offset: int) -> str:
         return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
 
+    def arg_reload(self, e: Emitter, slot, ty: str) -> str:
+        """Kernel argument `slot` loaded again from the kernarg segment: the segment pointer
+        passes through an empty asm (sideeffect), so the load is neither hoisted out of the
+        persistent job loop nor merged with another stage's."""
+        seg = e.call("ptr addrspace(4)", "llvm.amdgcn.kernarg.segment.ptr", "")
+        si = e.fresh("ka")
+        e.emit(f"{si} = ptrtoint ptr addrspace(4) {seg} to i64")
+        so = e.fresh("ka")
+        e.emit(f'{so} = call i64 asm sideeffect "", "=s,0"(i64 {si})')
+        sp = e.fresh("ka")
+        e.emit(f"{sp} = inttoptr i64 {so} to ptr addrspace(4)")
+        g = e.fresh("ka")
+        e.emit(f"{g} = getelementptr inbounds i8, ptr addrspace(4) {sp}, i64 {slot.offset}")
+        v = e.fresh("ka")
+        size = slot.kind.size if hasattr(slot.kind, "size") else 8
+        e.emit(f"{v} = load {ty}, ptr addrspace(4) {g}, align {min(size, 8)}, !invariant.load !{{}}")
+        return v
+
     # ids ------------------------------------------------------------------------------
     def lane_id(self, e: Emitter) -> str:
         lo = e.call("i32", "llvm.amdgcn.mbcnt.lo", "i32 -1, i32 0")

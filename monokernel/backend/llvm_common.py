@@ -24,6 +24,9 @@ def align_of(nbytes: int) -> int:
     return min(nbytes & -nbytes, 16)
 
 
+LOOP_MD_BASE = 1000  # metadata ids of loop hints (!999: unroll.disable); the targets use !0.. !9
+
+
 class Emitter:
     """Builds one kernel's LLVM module text. `hooks` supplies the target-specific parts."""
 
@@ -188,6 +191,14 @@ class Emitter:
     def op_arg(self, op):
         self.alias(op.result, f"%{op.attrs['name']}")
 
+    def op_arg_reload(self, op):
+        name = op.attrs["name"]
+        hook = getattr(self.h, "arg_reload", None)
+        if hook is None:
+            return self.alias(op.result, f"%{name}")
+        slot = next(s for s in self.k.abi.slots if s.name == name)
+        self.alias(op.result, hook(self, slot, self.ty(op.result.type)))
+
     def op_lane_id(self, op): self.alias(op.result, self.h.lane_id(self))
     def op_wave_id(self, op): self.alias(op.result, self.h.wave_id(self))
     def op_cta_id(self, op): self.alias(op.result, self.h.cta_id(self))
@@ -306,7 +317,10 @@ class Emitter:
         r = op.result
         c, a, b = op.args
         t = self.ty(r.type)
-        self.define(r, f"select i1 {self.val(c)}, {t} {self.val(a, r.n)}, {t} {self.val(b, r.n)}")
+        # a vector condition selects per element (the DSL and the interpreter allow it)
+        ct = self.ty(c.type, r.n) if c.n > 1 else "i1"
+        self.define(r, f"select {ct} {self.val(c, r.n if c.n > 1 else None)}, "
+                       f"{t} {self.val(a, r.n)}, {t} {self.val(b, r.n)}")
 
     def op_cast(self, op):
         src, r = op.args[0], op.result
@@ -689,7 +703,13 @@ class Emitter:
         nxt = self.fresh("i")
         self.emit(f"{nxt} = add {t} {cur}, {self.val(step)}")
         self.emit(f"store {t} {nxt}, {self.h.alloca_ptr()} {slot}")
-        self.emit(f"br label %{cond}")
+        if op.attrs.get("unroll") is False:  # k.range(..., unroll=False): loop metadata
+            md = LOOP_MD_BASE + sum(1 for d in self.decls if d.startswith("!") and "distinct" in d)
+            self.decls.add(f'!{LOOP_MD_BASE - 1} = !{{!"llvm.loop.unroll.disable"}}')
+            self.decls.add(f"!{md} = distinct !{{!{md}, !{LOOP_MD_BASE - 1}}}")
+            self.emit(f"br label %{cond}, !llvm.loop !{md}")
+        else:
+            self.emit(f"br label %{cond}")
         self.start_block(exit_)
 
     def op_while(self, op):

@@ -49,18 +49,10 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False):
     if per_wave % unroll:
         raise ValueError(f"gemv_mma: {per_wave} blocks per wave are not a multiple of unroll={unroll}")
     xl = None
-    if x_in_lds:
-        # stage the CTA's activations once: later x reads are LDS-latency, so only weight
-        # loads stay in flight in registers
-        xl = k.lds("x", bf16, MAX_ROWS * K)
-        per_round = k.W * k.L * 8
-        for e0 in k.range(0, R * K, per_round):
-            e = e0 + k.thread_id() * 8
-            k.store(xl, e, k.load(a.x, e, bf16, 8, mask=e < R * K), mask=e < R * K)
-        k.barrier()
-    for b0 in k.range(k.wave_id() * per_wave, (k.wave_id() + 1) * per_wave, unroll):
-        # `unroll` whole 128-blocks per iteration: all their loads are issued before the
-        # first MMA, so more bytes are in flight per lane (Little's law on ~1 us latency)
+    single_round = x_in_lds and unroll == per_wave
+
+    def issue(b0):
+        """The weight (and, without LDS staging, activation) loads of `unroll` blocks."""
         loads = []
         for u in range(unroll):
             for chunk in range(BLOCK // CHUNK):
@@ -70,6 +62,20 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False):
                 xs = None if x_in_lds else \
                     [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
                 loads.append((w_lo, w_hi, xs, kb))
+        return loads
+
+    def stage_x():
+        # the CTA's activations once in LDS: later x reads are LDS-latency, so only weight
+        # loads stay in flight in registers
+        xl = k.lds("x", bf16, MAX_ROWS * K)
+        per_round = k.W * k.L * 8
+        for e0 in k.range(0, R * K, per_round):
+            e = e0 + k.thread_id() * 8
+            k.store(xl, e, k.load(a.x, e, bf16, 8, mask=e < R * K), mask=e < R * K)
+        k.barrier()
+        return xl
+
+    def compute(b0, loads):
         for u in range(unroll):
             acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
             for chunk in range(BLOCK // CHUNK):
@@ -86,6 +92,21 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False):
                     acc = k.mma(at, A, k.vec(*x_j), acc)
             scale = k.load(a.ws, (tile // BLOCK) * blocks + b0 + u, f32)
             total.set(k.fma(acc, scale, total.get()))
+
+    if single_round:
+        # every weight load of the wave goes out FIRST, then the activations are staged
+        # under them: one memory round trip per wave (registers hold weights only)
+        b0 = k.wave_id() * per_wave
+        loads = issue(b0)
+        xl = stage_x()
+        compute(b0, loads)
+    else:
+        if x_in_lds:
+            xl = stage_x()
+        for b0 in k.range(k.wave_id() * per_wave, (k.wave_id() + 1) * per_wave, unroll):
+            # `unroll` whole 128-blocks per iteration: all their loads are issued before the
+            # first MMA, so more bytes are in flight per lane (Little's law on ~1 us latency)
+            compute(b0, issue(b0))
     red = k.lds("red", f32, k.W * k.L * at.c_slots)
     k.store(red, (k.wave_id() * k.L + lane) * at.c_slots, total.get())
     k.barrier()
