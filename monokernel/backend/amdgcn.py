@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..ir import Kernel
 from ..types import DType, bf16, f32, fp8e4m3fn, fp8e4m3fnuz
-from .llvm_common import BackendError, Emitter, lower
+from .llvm_common import TargetHooks, BackendError, Emitter, lower
 
 CODE_OBJECT_VERSION = 500
 SCOPES = {"wave": "wavefront", "cta": "workgroup", "device": "agent", "system": ""}
@@ -27,7 +27,8 @@ FP8_MAX = {"fp8e4m3fn": 448.0, "fp8e4m3fnuz": 240.0}
 SLEEP_UNITS = 1  # s_sleep 1 = 64 clocks between polls: off the memory path, still prompt
 
 
-class AMDGCNHooks:
+class AMDGCNHooks(TargetHooks):
+    SCOPES = SCOPES
     name = "amdgcn"
 
     def __init__(self, chip: str):
@@ -66,26 +67,12 @@ class AMDGCNHooks:
     def kernel_header(self, e: Emitter, k: Kernel, params: str) -> str:
         return f"define amdgpu_kernel void @{k.name}({params}) #0"
 
-    def prologue(self, e: Emitter):
-        pass
-
-    def ptr_type(self, dt: DType) -> str:
-        return "ptr addrspace(3)" if dt.name == "ptr_lds" else "ptr addrspace(1)"
-
-    def ptr_type_global(self) -> str:
-        return "ptr addrspace(1)"
-
     def alloca_suffix(self) -> str:
         return ", addrspace(5)"
 
     def alloca_ptr(self) -> str:
         return "ptr addrspace(5)"
 
-    def syncscope(self, scope: str) -> str:
-        return SCOPES[scope]
-
-    def lds_pointer(self, e: Emitter, offset: int) -> str:
-        return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
 
     def arg_reload(self, e: Emitter, slot, ty: str) -> str:
         """Kernel argument `slot` loaded again from the kernarg segment: the segment pointer

@@ -27,6 +27,28 @@ def align_of(nbytes: int) -> int:
 LOOP_MD_BASE = 1000  # metadata ids of loop hints (!999: unroll.disable); the targets use !0.. !9
 
 
+class TargetHooks:
+    """What every target shares: global memory in address space 1, LDS / shared memory in 3
+    as one `@lds` array, scopes from the subclass's SCOPES table. A target overrides the rest
+    (ids, cross-lane ops, MMA, fp8, barriers, the kernel's calling convention)."""
+    SCOPES: dict = {}
+
+    def prologue(self, e: "Emitter"):
+        pass
+
+    def ptr_type(self, dt: DType) -> str:
+        return "ptr addrspace(3)" if dt.name == "ptr_lds" else "ptr addrspace(1)"
+
+    def ptr_type_global(self) -> str:
+        return "ptr addrspace(1)"
+
+    def syncscope(self, scope: str) -> str:
+        return self.SCOPES[scope]
+
+    def lds_pointer(self, e: "Emitter", offset: int) -> str:
+        return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
+
+
 class Emitter:
     """Builds one kernel's LLVM module text. `hooks` supplies the target-specific parts."""
 

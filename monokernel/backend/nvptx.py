@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from ..ir import Kernel
 from ..types import DType, bf16, f32, fp8e4m3fn
-from .llvm_common import BackendError, Emitter, lower
+from .llvm_common import TargetHooks, BackendError, Emitter, lower
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # LLVM 22's NVPTX data layout for nvptx64 (the target machine's, checked with llvmlite 0.50)
@@ -58,7 +58,8 @@ def _dim(atom, name: str) -> int:
     return v if v is not None else getattr(atom, name.upper())
 
 
-class NVPTXHooks:
+class NVPTXHooks(TargetHooks):
+    SCOPES = SCOPES
     name = "nvptx"
 
     def __init__(self, sm: str = "sm_90a"):
@@ -86,26 +87,12 @@ class NVPTXHooks:
     def kernel_header(self, e: Emitter, k: Kernel, params: str) -> str:
         return f"define ptx_kernel void @{k.name}({params}) #0"
 
-    def prologue(self, e: Emitter):
-        pass
-
-    def ptr_type(self, dt: DType) -> str:
-        return "ptr addrspace(3)" if dt.name == "ptr_lds" else "ptr addrspace(1)"
-
-    def ptr_type_global(self) -> str:
-        return "ptr addrspace(1)"
-
     def alloca_suffix(self) -> str:
         return ""
 
     def alloca_ptr(self) -> str:
         return "ptr"
 
-    def syncscope(self, scope: str) -> str:
-        return SCOPES[scope]
-
-    def lds_pointer(self, e: Emitter, offset: int) -> str:
-        return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
 
     # ids ------------------------------------------------------------------------------
     def _sreg(self, e: Emitter, name: str, ty: str = "i32") -> str:
