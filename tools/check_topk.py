@@ -16,11 +16,12 @@ one R run on ONE never-reset arena, one step each.
 Each row's output is checked against an exact top-k computed by independent code
 (layouts.scores.exact_topk_positions: a float64 sort by (-score, position), sharing nothing
 with the kernel's key mapping): the same set, in ascending token position, as physical slots
-page*64 + offset, -1 padding to K, and the diagnostic words (NaN count, keys selected).
+page*64 + offset, -1 padding to K, and the diagnostic words (NaNs, keys selected, keys -inf
+or NaN, visible keys).
 
 Distributions (each row drawn separately):
     normal     standard normal
-    few        five distinct values: ties everywhere
+    few        five distinct values: ties everywhere (alias: ties)
     allequal   every key the same value
     above2047, above2048, above2049
                exactly 2047 / 2048 / 2049 distinct keys above a tie of all the others
@@ -171,9 +172,11 @@ def check_rows(scores, n_keys, block_table, out, diag, k: int = TOPK) -> list[st
                             f"{extra[:5].tolist()}); ascending {order}; padding ok "
                             f"{bool((got[cnt:] == -1).all())}")
         nans = int(np.isnan(row).sum())
-        if int(diag[r][0]) != nans or int(diag[r][1]) != want.size:
-            problems.append(f"{tag}: diagnostic (nans {int(diag[r][0])}, selected "
-                            f"{int(diag[r][1])}) != ({nans}, {want.size})")
+        want_diag = (nans, want.size, int((np.isnan(row) | np.isneginf(row)).sum()), n)
+        got_diag = tuple(int(x) for x in diag[r])
+        if got_diag != want_diag:
+            problems.append(f"{tag}: diagnostic (NaNs, selected, -inf or NaN, visible) "
+                            f"{got_diag} != {want_diag}")
     return problems
 
 
@@ -190,8 +193,11 @@ def _csv_ints(s):
         raise argparse.ArgumentTypeError(f"{s!r} is not a comma list of integers") from None
 
 
+ALIASES = {"ties": "few", "equal": "allequal", "inf": "neginf"}
+
+
 def _dists(s):
-    out = [x for x in s.split(",") if x]
+    out = [ALIASES.get(x, x) for x in s.split(",") if x]
     bad = [x for x in out if x not in DISTS]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown distribution(s) {bad}; known: "
@@ -264,6 +270,10 @@ def run(args, ap) -> int:
         records = []
         step = 0
         for P in pos:
+            if P < R - 1:
+                print(f"r{R} pos {P:>7}: skipped (a request of {R} rows needs a position >= "
+                      f"{R - 1})", flush=True)
+                continue
             for dist in args.dist:
                 rng = np.random.default_rng([args.seed, P, R, list(DISTS).index(dist)])
                 n = sel.request_positions(P, R)

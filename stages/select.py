@@ -1,0 +1,1460 @@
+"""Exact top-k selection (DESIGN.md section 7) of up to 512K scores per row, one row's keys
+split into slices run by different CTAs that exchange per-digit histograms.
+
+What it computes. For each row r with n = n_keys[r] visible keys (token positions 0..n-1 of
+its request), the positions of the top min(K, selectable) scores under one total order:
+larger score first, -0.0 == +0.0, ties to the lower position, -inf and NaN never selected;
+written as int32 physical slots block_table[r, p // 64] * 64 + p % 64 in ascending position,
+padded with -1 to K (= 2048). A diagnostic row per row: (NaNs among the visible keys, keys
+selected, unselectable keys (-inf or NaN), visible keys).
+
+Keys. A score maps to the order-preserving u32 key of layouts.scores (integer operations
+only: no float compare, so denormals and flush-to-zero cannot matter); key 0 = never
+selected (-inf, NaN).
+
+Radix plan. Digits (6, 7, 7, 6, 6) from the top (configurable; the first digit is the
+contract's 6 bits, key >> 26). Pass q histograms, over the candidate keys of a slice (those
+whose first d resolved bits equal the prefix Q found so far; key 0 excluded from pass 1 on),
+the next digit, and publishes the histogram as SUFFIX sums cum[b] = #(digit >= b).
+
+Stages (one job per (row, slice) each; S = max_slices jobs per row, a row uses
+max(1, min(S, ceil(n / segment))) of them, exactly layouts.scores.ScoresLayout.slices):
+
+    sel_h0   first-digit histogram: a local pass over the slice's scores, or the sum of the
+             scoring's per-segment `score_hist` (tagged pairs or an input buffer): no pass
+    sel_hq   (q = 1..P-1) wait for every slice's message q-1, sum their cum histograms,
+             find the threshold digit b (the last bin with Gcum[b] >= need), then count
+             the next digit among the keys with the longer prefix; publish message q
+    sel_out  the same decision on message P-1 (now exact: 32 bits), then emit
+
+Exchange. A message is plain data (a PlainBuffer [rows, S, 128 + 12] u32: the cum
+histogram and the slice's state) released by a device-scope release fence and then
+announced by a tagged pair (`rdy`, one per slice); a consumer's wave 0 polls the pairs of
+all slices of its row at once (one lane a slice), takes an acquire fence, and the CTA reads
+the messages with 16-byte loads (8 slices' loads in flight a lane). Every slice computes
+the same decision from the same data, so they agree without a coordinator; decisions and
+state go through LDS from wave 0, so a CTA's waves never diverge around a barrier.
+
+Early exit. When the threshold bin holds exactly the keys still needed, or fewer keys than
+needed remain (a row with <= K selectable keys), the decision is final before 32 bits:
+the later stages pass the state through without reading keys or other slices. (Never on
+the first digit: the scoring's bin 0 may count key 0; pass 1 recounts without it.)
+
+Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
+among the keys with that prefix), every slice knows from the messages, for every slice s'
+before it: above(s') = its keys with prefix > Q, eq(s') = its keys with prefix == Q (one
+load each of cum[b + 1] and cum[b]). Ties are taken in position order: slice s' takes
+clamp(need - sum_{s''<s'} eq(s''), 0, eq(s')) of its ties, its first ones. A slice writes
+its keys at base = sum_{s'<s} (above + taken), so the output is in ascending position.
+Nothing is buffered: any number of ties is exact. Within a slice a lane holds 4
+consecutive positions; lanes and waves take their offsets from ballot prefix counts.
+
+Limits. capacity <= 512K keys a row (MAX_KEYS: a ValueError past it, at configuration and
+for a row's n_keys); up to 64 slices a row; K <= 2**20; counts are 16-bit halves of a
+lane's 32-bit counter only where a lane holds <= 8192 keys of a pass (512K / 64).
+Invalid input (n_keys < 0 or past the capacity, a block-table entry < 0 for a visible key)
+is rejected by the host (`validate_inputs`) and by sel_h0 (the error word: `LaunchFailed`
+"rejected invalid input", the bad row's output untouched).
+
+Sources. Scores come from an input buffer (`BufferScores`) or an arena region written by
+an earlier stage (`RegionScores`: a BulkBuffer, or plain data ordered by a `Ready`); first
+digits from nowhere (local pass), an input buffer (`HistBuffer`), tagged pairs
+(`HistRegion`) or plain data (`HistPlain`). Every path gives bit-identical outputs; with a
+local pass or the scoring's counts of every visible key (key 0 in bin 0, as stages/index.py
+counts the stored scores) the messages are identical too.
+
+Fusing into the index launch (stages/index.py publishes plain `scores` [R, capacity] f32 and
+`score_hist` [R, capacity / segment, 64] u32 behind `score_done` pairs, rows by `positions`):
+
+    cfg = SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment), max_slices=...,
+                       positions=True, names=Names(n_keys="positions"), bt_width=p.max_pages)
+    ready = Ready(lambda r: scored_reads(p), lambda k, io: wait_scored(k, io, p))
+    stages = index_stages(p) + select_stages(cfg, scores="plain", hist="plain", ready=ready)
+
+(test_select.py runs exactly this.) The `select` launch kind (and `select_hist`, which takes
+the first digits as an input) selects on injected scores: any distribution can be checked
+(tools/check_topk.py).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from layouts.protocol import Mailbox
+from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
+from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, MAX_KEYS,
+                            MAX_SLICES, TOPK, ScoresLayout, exact_topk_positions, ordered_key)
+from monokernel.types import f32, i32, u32
+
+from .base import Buffer, Job, Stage, Use
+from .launch import Launch
+
+PAGE = 64  # tokens per page of the key caches (spec.config.KEY_PAGE_TOKENS)
+PAGE_SHIFT = 6
+MAX_PAGE = (2**31 - 1) // PAGE  # a slot page*64 + 63 must fit int32
+DEFAULT_DIGITS = (6, 7, 7, 6, 6)
+UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
+# (min(UNROLL, max_slices))
+
+# the state words after a message's histogram (and in LDS)
+X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
+    X_UNSELS = range(12)
+NEXTRA = 12
+DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
+
+INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
+INVALID_N = "invalid input: n_keys < 0 or past the scores' capacity"
+
+
+# ----------------------------------------------------------------------------- config
+
+@dataclass(frozen=True)
+class Names:
+    """Buffer and region names (a fused launch shares some with the scoring)."""
+    scores: str = "scores"
+    n_keys: str = "n_keys"
+    block_table: str = "block_table"
+    score_hist: str = "score_hist"
+    score_done: str = "score_done"
+    out: str = "topk"
+    diag: str = "topk_diag"
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    layout: ScoresLayout  # rows, capacity (scores per row), segment (first-digit granularity)
+    max_slices: int = MAX_SLICES  # S: slice jobs per row per stage
+    digits: tuple = DEFAULT_DIGITS
+    topk: int = TOPK
+    bt_width: int = 0  # block-table entries per row (0: capacity / 64)
+    prefix: str = "sel"  # stage and region names
+    names: Names = field(default_factory=Names)
+    # the n_keys buffer holds each row's token position (its keys are 0..pos: n = pos + 1),
+    # as the index launch's `positions`
+    positions: bool = False
+
+    def __post_init__(self):
+        lay = self.layout
+        if lay.capacity > MAX_KEYS:
+            raise ValueError(f"{lay.capacity} scores per row exceed the selection's limit of "
+                             f"{MAX_KEYS} (512K keys)")
+        if not 1 <= self.max_slices <= MAX_SLICES:
+            raise ValueError(f"max_slices = {self.max_slices} must be in 1..{MAX_SLICES}")
+        d = tuple(int(x) for x in self.digits)
+        object.__setattr__(self, "digits", d)
+        if len(d) < 2 or d[0] != FIRST_DIGIT_BITS or sum(d) != 32 or min(d) < 2 or max(d) > 10:
+            raise ValueError(f"digits {d}: the first must be {FIRST_DIGIT_BITS} bits (the "
+                             "scoring's first digit), at least two, 2..10 bits each, 32 in all")
+        if lay.segment % 4:
+            raise ValueError(f"segment {lay.segment} must be a multiple of 4 keys (16-byte loads)")
+        if lay.capacity % PAGE:
+            raise ValueError(f"capacity {lay.capacity} must be whole pages of {PAGE}")
+        if not 1 <= self.topk <= (1 << 20):
+            raise ValueError(f"topk {self.topk} out of range")
+        if self.bt_width == 0:
+            object.__setattr__(self, "bt_width", lay.capacity // PAGE)
+        if self.bt_width * PAGE < lay.capacity:
+            raise ValueError(f"block table of {self.bt_width} pages cannot cover "
+                             f"{lay.capacity} keys")
+
+    # shapes ---------------------------------------------------------------------------
+    @property
+    def rows(self) -> int:
+        return self.layout.rows
+
+    @property
+    def capacity(self) -> int:
+        return self.layout.capacity
+
+    @property
+    def segment(self) -> int:
+        return self.layout.segment
+
+    @property
+    def segments(self) -> int:
+        return self.layout.segments
+
+    @property
+    def passes(self) -> int:
+        return len(self.digits)
+
+    def bins(self, q: int) -> int:
+        return 1 << self.digits[q]
+
+    def msg_words(self, q: int) -> int:
+        """Words of one slice's message of any pass: the largest histogram and the state
+        (one stride for every pass: one constant fewer for the kernel to keep)."""
+        return self.state_word + NEXTRA
+
+    @property
+    def state_word(self) -> int:
+        """Where a message's state starts (after the largest histogram, in every pass)."""
+        return max(4, max(1 << d for d in self.digits))
+
+    def msg(self, q: int) -> str:
+        return f"{self.prefix}_msg{q}"
+
+    def rdy(self, q: int) -> str:
+        return f"{self.prefix}_rdy{q}"
+
+    def stage_name(self, q: int) -> str:
+        return f"{self.prefix}_out" if q == self.passes else f"{self.prefix}_h{q}"
+
+    def n_of(self, values) -> np.ndarray:
+        """Visible keys per row from the n_keys buffer's values."""
+        return np.asarray(values, np.int64) + (1 if self.positions else 0)
+
+    def slices(self, n_keys: int) -> list:
+        return self.layout.slices(n_keys, self.max_slices)
+
+    def max_slice_keys(self) -> int:
+        nseg = self.segments
+        s = max(1, min(self.max_slices, nseg))
+        b = [round(i * nseg / s) for i in range(s + 1)]
+        return max(b[i + 1] - b[i] for i in range(s)) * self.segment
+
+
+def slice_bounds(n: int, segment: int, max_slices: int, s: int) -> tuple[int, int, int]:
+    """(slices used, lo, hi) of slice s: the kernel's integer formula (round half to even,
+    as Python's round in ScoresLayout.slices), mirrored for tests."""
+    nseg = -(-n // segment)
+    sc = max(1, min(max_slices, nseg))
+
+    def bound(i):
+        num = i * nseg
+        q, rem = divmod(num, sc)
+        up = 2 * rem > sc or (2 * rem == sc and q & 1)
+        return (q + int(up)) * segment
+    return sc, bound(s), min(bound(s + 1), n)
+
+
+# ----------------------------------------------------------------------------- sources
+
+class BufferScores:
+    """Scores from an input buffer [rows, capacity] f32 (the `select` launch kind)."""
+    in_region = False
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg, self.name = cfg, cfg.names.scores
+
+    def buffers(self):
+        c = self.cfg
+        return {self.name: Buffer(f32, (c.rows, c.capacity))}
+
+    def reads(self, r: int) -> list:
+        return []
+
+    def prepare(self, k, io):
+        pass
+
+    def load4(self, k, io, r, p, mask):
+        return k.load(getattr(io.args, self.name), r * self.cfg.capacity + p, u32, 4, mask=mask)
+
+
+class RegionScores:
+    """Scores from an arena region [rows, capacity] f32 written by an earlier stage of the
+    launch: a BulkBuffer (each job acquires its counter before reading) or, with
+    `bulk=False`, a PlainBuffer whose writer releases before publishing the `score_hist`
+    pairs that sel_h0 waits on (sel_h0 then takes an acquire fence; later stages are
+    ordered after sel_h0 through the messages)."""
+    in_region = True
+
+    def __init__(self, cfg: SelectConfig, bulk: bool = True):
+        self.cfg, self.name, self.bulk = cfg, cfg.names.scores, bulk
+
+    def buffers(self):
+        return {}
+
+    def reads(self, r: int) -> list:
+        c = self.cfg
+        return [Use(self.name, r * c.capacity, (r + 1) * c.capacity)]
+
+    def prepare(self, k, io):
+        if self.bulk:
+            io.acquire(self.name)
+
+    def load4(self, k, io, r, p, mask):
+        v = io.load(self.name, r * self.cfg.capacity + p, 4, mask=mask)
+        return k.bitcast(v, u32)
+
+
+class HistBuffer:
+    """First digits from an input buffer [rows, segments, 64] u32."""
+    def __init__(self, cfg: SelectConfig):
+        self.cfg, self.name = cfg, cfg.names.score_hist
+
+    def buffers(self):
+        c = self.cfg
+        return {self.name: Buffer(u32, (c.rows, c.segments, FIRST_DIGIT_BINS))}
+
+    def reads(self, r):
+        return []
+
+    def read(self, k, io, index, mask):
+        return k.load(getattr(io.args, self.name), index, u32, mask=mask)
+
+
+class HistRegion:
+    """First digits from the scoring's tagged pairs [rows, segments, 64] u32 (region owned by
+    the scoring stage, or by `ScoreHistStage` in a standalone launch)."""
+    def __init__(self, cfg: SelectConfig):
+        self.cfg, self.name = cfg, cfg.names.score_hist
+
+    def buffers(self):
+        return {}
+
+    def reads(self, r):
+        c = self.cfg
+        w = c.segments * FIRST_DIGIT_BINS
+        return [Use(self.name, r * w, (r + 1) * w)]
+
+    def read(self, k, io, index, mask):
+        return io.wait(self.name, index, mask=mask)
+
+
+class HistPlain:
+    """First digits from the scoring's plain region [rows, segments, 64] u32 (the index
+    launch's `score_hist`), read after the scoring's `score_done` pairs (a `Ready`)."""
+    def __init__(self, cfg: SelectConfig):
+        self.cfg, self.name = cfg, cfg.names.score_hist
+
+    def buffers(self):
+        return {}
+
+    def reads(self, r):
+        c = self.cfg
+        w = c.segments * FIRST_DIGIT_BINS
+        return [Use(self.name, r * w, (r + 1) * w)]
+
+    def read(self, k, io, index, mask):
+        return io.load(self.name, index, mask=mask)
+
+
+class Ready:
+    """What sel_h0 waits for before reading scores (and first digits) that an earlier stage
+    of the launch writes as plain data: `wait(k, io)` emits the polls and the acquire fence
+    (wave 0, then a CTA barrier), `reads(r)` declares them (e.g. the index launch's
+    stages.index.wait_scored / scored_reads). Later stages are ordered after sel_h0 through
+    the messages (release -> acquire chains)."""
+
+    def __init__(self, reads, wait):
+        self.reads, self.wait = reads, wait
+
+
+def score_done_ready(cfg: SelectConfig, jobs: int) -> Ready:
+    """The scoring protocol of stages/index.py: every scoring job publishes its pair of
+    `score_done` [jobs] after a release fence; a consumer polls them all, then acquires."""
+    name = cfg.names.score_done
+
+    def wait(k, io):
+        for j0 in range(0, jobs, k.L):
+            j = j0 + k.lane_id()
+            io.wait(name, k.min(j, jobs - 1), mask=j < jobs)
+        k.fence("acquire", "device")
+    return Ready(lambda r: [Use(name, 0, jobs)], wait)
+
+
+# ----------------------------------------------------------------------------- DSL helpers
+
+def _flat(io):
+    """The mailbox with accesses through the arena pointer (layouts.protocol: flat): the
+    selection touches a dozen regions, whose constant pointers would otherwise be hoisted
+    out of the job loop into SGPR pairs and spill."""
+    return io if getattr(io, "flat", False) else Mailbox(io.env, io.arena, io.scope, flat=True)
+
+
+def _barrier(k):
+    if k.W > 1:
+        k.barrier()
+
+
+@contextlib.contextmanager
+def _wave0(k):
+    if k.W > 1:
+        with k.if_(k.wave_id().eq(0)):
+            yield
+    else:
+        yield
+
+
+def _u(k, x):
+    return x if x.dtype == u32 else k.bitcast(x, u32)
+
+
+def _i(k, x):
+    return x if x.dtype == i32 else k.bitcast(x, i32)
+
+
+def _scan(k, x):
+    """Inclusive prefix sum over the lanes (lane order), per-lane i32: a butterfly, each
+    step adding the partner half-block's total where the lane's bit says it lies below (an
+    integer 0/1 factor, not a lane mask: masks live in SGPR pairs on AMD and get hoisted)."""
+    lane = k.lane_id()
+    incl = tot = x
+    m, b = 1, 0
+    while m < k.L:
+        y = k.lane_swap(tot, m)
+        bit = (lane >> b) & 1
+        incl = incl + y * bit
+        tot = tot + y
+        m, b = m * 2, b + 1
+    return incl
+
+
+def _last(k, x):
+    """The value of the wave's last lane, uniform."""
+    return k.readfirstlane(k.shuffle(x, k.L - 1))
+
+
+def _pick(k, x, lane_is):
+    return k.wave_sum(k.select(lane_is, x, 0))
+
+
+def ordered_keys(k, bits, want_nan=False):
+    """layouts.scores.ordered_key on u32 bit patterns (any vector width), integer operations
+    only: (key, is_nan or None). k0 = bits ^ (sign ? ~0 : 0x80000000); then -0.0 -> +0.0's
+    key, and -inf / NaN (k0 < 2**23: -inf and negative NaNs; k0 > 0xFF800000 or 0: positive
+    NaNs) -> 0."""
+    sign = k.bitcast(k.bitcast(bits, i32) >> 31, u32)
+    k0 = bits ^ (sign | 0x80000000)
+    twice = bits << 1  # drops the sign: 0 for +-0.0
+    key = k.select(twice.eq(0), 0x80000000, k0)
+    bad = (k0 >> 23).eq(0) | ((0 - k0) >> 23).eq(0)
+    key = k.select(bad, 0, key)
+    return key, (twice > 0xFF000000 if want_nan else None)
+
+
+def _prefix(k, key, d):
+    """The first d bits of key (d uniform i32 in 0..32; 0 for d == 0), as two shifts of at
+    most 16 so that no shift reaches the width (and no select is needed)."""
+    sh = 32 - d
+    s1 = k.min(sh, 16)
+    return (key >> k.cast(s1, u32)) >> k.cast(sh - s1, u32)
+
+
+class _Slice:
+    """Uniform facts of job (row, slice) every stage computes first: the row's key count and
+    slices used (whether this job has keys); `bounds()` (inside the active branch) its range,
+    exactly ScoresLayout.slices."""
+
+    def __init__(self, k, io, cfg: SelectConfig, job):
+        self.k, self.cfg = k, cfg
+        S = cfg.max_slices
+        self.r = job / S
+        self.s = job - self.r * S
+        n_raw = k.load(getattr(io.args, cfg.names.n_keys), self.r, i32)
+        if cfg.positions:
+            n_raw = n_raw + 1
+        self.n_raw = n_raw
+        n = k.min(k.max(n_raw, 0), cfg.capacity)
+        self.n = n
+        self.nseg = (n + (cfg.segment - 1)) / cfg.segment
+        self.sc = k.max(k.min(self.nseg, S), 1)
+        self.active = self.s < self.sc
+
+    def bounds(self):
+        k, seg, sc, nseg = self.k, self.cfg.segment, self.sc, self.nseg
+
+        def bound(i):
+            num = i * nseg
+            q = num / sc
+            rem = num - q * sc
+            up = (rem * 2 > sc) | ((rem * 2).eq(sc) & (q & 1).eq(1))
+            return (q + k.cast(up, i32)) * seg
+        self.lo = bound(self.s)
+        self.hi = k.min(bound(self.s + 1), self.n)
+
+
+class _State:
+    """The 12 state words (uniform u32): from three 4-word vectors, each word extracted when
+    first asked for, and a vector rebuilt only where a word was set (fewer ops where a stage
+    needs or changes only a few)."""
+
+    def __init__(self, k, words=None, vecs=None):
+        self.k = k
+        self._v = list(vecs) if vecs is not None else None
+        self._w = dict(enumerate(words)) if words is not None else {}
+        self._dirty = set(range(NEXTRA)) if words is not None else set()
+
+    @staticmethod
+    def load(k, ptr, idx0):
+        """From LDS or from a message (ptr uniform; idx0 the first state word)."""
+        return _State(k, vecs=[k.load(ptr, idx0 + 4 * j, u32, 4) for j in range(NEXTRA // 4)])
+
+    def copy(self):
+        c = _State(self.k, vecs=self._v)
+        c._w, c._dirty = dict(self._w), set(self._dirty)
+        return c
+
+    def vecs(self):
+        out = []
+        for j in range(NEXTRA // 4):
+            idx = range(4 * j, 4 * j + 4)
+            if self._v is not None and not self._dirty.intersection(idx):
+                out.append(self._v[j])
+            else:
+                out.append(self.k.vec(*[self[i] for i in idx]))
+        return out
+
+    def store_lds(self, ptr):
+        for j, v in enumerate(self.vecs()):
+            self.k.store(ptr, 4 * j, v)
+
+    def __getitem__(self, i):
+        if i not in self._w:
+            self._w[i] = self.k.extract(self._v[i // 4], i % 4)
+        return self._w[i]
+
+    def __setitem__(self, i, value):
+        self._w[i] = value
+        self._dirty.add(i)
+
+    def i(self, j):
+        return _i(self.k, self[j])
+
+    @property
+    def done(self):
+        return self[X_DONE].ne(0)
+
+
+def initial_state(k, cfg):
+    z = k.const(0, u32)
+    w = [z] * NEXTRA
+    w[X_NEED] = k.const(cfg.topk, u32)
+    return _State(k, w)
+
+
+# ----------------------------------------------------------------------------- stages
+
+class SelectPass(Stage):
+    """Pass q of the selection (q = 0..P-1: histogram passes; q = P: the output)."""
+    rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
+
+    def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
+                 release=True, acquire=True):
+        self.cfg, self.q = cfg, q
+        self.ready = ready if q == 0 else None
+        # release=False / acquire=False drop the messages' fences: the broken variants the
+        # interpreter's relaxed mode must catch (tests only)
+        self.release, self.acquire = release, acquire
+        self.scores = scores
+        self.hist = hist if q == 0 else None
+        self.name = cfg.stage_name(q)
+        self.is_out = q == cfg.passes
+
+    # -- declarations ---------------------------------------------------------------------
+    def jobs(self):
+        c = self.cfg
+        keys = c.max_slice_keys()
+        xbytes = 0 if self.q == 0 else c.max_slices * c.msg_words(self.q - 1) * 4
+        lds = 4 * (2 * 1024 + 64)
+        return [Job(j, cost_bytes=keys * 4 + xbytes, cost_flops=keys * 8, lds_bytes=lds)
+                for j in range(c.rows * c.max_slices)]
+
+    def regions(self):
+        c = self.cfg
+        if self.is_out:
+            return []
+        return [PlainBuffer(c.msg(self.q), u32, (c.rows, c.max_slices, c.msg_words(self.q))),
+                TaggedPairs(c.rdy(self.q), (c.rows, c.max_slices), u32)]
+
+    def buffers(self):
+        c, nm = self.cfg, self.cfg.names
+        out = {nm.n_keys: Buffer(i32, (c.rows,))}
+        out.update(self.scores.buffers())
+        if self.q == 0:
+            out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
+            if self.hist is not None:
+                out.update(self.hist.buffers())
+        if self.is_out:
+            out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
+            out[nm.out] = Buffer(i32, (c.rows, c.topk), output=True)
+            out[nm.diag] = Buffer(u32, (c.rows, DIAG_WORDS), output=True)
+        return out
+
+    def _row_slice(self, j):
+        return divmod(j, self.cfg.max_slices)
+
+    def reads(self, j):
+        c = self.cfg
+        r, _ = self._row_slice(j)
+        out = list(self.scores.reads(r))
+        if self.q == 0:
+            if self.ready is not None:
+                out += self.ready.reads(r)
+            if self.hist is not None:
+                out += self.hist.reads(r)
+            return out
+        p = self.q - 1
+        S, mw = c.max_slices, c.msg_words(p)
+        out.append(Use(c.msg(p), r * S * mw, (r + 1) * S * mw))
+        out.append(Use(c.rdy(p), r * S, (r + 1) * S))
+        return out
+
+    def writes(self, j):
+        c = self.cfg
+        if self.is_out:
+            return []
+        mw = c.msg_words(self.q)
+        return [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
+
+    def reference(self, env):
+        if not self.is_out:
+            return {}
+        import torch
+        c, nm = self.cfg, self.cfg.names
+        scores = env[nm.scores].cpu().numpy().astype(np.float32)
+        n_keys = c.n_of(env[nm.n_keys].cpu().numpy())
+        bt = env[nm.block_table].cpu().numpy().astype(np.int64)
+        out, diag = reference_select(scores, n_keys, bt, c.topk)
+        return {nm.out: torch.as_tensor(out, dtype=torch.float64),
+                nm.diag: torch.as_tensor(diag.astype(np.int64), dtype=torch.float64)}
+
+    # -- body -----------------------------------------------------------------------------
+    def body(self, k, job, io):
+        io = _flat(io)
+        c = self.cfg
+        sl = _Slice(k, io, c, job)
+        P = self.q
+        with k.if_(sl.active):
+            sl.bounds()
+            lds = self._lds(k)
+            if P == 0:
+                if self.ready is not None:
+                    with _wave0(k):
+                        self.ready.wait(k, io)
+                    _barrier(k)
+                self._check_inputs(k, io, sl)
+                initial_state(k, c).store_lds(lds["state"])
+                self._histogram(k, io, sl, lds, first=True)
+                self._publish(k, io, sl, lds)
+                return
+            self._consume(k, io, sl, lds)
+            if self.is_out:
+                self._emit(k, io, sl, lds)
+                return
+            st = _State.load(k, lds["state"], 0)
+            with k.if_(~st.done):
+                self._histogram(k, io, sl, lds, first=False)
+            _barrier(k)
+            self._publish(k, io, sl, lds)
+
+    def _lds(self, k):
+        c = self.cfg
+        nm = self.name
+        out = {"state": k.lds(f"{nm}_state", u32, 16)}
+        if not self.is_out:
+            out["hist"] = k.lds(f"{nm}_hist", u32, max(4, c.bins(self.q)))
+            out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
+        if self.q > 0:
+            out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
+        if self.is_out and k.W > 1:
+            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
+        return out
+
+    # -- sel_h0: input checks --------------------------------------------------------------
+    def _check_inputs(self, k, io, sl):
+        c = self.cfg
+        bad_n = (sl.n_raw < 0) | (sl.n_raw > c.capacity)
+        io.env.fail(bad_n, INVALID_N)
+        bt = getattr(io.args, c.names.block_table)
+        t = k.thread_id()
+        T = k.W * k.L
+        pg_lo = sl.lo >> PAGE_SHIFT
+        pg_hi = (sl.hi + (PAGE - 1)) >> PAGE_SHIFT
+        bad = k.lane_var(0, u32)
+        for g in k.range(pg_lo, pg_hi, T):
+            pg = g + t
+            m = pg < pg_hi
+            v = k.load(bt, sl.r * c.bt_width + k.min(pg, c.bt_width - 1), i32, mask=m)
+            b = m & ((v < 0) | (v > MAX_PAGE))
+            bad.set(bad.get() | k.cast(b, u32))
+        any_bad = k.wave_reduce(bad.get(), "or").ne(0)
+        io.env.fail(any_bad, INVALID_PAGE)
+
+    # -- a histogram pass over the slice's keys --------------------------------------------
+    def _histogram(self, k, io, sl, lds, first):
+        """Count the next digit of the candidate keys into LDS `hist` (sel_h0: all visible
+        keys, or the sum of the scoring's segments); pass 1 also counts NaNs into `cnt`."""
+        c = self.cfg
+        q = self.q
+        B = c.bins(q)
+        t = k.thread_id()
+        T = k.W * k.L
+        hist = lds["hist"]
+        for i in range((B + T - 1) // T):
+            idx = t + i * T
+            k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+        if q == 1:
+            with _wave0(k):
+                k.store(lds["cnt"], 0, k.vec(k.const(0, u32), 0))
+        _barrier(k)
+        if first and self.hist is not None:
+            self._sum_segments(k, io, sl, hist)
+            _barrier(k)
+            return
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+        bits = c.digits[q]
+        sh_lo = k.cast(32 - d - bits, u32)
+        self.scores.prepare(k, io)
+        nan_acc = k.lane_var(0, i32)
+        one = k.const(1, u32)
+        with k.if_(sl.lo < sl.hi):
+            for base in k.range(sl.lo, sl.hi, 4 * T):
+                p = base + 4 * t
+                m = p < sl.hi
+                raw = self.scores.load4(k, io, sl.r, p, m)
+                key, nan = ordered_keys(k, raw, want_nan=q == 1)
+                valid = k.vec(p, p + 1, p + 2, p + 3) < sl.hi
+                if first:
+                    cand = valid
+                else:
+                    cand = valid & key.ne(0) & _prefix(k, key, d).eq(Q)
+                digit = (key >> sh_lo) & (B - 1)
+                for e in range(4):
+                    k.atomic("add", hist, _i(k, k.extract(digit, e)), one,
+                             mask=k.extract(cand, e), scope="cta")
+                if q == 1:  # NaNs (low half) and unselectable keys (high half)
+                    cnt = k.cast(valid & nan, i32) + (k.cast(valid & key.eq(0), i32) << 16)
+                    nan_acc.set(nan_acc.get() + k.extract(cnt, 0) + k.extract(cnt, 1)
+                                + k.extract(cnt, 2) + k.extract(cnt, 3))
+        if q == 1:  # a lane counts <= 512K / 64 keys: no carry between its halves
+            acc = nan_acc.get()
+            k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
+            k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
+        _barrier(k)
+
+    def _sum_segments(self, k, io, sl, hist):
+        """sel_h0 with the scoring's first digits: this slice's segments, summed per bin."""
+        c = self.cfg
+        seg = c.segment
+        g_lo = sl.lo / seg
+        g_hi = (sl.hi + (seg - 1)) / seg
+        with _wave0(k):
+            for half in range((FIRST_DIGIT_BINS + k.L - 1) // k.L):
+                b = half * k.L + k.lane_id()
+                m = b < FIRST_DIGIT_BINS
+                bb = k.min(b, FIRST_DIGIT_BINS - 1)
+                acc = k.lane_var(0, u32)
+                for g in k.range(g_lo, g_hi):
+                    idx = (sl.r * c.segments + g) * FIRST_DIGIT_BINS + bb
+                    acc.set(acc.get() + self.hist.read(k, io, idx, m))
+                k.store(hist, bb, acc.get(), mask=m)
+            if self.scores.in_region and not getattr(self.scores, "bulk", True):
+                k.fence("acquire", "device")  # the scores were released before the pairs
+
+    # -- publish message q ----------------------------------------------------------------
+    def _publish(self, k, io, sl, lds):
+        """Wave 0: the cum histogram (unless done) and the state -> message q; release;
+        announce with the tagged pair."""
+        c = self.cfg
+        q = self.q
+        B = c.bins(q)
+        S = c.max_slices
+        mw = c.msg_words(q)
+        msg = c.msg(q)
+        with _wave0(k):
+            st = _State.load(k, lds["state"], 0)
+            mb = (sl.r * S + sl.s) * mw
+            if q == 1:
+                cnt = k.load(lds["cnt"], 0, u32, 2)
+                st[X_NAN] = k.extract(cnt, 0)
+                st[X_UNSEL] = k.extract(cnt, 1)
+            with k.if_(~st.done):
+                carry = k.uniform_var(0, i32)
+                for ch in range((B + k.L - 1) // k.L):
+                    b = (B - 1) - (ch * k.L + k.lane_id())
+                    m = b >= 0
+                    bb = k.max(b, 0)
+                    g = _i(k, k.load(lds["hist"], bb, u32, mask=m))
+                    incl = _scan(k, g)
+                    io.store(msg, mb + bb, _u(k, carry.get() + incl), mask=m)
+                    carry.set(carry.get() + _last(k, incl))
+            for j, v in enumerate(st.vecs()):
+                io.store(msg, mb + c.state_word + 4 * j, v)
+            if self.release:
+                k.fence("release", "device")
+            io.publish(c.rdy(q), sl.r * S + sl.s, st[X_DONE] + 1)
+
+    # -- consume message q-1: the decision -------------------------------------------------
+    def _consume(self, k, io, sl, lds):
+        """Leave in LDS `state` this slice's state after deciding on message q-1."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = c.bins(p)
+        bits = c.digits[p]
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg, rdy = c.msg(p), c.rdy(p)
+        L = k.L
+        with _wave0(k):
+            io.wait(rdy, sl.r * S + sl.s)
+            if self.acquire:
+                k.fence("acquire", "device")
+            st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
+            with k.if_(~st.done):
+                for grp in range((S + L - 1) // L):
+                    s2 = grp * L + k.lane_id()
+                    io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
+                if self.acquire:
+                    k.fence("acquire", "device")
+            st.store_lds(lds["state"])
+        _barrier(k)
+        st = _State.load(k, lds["state"], 0)
+        with k.if_(~st.done):
+            self._global_cum(k, io, sl, lds)
+            with _wave0(k):
+                self._decide(k, io, sl, lds)
+            _barrier(k)
+
+    def _load_msg_state(self, k, io, msg, idx0):
+        return _State(k, vecs=[io.load(msg, idx0 + 4 * j, 4) for j in range(NEXTRA // 4)])
+
+    def _global_cum(self, k, io, sl, lds):
+        """LDS gcum[b] = sum over the row's slices of their cum[b] (all waves)."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = max(4, c.bins(p))
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg = c.msg(p)
+        gcum = lds["gcum"]
+        t = k.thread_id()
+        T = k.W * k.L
+        for i in range((Bp + T - 1) // T):
+            idx = t + i * T
+            k.store(gcum, k.min(idx, Bp - 1), k.const(0, u32), mask=idx < Bp)
+        _barrier(k)
+        Bq = Bp // 4
+        PH = max(1, T // Bq)
+        items = Bq * PH
+        for it in range((items + T - 1) // T):
+            item = t + it * T
+            live = item < items
+            cq = item % Bq
+            j = item / Bq
+            zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+            acc = k.lane_var(zero4)
+            U = min(UNROLL, S)
+            for g in k.range(0, sl.sc, PH * U):
+                for u in range(U):
+                    s2 = g + j * U + u
+                    ok = live & (s2 < sl.sc)
+                    idx = (sl.r * S + k.min(s2, S - 1)) * mw + 4 * cq
+                    v = io.load(msg, idx, 4)
+                    acc.set(acc.get() + k.select(ok, v, 0))
+            a = acc.get()
+            for e in range(4):
+                k.atomic("add", gcum, 4 * cq + e, k.extract(a, e), mask=live, scope="cta")
+        _barrier(k)
+
+    def _decide(self, k, io, sl, lds):
+        """Wave 0: threshold digit, new state, and (when final) this slice's placement."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = c.bins(p)
+        bits = c.digits[p]
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg = c.msg(p)
+        L = k.L
+        gcum = lds["gcum"]
+        st = _State.load(k, lds["state"], 0)
+        need = st.i(X_NEED)
+        cnt = k.uniform_var(0, i32)
+        for ch in range((Bp + L - 1) // L):
+            b = ch * L + k.lane_id()
+            m = b < Bp
+            g = _i(k, k.load(gcum, k.min(b, Bp - 1), u32, mask=m))
+            cnt.set(cnt.get() + k.wave_sum(k.select(m & (g >= need), k.const(1, i32), 0)))
+        n_ge = cnt.get()
+        takeall = n_ge.eq(0)  # fewer candidates than needed: take them all
+        b = k.max(n_ge - 1, 0)
+        has_hi = (b + 1) < Bp
+        gb = _i(k, k.load(gcum, b, u32))
+        ga = k.select(has_hi, _i(k, k.load(gcum, k.min(b + 1, Bp - 1), u32)), 0)
+        d = st.i(X_D)
+        Q = st[X_Q]
+        new = st.copy()
+        new[X_Q] = k.select(takeall, Q, (Q << bits) | _u(k, b))
+        new[X_D] = _u(k, k.select(takeall, d, d + bits))
+        need2 = k.select(takeall, need, need - ga)
+        new[X_NEED] = _u(k, need2)
+        if p == 0:  # never final on the first digit (the scoring's bin 0 may hold key 0)
+            done = None
+            new[X_DONE] = k.const(0, u32)
+        else:
+            done = takeall | gb.eq(need) | (d + bits).eq(32)
+            new[X_DONE] = k.select(done, k.const(1, u32), 0)
+        own = (sl.r * S + sl.s) * mw
+        hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
+        new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
+        nst = new
+        nst.store_lds(lds["state"])
+        if p == 0:
+            return
+        with k.if_(done):
+            self._placement(k, io, sl, lds, nst, takeall, b, has_hi)
+
+    def _placement(self, k, io, sl, lds, st, takeall, b, has_hi):
+        """Wave 0, decision final: base, tie base and totals from every slice's counts."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = c.bins(p)
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg = c.msg(p)
+        L = k.L
+        need = st.i(X_NEED)
+        lo_i = k.select(takeall, 0, b)
+        hi_i = k.min(b + 1, Bp - 1)
+        use_hi = ~takeall & has_hi
+        carry_eq = k.uniform_var(0, i32)
+        carry_sel = k.uniform_var(0, i32)
+        nans = k.uniform_var(0, i32)
+        unsel = k.uniform_var(0, i32)
+        base = k.uniform_var(0, i32)
+        tieb = k.uniform_var(0, i32)
+        for grp in range((S + L - 1) // L):
+            s2 = grp * L + k.lane_id()
+            act = s2 < sl.sc
+            mb = (sl.r * S + k.min(s2, S - 1)) * mw
+            c_lo = _i(k, io.load(msg, mb + lo_i, mask=act))
+            c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & use_hi))
+            ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
+            nan = _i(k, io.load(msg, mb + c.state_word + X_NAN, mask=act))
+            uns = _i(k, io.load(msg, mb + c.state_word + X_UNSEL, mask=act))
+            eq = c_lo - c_hi
+            above = ab0 + c_hi
+            incl_eq = _scan(k, eq)
+            excl_eq = carry_eq.get() + incl_eq - eq
+            taken = k.min(k.max(need - excl_eq, 0), eq)
+            sel = above + taken
+            incl_sel = _scan(k, sel)
+            excl_sel = carry_sel.get() + incl_sel - sel
+            mine = s2.eq(sl.s)
+            base.set(base.get() + _pick(k, excl_sel, mine))
+            tieb.set(tieb.get() + _pick(k, excl_eq, mine))
+            nans.set(nans.get() + k.wave_sum(nan))
+            unsel.set(unsel.get() + k.wave_sum(uns))
+            carry_eq.set(carry_eq.get() + _last(k, incl_eq))
+            carry_sel.set(carry_sel.get() + _last(k, incl_sel))
+        stp = lds["state"]
+        k.store(stp, X_BASE, _u(k, base.get()))
+        k.store(stp, X_TIEBASE, _u(k, tieb.get()))
+        k.store(stp, X_TOTAL, _u(k, carry_sel.get()))
+        k.store(stp, X_NANS, _u(k, nans.get()))
+        k.store(stp, X_UNSELS, _u(k, unsel.get()))
+
+    # -- sel_out: emit ----------------------------------------------------------------------
+    def _emit(self, k, io, sl, lds):
+        c = self.cfg
+        nm = c.names
+        K = c.topk
+        st = _State.load(k, lds["state"], 0)
+        ok = io.env.cta_ok()
+        out = getattr(io.args, nm.out)
+        bt = getattr(io.args, nm.block_table)
+        Q, d = st[X_Q], st.i(X_D)
+        need = st.i(X_NEED)
+        base = st.i(X_BASE)
+        tieb = st.i(X_TIEBASE)
+        total = st.i(X_TOTAL)
+        t = k.thread_id()
+        T = k.W * k.L
+        w = k.wave_id()
+        self.scores.prepare(k, io)
+        run_eq = k.uniform_var(0, i32)
+        run_sel = k.uniform_var(0, i32)
+        with k.if_(sl.lo < sl.hi):
+            for pos0 in k.range(sl.lo, sl.hi, 4 * T):
+                p = pos0 + 4 * t
+                m = p < sl.hi
+                raw = self.scores.load4(k, io, sl.r, p, m)
+                key, _ = ordered_keys(k, raw)
+                valid = k.vec(p, p + 1, p + 2, p + 3) < sl.hi
+                nz = valid & key.ne(0)
+                pre = _prefix(k, key, d)
+                ab_v = k.cast(nz & (pre > Q), i32)  # 0/1 integers: no masks kept live
+                eq_v = k.cast(nz & pre.eq(Q), i32)
+                ab = [k.extract(ab_v, e) for e in range(4)]
+                eq = [k.extract(eq_v, e) for e in range(4)]
+                # keys of lower lanes first (a lane's 4 keys are consecutive positions)
+                own = eq[0] + eq[1] + eq[2] + eq[3] + ((ab[0] + ab[1] + ab[2] + ab[3]) << 16)
+                excl = sum((k.prefix_count(eq[e].ne(0)) for e in range(1, 4)),
+                           k.prefix_count(eq[0].ne(0)))
+                excl = excl + (sum((k.prefix_count(ab[e].ne(0)) for e in range(1, 4)),
+                                   k.prefix_count(ab[0].ne(0))) << 16)
+                tot = _last(k, excl + own)
+                excl_eq = excl & 0xFFFF
+                excl_ab = excl >> 16
+                w_eq, w_ab = tot & 0xFFFF, tot >> 16
+                rem0 = need - tieb - run_eq.get()  # ties still to take before this round
+                if k.W > 1:  # this wave's offsets among the round's waves
+                    em = lds["emit"]
+                    par = ((pos0 - sl.lo) / (4 * T)) & 1
+                    k.store(em, (par * k.W + w) * 2, w_eq)
+                    k.store(em, (par * k.W + w) * 2 + 1, w_ab)
+                    k.barrier()
+                    off_eq = k.uniform_var(0, i32)
+                    off_ab = k.uniform_var(0, i32)
+                    for w2 in k.range(0, w):
+                        off_eq.set(off_eq.get() + k.load(em, (par * k.W + w2) * 2, i32))
+                        off_ab.set(off_ab.get() + k.load(em, (par * k.W + w2) * 2 + 1, i32))
+                    weq, wab = off_eq.get(), off_ab.get()
+                    round_eq = round_ab = None
+                    for w2 in range(k.W):
+                        e2 = k.load(em, (par * k.W + w2) * 2, i32, 2)
+                        round_eq = k.extract(e2, 0) if round_eq is None else \
+                            round_eq + k.extract(e2, 0)
+                        round_ab = k.extract(e2, 1) if round_ab is None else \
+                            round_ab + k.extract(e2, 1)
+                else:
+                    weq, wab = k.const(0, i32), k.const(0, i32)
+                    round_eq, round_ab = w_eq, w_ab
+                rem_w = rem0 - weq  # ties still to take before this wave's first tie
+                wave_sel_off = wab + k.min(k.max(rem0, 0), weq)
+                lane_rem = rem_w - excl_eq
+                lane_off = base + run_sel.get() + wave_sel_off + excl_ab + \
+                    k.min(k.max(rem_w, 0), excl_eq)
+                page = k.load(bt, sl.r * c.bt_width + k.min(p >> PAGE_SHIFT, c.bt_width - 1),
+                              i32, mask=m)
+                slot0 = page * PAGE + (p & (PAGE - 1))
+                ties_before = None
+                sel_before = None
+                for e in range(4):
+                    rank_ok = (lane_rem if ties_before is None else lane_rem - ties_before) > 0
+                    take = ab[e].ne(0) | (eq[e].ne(0) & rank_ok)
+                    at = lane_off if sel_before is None else lane_off + sel_before
+                    k.store(out, sl.r * K + k.min(at, K - 1), slot0 + e, mask=take & ok)
+                    tk = ab[e] + eq[e] * k.cast(rank_ok, i32)
+                    ties_before = eq[e] if ties_before is None else ties_before + eq[e]
+                    sel_before = tk if sel_before is None else sel_before + tk
+                run_sel.set(run_sel.get() + round_ab + k.min(k.max(rem0, 0), round_eq))
+                run_eq.set(run_eq.get() + round_eq)
+        # slice 0: padding and the diagnostic row
+        with k.if_(sl.s.eq(0)):
+            for i0 in k.range(0, K, T):
+                i = i0 + t
+                k.store(out, sl.r * K + k.min(i, K - 1), k.const(-1, i32),
+                        mask=(i < K) & (i >= total) & ok)
+            with _wave0(k):
+                diag = k.vec(st[X_NANS], st[X_TOTAL], st[X_UNSELS], _u(k, sl.n))
+                k.store(getattr(io.args, nm.diag), sl.r * DIAG_WORDS, diag, mask=ok)
+
+
+# ----------------------------------------------------------------------------- producers
+# (standalone launches: what the scoring will publish in the fused index launch)
+
+class ScoreHistStage(Stage):
+    """The scoring's first-digit histograms, as the scoring publishes them: per (row,
+    segment) job, the 64 counts of key >> 26 over the segment's visible keys (key 0, i.e.
+    -inf and NaN, in bin 0; positions >= n_keys not counted) -> tagged pairs `score_hist`."""
+
+    def __init__(self, cfg: SelectConfig, scores):
+        self.cfg = cfg
+        self.scores = scores
+        self.name = f"{cfg.prefix}_feed_hist"
+
+    def jobs(self):
+        c = self.cfg
+        return [Job(j, cost_bytes=c.segment * 4, cost_flops=c.segment)
+                for j in range(c.rows * c.segments)]
+
+    def regions(self):
+        c = self.cfg
+        return [TaggedPairs(c.names.score_hist, (c.rows, c.segments, FIRST_DIGIT_BINS), u32)]
+
+    def buffers(self):
+        c = self.cfg
+        out = {c.names.n_keys: Buffer(i32, (c.rows,))}
+        out.update(self.scores.buffers())
+        return out
+
+    def reads(self, j):
+        return list(self.scores.reads(j // self.cfg.segments))
+
+    def writes(self, j):
+        return [Use(self.cfg.names.score_hist, j * FIRST_DIGIT_BINS, (j + 1) * FIRST_DIGIT_BINS)]
+
+    def reference(self, env):
+        import torch
+        c = self.cfg
+        h = segment_histograms(c, env[c.names.scores].cpu().numpy().astype(np.float32),
+                               c.n_of(env[c.names.n_keys].cpu().numpy()))
+        return {c.names.score_hist: torch.as_tensor(h.astype(np.int64), dtype=torch.float64)}
+
+    def body(self, k, job, io):
+        io = _flat(io)
+        c = self.cfg
+        r = job / c.segments
+        g = job % c.segments
+        n = k.load(getattr(io.args, c.names.n_keys), r, i32) + (1 if c.positions else 0)
+        n = k.min(k.max(n, 0), c.capacity)
+        lo = g * c.segment
+        hi = k.min(lo + c.segment, n)
+        hist = k.lds(f"{self.name}_hist", u32, FIRST_DIGIT_BINS)
+        t = k.thread_id()
+        T = k.W * k.L
+        for i in range((FIRST_DIGIT_BINS + T - 1) // T):
+            idx = t + i * T
+            k.store(hist, k.min(idx, FIRST_DIGIT_BINS - 1), k.const(0, u32),
+                    mask=idx < FIRST_DIGIT_BINS)
+        _barrier(k)
+        self.scores.prepare(k, io)
+        one = k.const(1, u32)
+        with k.if_(lo < hi):
+            for base in k.range(lo, hi, 4 * T):
+                p = base + 4 * t
+                m = p < hi
+                key, _ = ordered_keys(k, self.scores.load4(k, io, r, p, m))
+                valid = k.vec(p, p + 1, p + 2, p + 3) < hi
+                digit = key >> FIRST_DIGIT_SHIFT
+                for e in range(4):
+                    k.atomic("add", hist, _i(k, k.extract(digit, e)), one,
+                             mask=k.extract(valid, e), scope="cta")
+        _barrier(k)
+        for i in range((FIRST_DIGIT_BINS + T - 1) // T):
+            b = t + i * T
+            m = b < FIRST_DIGIT_BINS
+            bb = k.min(b, FIRST_DIGIT_BINS - 1)
+            v = k.load(hist, bb, u32, mask=m)
+            io.publish(c.names.score_hist, job * FIRST_DIGIT_BINS + bb, v, mask=m)
+
+
+class ScoresFeed(Stage):
+    """Copies the input scores into the arena region the selection reads (a BulkBuffer, one
+    publisher per row): the fused launch's scoring writes the region instead."""
+
+    def __init__(self, cfg: SelectConfig, source_name: str = "scores_in"):
+        self.cfg = cfg
+        self.src = source_name
+        self.name = f"{cfg.prefix}_feed_scores"
+
+    def jobs(self):
+        c = self.cfg
+        return [Job(r, cost_bytes=c.capacity * 8) for r in range(c.rows)]
+
+    def regions(self):
+        c = self.cfg
+        return [BulkBuffer(c.names.scores, f32, (c.rows, c.capacity), publishers=c.rows)]
+
+    def buffers(self):
+        c = self.cfg
+        return {self.src: Buffer(f32, (c.rows, c.capacity))}
+
+    def writes(self, r):
+        c = self.cfg
+        return [Use(c.names.scores, r * c.capacity, (r + 1) * c.capacity)]
+
+    def reference(self, env):
+        return {self.cfg.names.scores: env[self.src]}
+
+    def body(self, k, job, io):
+        io = _flat(io)
+        c = self.cfg
+        t = k.thread_id()
+        T = k.W * k.L
+        for base in k.range(0, c.capacity, 4 * T):
+            p = base + 4 * t
+            m = p < c.capacity
+            v = k.load(getattr(io.args, self.src), job * c.capacity + p, f32, 4, mask=m)
+            io.store(c.names.scores, job * c.capacity + p, v, mask=m)
+        io.release(c.names.scores)
+
+
+class ScoringModel(Stage):
+    """The index launch's scoring protocol (stages/index.py), on injected scores: job r
+    writes row r's visible scores to the plain region `scores` and their first-digit counts
+    per segment to the plain region `score_hist` (segments past the row's last key
+    untouched), then a release fence and its `score_done` pair. A consumer waits for all of
+    them (`score_done_ready`): as with the scoring, any job may write any row."""
+
+    def __init__(self, cfg: SelectConfig, source_name: str = "scores_in"):
+        self.cfg = cfg
+        self.src = source_name
+        self.name = f"{cfg.prefix}_feed_scoring"
+
+    def jobs(self):
+        c = self.cfg
+        return [Job(r, cost_bytes=c.capacity * 8) for r in range(c.rows)]
+
+    def regions(self):
+        c, nm = self.cfg, self.cfg.names
+        return [PlainBuffer(nm.scores, f32, (c.rows, c.capacity)),
+                PlainBuffer(nm.score_hist, u32, (c.rows, c.segments, FIRST_DIGIT_BINS)),
+                TaggedPairs(nm.score_done, (c.rows,), u32)]
+
+    def buffers(self):
+        c = self.cfg
+        return {self.src: Buffer(f32, (c.rows, c.capacity)), c.names.n_keys: Buffer(i32, (c.rows,))}
+
+    def writes(self, r):
+        c, nm = self.cfg, self.cfg.names
+        w = c.segments * FIRST_DIGIT_BINS
+        return [Use(nm.scores, r * c.capacity, (r + 1) * c.capacity),
+                Use(nm.score_hist, r * w, (r + 1) * w), Use(nm.score_done, r, r + 1)]
+
+    def reference(self, env):
+        return {self.cfg.names.scores: env[self.src]}  # (the visible part is what is read)
+
+    def body(self, k, job, io):
+        io = _flat(io)
+        c, nm = self.cfg, self.cfg.names
+        n = k.load(getattr(io.args, nm.n_keys), job, i32) + (1 if c.positions else 0)
+        n = k.min(k.max(n, 0), c.capacity)
+        t = k.thread_id()
+        T = k.W * k.L
+        hist = k.lds(f"{self.name}_hist", u32, FIRST_DIGIT_BINS)
+        one = k.const(1, u32)
+        row = job * c.capacity
+        for g in k.range(0, (n + (c.segment - 1)) / c.segment):
+            for i in range((FIRST_DIGIT_BINS + T - 1) // T):
+                b = t + i * T
+                k.store(hist, k.min(b, FIRST_DIGIT_BINS - 1), k.const(0, u32),
+                        mask=b < FIRST_DIGIT_BINS)
+            _barrier(k)
+            lo = g * c.segment
+            hi = k.min(lo + c.segment, n)
+            for base in k.range(lo, hi, 4 * T):
+                p = base + 4 * t
+                m = p < hi
+                v = k.load(getattr(io.args, self.src), row + p, u32, 4, mask=m)
+                valid = k.vec(p, p + 1, p + 2, p + 3) < hi
+                for e in range(4):  # the scoring stores visible scores only
+                    io.store(nm.scores, row + p + e, k.bitcast(k.extract(v, e), f32),
+                             mask=k.extract(valid, e))
+                key, _ = ordered_keys(k, v)
+                digit = key >> FIRST_DIGIT_SHIFT
+                for e in range(4):
+                    k.atomic("add", hist, _i(k, k.extract(digit, e)), one,
+                             mask=k.extract(valid, e), scope="cta")
+            _barrier(k)
+            for i in range((FIRST_DIGIT_BINS + T - 1) // T):
+                b = t + i * T
+                m = b < FIRST_DIGIT_BINS
+                bb = k.min(b, FIRST_DIGIT_BINS - 1)
+                io.store(nm.score_hist, (job * c.segments + g) * FIRST_DIGIT_BINS + bb,
+                         k.load(hist, bb, u32, mask=m), mask=m)
+            _barrier(k)
+        k.fence("release", "device")
+        _barrier(k)
+        with _wave0(k):
+            io.publish(nm.score_done, job, _u(k, n))
+
+
+# ----------------------------------------------------------------------------- composition
+
+def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
+                  **fences) -> list:
+    """The selection's stages (sel_h0 .. sel_out). `scores`: "buffer" (input [rows,
+    capacity] f32), "region" (an arena BulkBuffer of that shape written earlier in the
+    launch) or a source object; `hist`: None (local first pass), "buffer" (input [rows,
+    segments, 64] u32) or "region" (the scoring's tagged pairs)."""
+    if scores == "buffer":
+        scores = BufferScores(cfg)
+    elif scores == "region":
+        scores = RegionScores(cfg)
+    elif scores == "plain":
+        scores = RegionScores(cfg, bulk=False)
+    if hist == "buffer":
+        hist = HistBuffer(cfg)
+    elif hist == "region":
+        hist = HistRegion(cfg)
+    elif hist == "plain":
+        hist = HistPlain(cfg)
+    elif hist is not None and not hasattr(hist, "read"):
+        raise ValueError(f"hist {hist!r}: None, 'buffer', 'region' or 'plain'")
+    return [SelectPass(cfg, q, scores, hist, ready=ready, **fences)
+            for q in range(cfg.passes + 1)]
+
+
+def select_launch(cfg: SelectConfig, *, grid: int, waves: int = 1, hist=None, scores="buffer",
+                  name: str = "select", release=True, acquire=True, **kw) -> Launch:
+    """A standalone selection launch.
+    scores: "buffer" (the input `scores`), "stage" (a producer copies the input `scores_in`
+            into an arena BulkBuffer first) or "scoring" (a producer follows the index
+            launch's protocol: plain `scores` and `score_hist` behind `score_done` pairs);
+    hist:   None (a local first pass), "buffer" (score_hist an input), "stage" (a producer
+            publishes score_hist as tagged pairs) or "scoring" (with scores="scoring": the
+            producer's plain score_hist)."""
+    pre = []
+    ready = None
+    if scores == "stage":
+        pre.append(ScoresFeed(cfg))
+        src = RegionScores(cfg)
+    elif scores == "buffer":
+        src = BufferScores(cfg)
+    elif scores == "scoring":
+        pre.append(ScoringModel(cfg))
+        src = RegionScores(cfg, bulk=False)
+        ready = score_done_ready(cfg, cfg.rows)
+    else:
+        raise ValueError(f"scores {scores!r}: 'buffer', 'stage' or 'scoring'")
+    if hist == "stage":
+        pre.append(ScoreHistStage(cfg, src))
+        h = "region"
+    elif hist == "scoring":
+        if scores != "scoring":
+            raise ValueError("hist='scoring' needs scores='scoring' (its producer writes both)")
+        h = "plain"
+    elif hist in (None, "buffer"):
+        h = hist
+    else:
+        raise ValueError(f"hist {hist!r}: None, 'buffer', 'stage' or 'scoring'")
+    L = Launch(name, pre + select_stages(cfg, scores=src, hist=h, ready=ready, release=release,
+                                         acquire=acquire), grid=grid, waves=waves, **kw)
+    L.select_cfg = cfg
+    L.select_mode = dict(hist=hist, scores=scores)
+    return L
+
+
+# ----------------------------------------------------------------------------- host side
+
+def segment_histograms(cfg: SelectConfig, scores: np.ndarray, n_keys) -> np.ndarray:
+    """[rows, segments, 64] u32: what the scoring publishes in score_hist."""
+    R, seg = scores.shape[0], cfg.segment
+    out = np.zeros((R, cfg.segments, FIRST_DIGIT_BINS), np.uint32)
+    for r in range(R):
+        n = int(n_keys[r])
+        keys = ordered_key(scores[r, :n]) >> FIRST_DIGIT_SHIFT
+        for g in range(-(-n // seg)):
+            out[r, g] = np.bincount(keys[g * seg:(g + 1) * seg], minlength=FIRST_DIGIT_BINS)
+    return out
+
+
+def validate_inputs(cfg: SelectConfig, scores, n_keys, block_table):
+    """The host's check of what the kernel also rejects (sel_h0's error word): a clear
+    ValueError naming the bad value, before anything is launched."""
+    n_keys = np.asarray(n_keys)
+    bt = np.asarray(block_table)
+    if np.asarray(scores).shape != (cfg.rows, cfg.capacity):
+        raise ValueError(f"scores shape {np.asarray(scores).shape} != ({cfg.rows}, {cfg.capacity})")
+    if bt.shape != (cfg.rows, cfg.bt_width):
+        raise ValueError(f"block table shape {bt.shape} != ({cfg.rows}, {cfg.bt_width})")
+    for r in range(cfg.rows):
+        n = int(n_keys[r])
+        if n > MAX_KEYS:
+            raise ValueError(f"row {r}: {n} keys exceed the selection's limit of {MAX_KEYS} "
+                             "(512K keys)")
+        if not 0 <= n <= cfg.capacity:
+            raise ValueError(f"row {r}: n_keys = {n} outside 0..{cfg.capacity} (the scores' "
+                             "capacity)")
+        pages = bt[r, :-(-n // PAGE)]
+        bad = np.flatnonzero((pages < 0) | (pages > MAX_PAGE))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"row {r}: block_table[{r}, {i}] = {int(pages[i])} for visible "
+                             f"keys {i * PAGE}..{min(n, (i + 1) * PAGE) - 1} (a page must be "
+                             f">= 0)")
+
+
+def reference_select(scores, n_keys, block_table, k: int = TOPK):
+    """(slots [rows, k] int32, diag [rows, 4] u32: NaNs, selected, -inf or NaN, visible) by
+    the independent reference layouts.scores.exact_topk_positions."""
+    scores = np.asarray(scores, np.float32)
+    R = scores.shape[0]
+    out = np.full((R, k), -1, np.int32)
+    diag = np.zeros((R, DIAG_WORDS), np.uint32)
+    for r in range(R):
+        n = int(n_keys[r])
+        pos = exact_topk_positions(scores[r, :n], k)
+        pages = np.asarray(block_table[r], np.int64)[pos // PAGE]
+        if (pages < 0).any():
+            raise ValueError(f"row {r}: a selected key's page is {int(pages.min())}")
+        out[r, :pos.size] = (pages * PAGE + pos % PAGE).astype(np.int32)
+        row = scores[r, :n]
+        diag[r] = (int(np.isnan(row).sum()), pos.size,
+                   int((np.isnan(row) | np.isneginf(row)).sum()), n)
+    return out, diag
+
+
+def make_inputs(cfg: SelectConfig, scores, n_keys, block_table, *, hist=None,
+                scores_in_stage=False) -> dict:
+    """The launch's input dict from visible key counts (stored as positions, n - 1, with
+    cfg.positions); outputs pre-filled with a sentinel the kernel must overwrite (-2 in
+    every slot, all-ones diagnostics); `scores_in_stage`: the scores go to `scores_in`, the
+    input of a producer stage."""
+    nm = cfg.names
+    counts = np.asarray(n_keys, np.int64) - (1 if cfg.positions else 0)
+    d = {nm.n_keys: counts.astype(np.int32),
+         nm.block_table: np.asarray(block_table, np.int32).copy(),
+         nm.out: np.full((cfg.rows, cfg.topk), -2, np.int32),
+         nm.diag: np.full((cfg.rows, DIAG_WORDS), 0xFFFFFFFF, np.uint32)}
+    d["scores_in" if scores_in_stage else nm.scores] = np.asarray(scores, np.float32).copy()
+    if hist == "buffer":
+        d[nm.score_hist] = segment_histograms(cfg, np.asarray(scores, np.float32), n_keys)
+    return d
+
+
+def request_positions(pos: int, rows: int) -> np.ndarray:
+    """n_keys of the rows of one request at context position P: row j of n sees keys
+    0 .. P - n + j (so n_keys = P - n + j + 1)."""
+    n = np.array([pos - rows + j + 1 for j in range(rows)], np.int64)
+    if (n < 0).any():
+        raise ValueError(f"position {pos} leaves row(s) with no keys for {rows} rows")
+    return n
+
+
+def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.ndarray:
+    """Distinct random pages (rows of one request share one table when `shared`)."""
+    pages = cfg.bt_width
+    if shared:
+        row = rng.permutation(pages * 3)[:pages].astype(np.int32)
+        return np.tile(row, (cfg.rows, 1))
+    return np.stack([rng.permutation(pages * 3)[:pages] for _ in range(cfg.rows)]).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- launch kinds
+
+def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
+    """The selection of a build spec: capacity = the config's context limit (512K keys for
+    GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
+    4 in the interpreter)."""
+    cap = spec.config.max_context
+    seg = 1024 if cap >= (1 << 18) else 512
+    if max_slices is None:
+        if spec.target == "interp":
+            max_slices = 4
+        else:
+            max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
+    return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
+                        topk=spec.config.index_topk)
+
+
+def _waves_for(spec) -> int:
+    if spec.target == "interp":
+        return 1
+    return 4 if spec.target_info.is_amd else 8
+
+
+def _grid_for(spec) -> int:
+    return 8 if spec.target == "interp" else spec.target_info.num_ctas
+
+
+def _kind_launch(spec, hist=None):
+    cfg = config_for(spec)
+    return select_launch(cfg, grid=_grid_for(spec), waves=_waves_for(spec), hist=hist,
+                         name="select_hist" if hist else "select")
+
+
+def _kind_inputs(launch, spec, rng, pos=None):
+    """Normal scores; the rows of one request at position `pos` (default: the last one the
+    capacity holds); one shared block table of distinct random pages."""
+    cfg = launch.select_cfg
+    n = request_positions(cfg.capacity - 1 if pos is None else pos, cfg.rows)
+    scores = rng.standard_normal((cfg.rows, cfg.capacity)).astype(np.float32)
+    return make_inputs(cfg, scores, n, random_block_table(cfg, rng),
+                       hist=launch.select_mode["hist"])
+
+
+from .kinds import Kind, register  # noqa: E402
+
+register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
+              "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs))
+register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
+              "segments, 64] u32, as the scoring publishes them)",
+              lambda spec: _kind_launch(spec, hist="buffer"), _kind_inputs, default=False))
