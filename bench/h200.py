@@ -31,7 +31,7 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 
 def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
-               x_in_lds: bool = False) -> dict:
+               x_in_lds: bool = False, ksplit: int = 1) -> dict:
     rng = np.random.default_rng(rows)
     inp = gemv.make_inputs(rng, N=N_OUT, K=K_IN, R=rows, ctas=132)
     ref = gemv.reference(inp, N=N_OUT, K=K_IN, R=rows)
@@ -48,8 +48,10 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
         extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_split.scratch(N_OUT, K_IN).items()}
     elif variant == "mma":
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
-                              x_in_lds=x_in_lds)
-        grid = N_OUT // gemv_mma.TILE_N
+                              x_in_lds=x_in_lds, ksplit=ksplit)
+        grid = N_OUT // gemv_mma.TILE_N * ksplit
+        if ksplit > 1:
+            extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
     else:
         kern = gemv.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
         grid = 132
@@ -87,7 +89,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     us_fp8 = timed_graph(torch_fp8)
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
-                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}"
+                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
                                              if variant == "mma" else variant))
 
 
@@ -115,15 +117,14 @@ def main():
     res["gemv"] = []
     print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
-    plan = [("mma", r, 2, 8, False) for r in (1, 2, 4, 8)] + [
-        ("mma", 8, 6, 8, True), ("mma", 8, 4, 12, True), ("mma", 8, 8, 6, True),
-        ("mma", 8, 12, 4, True), ("split", 8, 0, 8, False), ("split", 8, 0, 12, False),
-        ("mma", 8, 1, 8, False), ("mma", 8, 3, 16, False), ("mma", 8, 6, 8, True),
-        ("mma", 8, 3, 16, True), ("mma", 8, 2, 8, True), ("cuda-core", 8, 1, 4, False)]
+    plan = [("mma", r, 2, 8, False, 1) for r in (1, 2, 4, 8)] + [
+        ("mma", 8, 3, 4, False, 4), ("mma", 8, 1, 4, False, 12), ("mma", 8, 2, 4, False, 6),
+        ("mma", 8, 3, 8, False, 2), ("mma", 8, 6, 8, True, 1), ("split", 8, 0, 8, False, 1),
+        ("cuda-core", 8, 1, 4, False, 1)]
     if args.quick:
         plan = plan[3:8]
-    for variant, rows, unroll, waves, xl in plan:
-        g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl)
+    for variant, rows, unroll, waves, xl, ks in plan:
+        g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks)
         variant = g["variant"] + f" w{waves}"
         res["gemv"].append(g)
         print(f"{rows:>4} {g['us']:8.2f} {g['floor_us']:7.2f} {g['ratio_to_floor']:8.2f} "

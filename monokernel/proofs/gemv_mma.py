@@ -18,7 +18,7 @@ import numpy as np
 from ..atoms import atom
 from ..dsl import build_kernel
 from ..ir import ABI, Ptr, Scalar
-from ..types import bf16, f32, fp8e4m3fn, i32
+from ..types import bf16, f32, fp8e4m3fn, i32, u32
 from . import gemv
 
 ATOM = "sm90_mma_m16n8k16_bf16"
@@ -29,23 +29,34 @@ UNROLL = 2  # 128-blocks whose loads are issued together (bench/NOTES.md: measur
 BLOCK = gemv.BLOCK
 
 
-def abi():
-    return ABI(w=Ptr(fp8e4m3fn), ws=Ptr(f32), x=Ptr(bf16), y=Ptr(f32), ctas=Scalar(i32))
+def abi(ksplit=1):
+    extra = dict(partials=Ptr(f32), counters=Ptr(u32)) if ksplit > 1 else {}
+    return ABI(w=Ptr(fp8e4m3fn), ws=Ptr(f32), x=Ptr(bf16), y=Ptr(f32), ctas=Scalar(i32), **extra)
 
 
-def body(k, *, N, K, R, unroll=1, x_in_lds=False):
+def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1):
     at = atom(ATOM)
     a = k.args
     blocks = K // BLOCK
-    if K % BLOCK or N % TILE_N or blocks % k.W or R > MAX_ROWS:
+    if K % BLOCK or N % TILE_N or blocks % (k.W * ksplit) or R > MAX_ROWS or \
+            (ksplit > 1 and x_in_lds):
+        raise ValueError(f"gemv_mma: N={N} must be a multiple of {TILE_N}, K={K}/128 of the "
+                         f"{k.W} waves x {ksplit} splits, rows {R} <= {MAX_ROWS}; a K split "
+                         "reads x directly")
         raise ValueError(f"gemv_mma: N={N} must be a multiple of {TILE_N}, K={K}/128 of the "
                          f"{k.W} waves, rows {R} <= {MAX_ROWS}")
     lane = k.lane_id()
     r, q = lane >> 2, lane & 3  # the atom's groupID / thread-in-group
-    tile = k.cta_id() * TILE_N
+    # with a K split, CTA c computes split c % ksplit of tile c // ksplit: the grid has
+    # ksplit times more, shorter CTAs, which spread evenly over the SMs (164 tiles do not)
+    tile_idx = k.cta_id() // ksplit if ksplit > 1 else k.cta_id()
+    split = k.cta_id() % ksplit if ksplit > 1 else None
+    tile = tile_idx * TILE_N
     xrow_ok = r < R
     total = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
-    per_wave = blocks // k.W
+    per_wave = blocks // (k.W * ksplit)
+    first_block = k.wave_id() * per_wave if ksplit == 1 else \
+        split * (blocks // ksplit) + k.wave_id() * per_wave
     if per_wave % unroll:
         raise ValueError(f"gemv_mma: {per_wave} blocks per wave are not a multiple of unroll={unroll}")
     xl = None
@@ -96,17 +107,23 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False):
     if single_round:
         # every weight load of the wave goes out FIRST, then the activations are staged
         # under them: one memory round trip per wave (registers hold weights only)
-        b0 = k.wave_id() * per_wave
+        b0 = first_block
         loads = issue(b0)
         xl = stage_x()
         compute(b0, loads)
     else:
         if x_in_lds:
             xl = stage_x()
-        for b0 in k.range(k.wave_id() * per_wave, (k.wave_id() + 1) * per_wave, unroll):
+        for b0 in k.range(first_block, first_block + per_wave, unroll):
             # `unroll` whole 128-blocks per iteration: all their loads are issued before the
             # first MMA, so more bytes are in flight per lane (Little's law on ~1 us latency)
             compute(b0, issue(b0))
+    def store_y(s):
+        # D[m][n] = y[n][tile + m]: slots (r, 2q), (r, 2q+1), (r+8, 2q), (r+8, 2q+1)
+        for slot, (dm, dn) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
+            n = q * 2 + dn
+            k.store(a.y, n * N + tile + r + dm, s[slot], mask=n < R)
+
     red = k.lds("red", f32, k.W * k.L * at.c_slots)
     k.store(red, (k.wave_id() * k.L + lane) * at.c_slots, total.get())
     k.barrier()
@@ -114,15 +131,35 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False):
         s = k.load(red, lane * at.c_slots, f32, at.c_slots)
         for w in range(1, k.W):
             s = s + k.load(red, (w * k.L + lane) * at.c_slots, f32, at.c_slots)
-        # D[m][n] = y[n][tile + m]: slots (r, 2q), (r, 2q+1), (r+8, 2q), (r+8, 2q+1)
-        for slot, (dm, dn) in enumerate(((0, 0), (0, 1), (8, 0), (8, 1))):
-            n = q * 2 + dn
-            k.store(a.y, n * N + tile + r + dm, s[slot], mask=n < R)
+        if ksplit > 1:
+            # the tile's last split (a counter, reset by it) sums the partials in split
+            # order: the bits do not depend on which split finished last
+            k.store(a.partials, ((tile_idx * ksplit + split) * k.L + lane) * at.c_slots, s)
+            k.fence("release", "device")
+            old = k.atomic("add", a.counters, tile_idx, k.const(1, u32))
+            last = (old + 1).eq(ksplit)
+            with k.if_(last):
+                k.fence("acquire", "device")
+                s = k.load(a.partials, (tile_idx * ksplit * k.L + lane) * at.c_slots, f32, at.c_slots)
+                for sp in range(1, ksplit):
+                    s = s + k.load(a.partials, ((tile_idx * ksplit + sp) * k.L + lane) * at.c_slots,
+                                   f32, at.c_slots)
+                store_y(s)
+                k.store(a.counters, tile_idx, k.const(0, u32), order="relaxed")
+        else:
+            store_y(s)
 
 
-def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False):
-    return build_kernel("gemv_fp8_mma", body, abi=abi(), target=target, waves=waves,
-                        wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds)
+def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1):
+    return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
+                        wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
+                        ksplit=ksplit)
+
+
+def scratch(N, ksplit, L=32):
+    """Zeroed once; every launch leaves the counters at zero again."""
+    return dict(partials=np.zeros((N // TILE_N) * ksplit * L * 4, np.float32),
+                counters=np.zeros(N // TILE_N, np.uint32))
 
 
 make_inputs = gemv.make_inputs
