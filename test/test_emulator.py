@@ -313,3 +313,34 @@ def test_swizzle_source_lane_modes():
     assert sw(0x1F | (16 << 10), 33) == 49  # bit-mask mode stays in its 32-lane half
     assert [sw(0x8000 | 0b00011011, i) for i in range(4)] == [3, 2, 1, 0]  # quad-permute
     assert sw(0x00 | (1 << 5), 40) == 33  # and 0, or 1: every lane of a half reads its lane 1
+
+
+@pytest.mark.emulator
+@pytest.mark.xfail(strict=True, reason="tinygrad a9069c177a9d's CDNA4 emulator gets "
+                   "global_atomic_cmpswap_x2 wrong (the 32-bit form is right): found when the "
+                   "indexer's multi-publisher bulk counter (a 64-bit CAS loop) spun forever "
+                   "there. Strict: a fixed emulator turns this into a failure to update.")
+def test_emulator_64bit_compare_and_swap_matches_the_interpreter():
+    from monokernel import interp
+    from monokernel.dsl import ABI, Ptr, build_kernel
+    from monokernel.launch import emulator
+    from monokernel.types import u64
+    ok, why = emulator.available()
+    if not ok:
+        pytest.skip(why)
+
+    def body(k):
+        a = k.args
+        for i, (new, cmp) in enumerate(((5, 0), (9, 5), (11, 3))):
+            k.store(a.out, i, k.atomic("cas", a.c, 0, k.const(new, u64), compare=k.const(cmp, u64)))
+    got = {}
+    for target in ("interp", "gfx950"):
+        kern = build_kernel("cas64", body, abi=ABI(c=Ptr(u64), out=Ptr(u64)), target=target)
+        args = dict(c=np.zeros(1, np.uint64), out=np.zeros(3, np.uint64))
+        if target == "interp":
+            interp.run(kern, args)
+        else:
+            emulator.run(kern, args, grid=1)
+        got[target] = (args["c"].tolist(), args["out"].tolist())
+    assert got["interp"] == ([9], [0, 5, 9])
+    assert got["gfx950"] == got["interp"]
