@@ -42,6 +42,19 @@ never to tinygrad's files (each checked against the ISA in test/test_emulator.py
 4. `buffer_wbl2` / `buffer_inv` (the release / acquire cache maintenance of device-scope
    fences) are treated as a one-dword buffer load into VGPR 0, clobbering it. They are
    no-ops here (the emulator has no caches).
+5. FLAT/GLOBAL atomics never return their old value: the emulator writes vdst only when
+   the instruction's `glc` bit is set, and the CDNA3/4 encodings call that bit `sc0` (no
+   `glc` field), so vdst keeps what it held. `glc` is read as `sc0` for these atomics.
+6. `global_atomic_cmpswap_x2` / `flat_atomic_cmpswap_x2` (64-bit compare-and-swap): the
+   pseudocode reads src = DATA[63:0], cmp = DATA[127:64] from four VGPRs, but the emulator's
+   atomic path builds DATA from a VGPR pair only when the operand is 64 bits wide, else from
+   one VGPR: for this 128-bit operand DATA is src's low dword, so cmp reads as 0 and src loses
+   its high dword. The two 64-bit operands are bound from the four VGPRs instead. (The other
+   *_X2 atomics have a 64-bit DATA and need only item 5; MUBUF atomics are not emulated.)
+7. LDS instructions dereference the address of inactive lanes too (a dword access loads the
+   slot and stores `active ? new : old` back), so a masked-off lane whose address register
+   holds garbage kills the process (seen in the indexer's score histogram `ds_add_u32`).
+   Inactive lanes' LDS address is set to 0 (read and rewritten unchanged).
 """
 from __future__ import annotations
 
@@ -61,6 +74,7 @@ ARCH = "gfx950"
 DEV_SPEC = f"MOCK+AMD::{ARCH}"
 SWAP_OPS = ("V_PERMLANE16_SWAP_B32", "V_PERMLANE32_SWAP_B32")
 CACHE_OPS = ("BUFFER_WBL2", "BUFFER_INV")  # MUBUF cache write-back / invalidate: no data
+CMPSWAP_X2_OPS = ("GLOBAL_ATOMIC_CMPSWAP_X2", "FLAT_ATOMIC_CMPSWAP_X2")  # 128-bit DATA operand
 
 
 class EmulatorUnavailable(RuntimeError):
@@ -137,8 +151,8 @@ def load_tinygrad() -> dict:
 
 
 def _patch_emulator(emu):
-    """Route v_permlane{16,32}_swap_b32 (VOP1 and VOP3 encodings) through the emulator's
-    cross-lane pseudocode compiler. Idempotent; touches only this process's module objects."""
+    """The adjustments 1-7 of the module docstring (instruction handlers wrapped, DPP's
+    source read replaced). Idempotent; touches only this process's module objects."""
     if getattr(emu, "_monokernel_patched", False):
         return
 
@@ -153,8 +167,13 @@ def _patch_emulator(emu):
 
     def wrap_mem(orig):
         def handler(inst, ctx):
-            if emu._op_name(inst) == "DS_SWIZZLE_B32":
+            name = emu._op_name(inst)
+            if name == "DS_SWIZZLE_B32":
                 return _compile_ds_swizzle(emu, inst, ctx)
+            if "ATOMIC" in name and hasattr(type(inst), "sc0") and not hasattr(type(inst), "glc"):
+                return _compile_cdna_atomic(emu, orig, inst, ctx, name in CMPSWAP_X2_OPS)
+            if name.startswith("DS_") and "PERMUTE" not in name:
+                return _compile_ds_inactive_lanes_safe(emu, orig, inst, ctx)
             return orig(inst, ctx)
         handler.__wrapped__ = orig
         return handler
@@ -199,6 +218,78 @@ def _dpp16_src0_snapshot(emu, orig):
         return enabled.where(valid.where(swizzled, invalid), fallback)
     load.__wrapped__ = orig
     return load
+
+
+def _compile_cdna_atomic(emu, orig, inst, ctx, cmpswap_x2: bool):
+    """A CDNA FLAT/GLOBAL atomic through the emulator's own path (addressing, exec, memory
+    order), with two of its readings corrected while this instruction compiles:
+    - the return: the emulator writes the pre-op value to vdst only when the instruction's
+      `glc` bit is set, but CDNA3/4 encodings name that bit `sc0` (GLC's place; LLVM sets it
+      on every returning atomic) and have no `glc` field, so no CDNA atomic ever returned
+      its old value (vdst kept whatever it held). `glc` is read as `sc0` here.
+    - {global,flat}_atomic_cmpswap_x2: the pseudocode reads src = DATA[63:0] and
+      cmp = DATA[127:64] of a 4-VGPR operand, but the emulator forms DATA from a VGPR pair
+      only when the operand is exactly 64 bits wide, else from one VGPR: DATA was src's low
+      dword alone (its high dword dropped, cmp read as 0). That line of pseudocode is
+      rewritten to two 64-bit operands, DATA = v[d:d+1] (src) and DATA2 = v[d+2:d+3] (cmp),
+      bound per lane."""
+    iattr, parse = emu._iattr, emu.parse_pcode
+    sc0 = int(iattr(inst, "sc0"))
+
+    def iattr_glc_is_sc0(i, name, default=0):
+        if i is inst and name == "glc":
+            return sc0
+        return iattr(i, name, default)
+
+    shipped = "src = DATA[63 : 0].u64;\ncmp = DATA[127 : 64].u64;"
+    fixed = "src = DATA.u64;\ncmp = DATA2.u64;"
+    if cmpswap_x2 and shipped not in emu.get_pcode(inst.op):
+        raise RuntimeError(f"{emu._op_name(inst)}: the emulator's pseudocode changed; "
+                           "revisit monokernel's 64-bit compare-and-swap adjustment")
+    data_reg = ctx.inst_field(type(inst).data)
+
+    def parse_cmpswap(pcode, srcs=None):
+        if srcs is not None and "_vmem" in srcs and shipped in pcode:
+            lane, rv = srcs["laneId"], ctx.rvgpr_dyn
+            srcs = dict(srcs,
+                        DATA=emu._u64(rv(data_reg, lane), rv(data_reg + emu._c(1), lane)),
+                        DATA2=emu._u64(rv(data_reg + emu._c(2), lane),
+                                       rv(data_reg + emu._c(3), lane)))
+            pcode = pcode.replace(shipped, fixed)
+        return parse(pcode, srcs)
+
+    emu._iattr = iattr_glc_is_sc0
+    if cmpswap_x2:
+        emu.parse_pcode = parse_cmpswap
+    try:
+        return orig(inst, ctx)
+    finally:
+        emu._iattr, emu.parse_pcode = iattr, parse
+
+
+def _compile_ds_inactive_lanes_safe(emu, orig, inst, ctx):
+    """An LDS instruction through the emulator's own path, with the address of inactive lanes
+    set to 0. The emulator visits all 64 lanes and, for a dword access, loads the slot and
+    stores `active ? new : old` back, so an inactive lane still dereferences its address
+    register: where that holds garbage (a lane masked off because its value is not an
+    address) the host process is killed outside the LDS buffer. Hardware never touches LDS
+    for an inactive lane; slot 0 (plus the instruction's offset, which is in range) is read
+    and rewritten unchanged here."""
+    parse = emu.parse_pcode
+
+    def parse_active_addr(pcode, srcs=None):
+        if srcs is not None and "_lds" in srcs and "ADDR" in srcs:
+            active = emu._lane_active(ctx.rexec(), srcs["laneId"])
+            zero = emu.UOp.const(0, srcs["ADDR"].dtype)
+            srcs = dict(srcs, ADDR=active.where(srcs["ADDR"], zero),
+                        ADDR_BASE=active.where(srcs["ADDR_BASE"], zero))
+        return parse(pcode, srcs)
+
+    emu.parse_pcode = parse_active_addr
+    try:
+        return orig(inst, ctx)
+    finally:
+        emu.parse_pcode = parse
 
 
 def swizzle_source_lane(offset: int, lane: int) -> int:
