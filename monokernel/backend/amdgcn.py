@@ -117,37 +117,6 @@ class AMDGCNHooks(TargetHooks):
         return e.call("i64", "llvm.amdgcn.s.memrealtime", "")
 
     # cross-lane ------------------------------------------------------------------------
-    def _as_i32_parts(self, e: Emitter, x: str, dt: DType):
-        if dt.bits == 32:
-            if dt.is_float:
-                b = e.fresh("b")
-                e.emit(f"{b} = bitcast float {x} to i32")
-                return [b], lambda parts: self._from_i32(e, parts[0], dt)
-            return [x], lambda parts: parts[0]
-        t = e.ty(dt)
-        v = e.fresh("b")
-        e.emit(f"{v} = bitcast {t} {x} to <2 x i32>")
-        parts = []
-        for i in range(2):
-            p = e.fresh("b")
-            e.emit(f"{p} = extractelement <2 x i32> {v}, i32 {i}")
-            parts.append(p)
-
-        def join(ps):
-            a = e.fresh("b")
-            e.emit(f"{a} = insertelement <2 x i32> poison, i32 {ps[0]}, i32 0")
-            b = e.fresh("b")
-            e.emit(f"{b} = insertelement <2 x i32> {a}, i32 {ps[1]}, i32 1")
-            o = e.fresh("b")
-            e.emit(f"{o} = bitcast <2 x i32> {b} to {t}")
-            return o
-        return parts, join
-
-    def _from_i32(self, e, x, dt):
-        o = e.fresh("b")
-        e.emit(f"{o} = bitcast i32 {x} to float")
-        return o
-
     def _swap32(self, e: Emitter, x: str, mask: int) -> str:
         if mask in DPP_QUAD_PERM:
             return e.call("i32", "llvm.amdgcn.update.dpp.i32",
@@ -183,15 +152,15 @@ class AMDGCNHooks(TargetHooks):
         return e.call("i32", "llvm.amdgcn.ds.bpermute", f"i32 {addr}, i32 {x}")
 
     def lane_swap(self, e: Emitter, x: str, dt: DType, mask: int) -> str:
-        parts, join = self._as_i32_parts(e, x, dt)
+        parts, join = self.as_i32_words(e, x, dt)
         return join([self._swap32(e, p, mask) for p in parts])
 
     def shuffle(self, e: Emitter, x: str, dt: DType, src: str) -> str:
-        parts, join = self._as_i32_parts(e, x, dt)
+        parts, join = self.as_i32_words(e, x, dt)
         return join([self._bpermute(e, p, src) for p in parts])
 
     def broadcast_first(self, e: Emitter, x: str, dt: DType) -> str:
-        parts, join = self._as_i32_parts(e, x, dt)
+        parts, join = self.as_i32_words(e, x, dt)
         return join([e.call("i32", "llvm.amdgcn.readfirstlane.i32", f"i32 {p}") for p in parts])
 
     def ballot(self, e: Emitter, pred: str) -> str:

@@ -48,6 +48,40 @@ class TargetHooks:
     def lds_pointer(self, e: "Emitter", offset: int) -> str:
         return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
 
+    def as_i32_words(self, e: "Emitter", x: str, dt: DType):
+        """Split a 32/64-bit value into i32 words and give back a function that joins them."""
+        t = e.ty(dt)
+        if dt.bits == 32:
+            if t == "i32":
+                return [x], lambda ps: ps[0]
+            b = e.fresh("b")
+            e.emit(f"{b} = bitcast {t} {x} to i32")
+
+            def join1(ps):
+                o = e.fresh("b")
+                e.emit(f"{o} = bitcast i32 {ps[0]} to {t}")
+                return o
+            return [b], join1
+        if dt.bits != 64:
+            raise BackendError(f"{self.name}: cross-lane ops move 32/64-bit values, not {dt}")
+        v = e.fresh("b")
+        e.emit(f"{v} = bitcast {t} {x} to <2 x i32>")
+        parts = []
+        for i in range(2):
+            p = e.fresh("b")
+            e.emit(f"{p} = extractelement <2 x i32> {v}, i32 {i}")
+            parts.append(p)
+
+        def join(ps):
+            a = e.fresh("b")
+            e.emit(f"{a} = insertelement <2 x i32> poison, i32 {ps[0]}, i32 0")
+            b = e.fresh("b")
+            e.emit(f"{b} = insertelement <2 x i32> {a}, i32 {ps[1]}, i32 1")
+            o = e.fresh("b")
+            e.emit(f"{o} = bitcast <2 x i32> {b} to {t}")
+            return o
+        return parts, join
+
 
 class Emitter:
     """Builds one kernel's LLVM module text. `hooks` supplies the target-specific parts."""

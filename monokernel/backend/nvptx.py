@@ -117,40 +117,6 @@ class NVPTXHooks(TargetHooks):
         return self._sreg(e, "globaltimer", "i64")
 
     # cross-lane ------------------------------------------------------------------------
-    def _as_i32_parts(self, e: Emitter, x: str, dt: DType):
-        """Split a 32/64-bit value into i32 words and give back a function that joins them."""
-        t = e.ty(dt)
-        if dt.bits == 32:
-            if t == "i32":
-                return [x], lambda ps: ps[0]
-            b = e.fresh("b")
-            e.emit(f"{b} = bitcast {t} {x} to i32")
-
-            def join1(ps):
-                o = e.fresh("b")
-                e.emit(f"{o} = bitcast i32 {ps[0]} to {t}")
-                return o
-            return [b], join1
-        if dt.bits != 64:
-            raise BackendError(f"nvptx: cross-lane ops move 32/64-bit values, not {dt}")
-        v = e.fresh("b")
-        e.emit(f"{v} = bitcast {t} {x} to <2 x i32>")
-        parts = []
-        for i in range(2):
-            p = e.fresh("b")
-            e.emit(f"{p} = extractelement <2 x i32> {v}, i32 {i}")
-            parts.append(p)
-
-        def join(ps):
-            a = e.fresh("b")
-            e.emit(f"{a} = insertelement <2 x i32> poison, i32 {ps[0]}, i32 0")
-            b = e.fresh("b")
-            e.emit(f"{b} = insertelement <2 x i32> {a}, i32 {ps[1]}, i32 1")
-            o = e.fresh("b")
-            e.emit(f"{o} = bitcast <2 x i32> {b} to {t}")
-            return o
-        return parts, join
-
     def _shfl(self, e: Emitter, mode: str, x: str, lane: str) -> str:
         return e.call("i32", f"llvm.nvvm.shfl.sync.{mode}.i32",
                       f"i32 {FULL_MASK}, i32 {x}, i32 {lane}, i32 {SHFL_CLAMP}")
@@ -158,15 +124,15 @@ class NVPTXHooks(TargetHooks):
     def lane_swap(self, e: Emitter, x: str, dt: DType, mask: int) -> str:
         if not 0 < mask < 32:
             raise BackendError(f"nvptx: lane_swap mask {mask} outside a 32-lane warp")
-        parts, join = self._as_i32_parts(e, x, dt)
+        parts, join = self.as_i32_words(e, x, dt)
         return join([self._shfl(e, "bfly", p, str(mask)) for p in parts])
 
     def shuffle(self, e: Emitter, x: str, dt: DType, src: str) -> str:
-        parts, join = self._as_i32_parts(e, x, dt)
+        parts, join = self.as_i32_words(e, x, dt)
         return join([self._shfl(e, "idx", p, src) for p in parts])
 
     def broadcast_first(self, e: Emitter, x: str, dt: DType) -> str:
-        parts, join = self._as_i32_parts(e, x, dt)
+        parts, join = self.as_i32_words(e, x, dt)
         return join([self._shfl(e, "idx", p, "0") for p in parts])
 
     def ballot(self, e: Emitter, pred: str) -> str:
