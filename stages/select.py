@@ -306,27 +306,17 @@ class HistRegion:
         return {}
 
     def reads(self, r):
-        c = self.cfg
-        w = c.segments * FIRST_DIGIT_BINS
+        w = self.cfg.segments * FIRST_DIGIT_BINS
         return [Use(self.name, r * w, (r + 1) * w)]
 
     def read(self, k, io, index, mask):
         return io.wait(self.name, index, mask=mask)
 
 
-class HistPlain:
+class HistPlain(HistRegion):
     """First digits from the scoring's plain region [rows, segments, 64] u32 (the index
-    launch's `score_hist`), read after the scoring's `score_done` pairs (a `Ready`)."""
-    def __init__(self, cfg: SelectConfig):
-        self.cfg, self.name = cfg, cfg.names.score_hist
-
-    def buffers(self):
-        return {}
-
-    def reads(self, r):
-        c = self.cfg
-        w = c.segments * FIRST_DIGIT_BINS
-        return [Use(self.name, r * w, (r + 1) * w)]
+    launch's `score_hist`), read after the scoring's `score_done` pairs (a `Ready`): the same
+    region and uses as `HistRegion`, read with plain loads instead of tag polls."""
 
     def read(self, k, io, index, mask):
         return io.load(self.name, index, mask=mask)

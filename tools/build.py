@@ -46,18 +46,10 @@ MANIFEST_FORMAT = "monokernel-launch/1"
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tools.build", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", type=common.config_name, default="glm5",
-                    help="model config (default glm5)")
-    ap.add_argument("--tp", type=common.tp_value, default=None,
-                    help="tensor-parallel size (default 8; 1 for tiny)")
-    ap.add_argument("--rows", type=common.rows_list, default=[2, 4, 8],
-                    help="comma list of row widths (default 2,4,8)")
-    ap.add_argument("--kv", type=common.kv_list, default=["fp8"],
-                    help="comma list of MLA cache kinds: fp8, bf16 (default fp8)")
+    common.add_spec_options(ap, config='glm5', kv=['fp8'],
+                            kind_help="comma list of launch kinds (default: every kind but test-only ones)")
     ap.add_argument("--target", type=common.target_list, default=["gfx950", "gfx942"],
                     help="comma list of gfx950, gfx942, sm_90a (default gfx950,gfx942)")
-    ap.add_argument("--kind", type=common.kind_list, default=None,
-                    help="comma list of launch kinds (default: every kind but test-only ones)")
     ap.add_argument("--out", default="out", help="output folder (default out)")
     ap.add_argument("--workers", type=int, default=None,
                     help="parallel compiles (default: the machine's cores)")

@@ -49,16 +49,8 @@ FORMAT = "monokernel-digests/1"
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tools.check_layer", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", type=common.kind_list, default=None,
-                    help="comma list of launch kinds (default front; synthetic until front exists)")
-    ap.add_argument("--config", type=common.config_name, default="tiny",
-                    help="model config (default tiny)")
-    ap.add_argument("--tp", type=common.tp_value, default=None,
-                    help="tensor-parallel size (default 1 for tiny, 8 for GLM configs)")
-    ap.add_argument("--rows", type=common.rows_list, default=[2, 4, 8],
-                    help="comma list of row widths (default 2,4,8)")
-    ap.add_argument("--kv", type=common.kv_list, default=["fp8", "bf16"],
-                    help="comma list of MLA cache kinds (default fp8,bf16)")
+    common.add_spec_options(ap, config='tiny', kv=['fp8', 'bf16'],
+                            kind_help="comma list of launch kinds (default front; synthetic until front exists)")
     ap.add_argument("--launches", type=int, default=2,
                     help="launches per spec on one never-reset arena (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="input seed (default 0)")

@@ -369,3 +369,17 @@ def backend(name: str, *, chip: str = "gfx950", mode: str = "inorder", seed: int
     if name == "hip":
         return HipBackend(chip)
     raise ValueError(f"unknown backend {name!r}")
+
+
+def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
+    """The build-matrix options every tool shares (--kind --config --tp --rows --kv), with
+    the tool's own defaults for config and kv."""
+    ap.add_argument("--kind", type=kind_list, default=None, help=kind_help)
+    ap.add_argument("--config", type=config_name, default=config,
+                    help=f"model config (default {config})")
+    ap.add_argument("--tp", type=tp_value, default=None,
+                    help="tensor-parallel size (default 1 for tiny, 8 for GLM configs)")
+    ap.add_argument("--rows", type=rows_list, default=[2, 4, 8],
+                    help="comma list of row widths (default 2,4,8)")
+    ap.add_argument("--kv", type=kv_list, default=list(kv),
+                    help=f"comma list of MLA cache kinds: fp8, bf16 (default {','.join(kv)})")

@@ -46,18 +46,10 @@ AMD_REALTIME_HZ = 100e6  # s_memrealtime: a constant 100 MHz counter on CDNA3/CD
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m tools.time_layers", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", type=common.kind_list, default=None,
-                    help="comma list of launch kinds (default front; synthetic until front exists)")
-    ap.add_argument("--config", type=common.config_name, default="glm5",
-                    help="model config (default glm5)")
-    ap.add_argument("--tp", type=common.tp_value, default=None,
-                    help="tensor-parallel size (default 8; 1 for tiny)")
-    ap.add_argument("--rows", type=common.rows_list, default=[2, 4, 8],
-                    help="comma list of row widths (default 2,4,8)")
+    common.add_spec_options(ap, config='glm5', kv=['fp8'],
+                            kind_help="comma list of launch kinds (default front; synthetic until front exists)")
     ap.add_argument("--pos", type=common.pos_list, default=[8192],
                     help="comma list of context positions (default 8192)")
-    ap.add_argument("--kv", type=common.kv_list, default=["fp8"],
-                    help="comma list of MLA cache kinds (default fp8)")
     ap.add_argument("--backend", choices=("cuda", "hip", "interp"), default="cuda",
                     help="cuda (default), hip, or interp (with --timeline only: ticks)")
     ap.add_argument("--chip", choices=("gfx950", "gfx942"), default="gfx950",
