@@ -211,7 +211,7 @@ class AMDGCNHooks(TargetHooks):
             w = e.fresh("f8")
             e.emit(f"{w} = zext i8 {xi} to i32")
             outs.append(e.call("float", "llvm.amdgcn.cvt.f32.fp8", f"i32 {w}, i32 0"))
-        return self._pack(e, outs, "float")
+        return e.pack(outs, "float")
 
     def f32_to_fp8(self, e: Emitter, x: str, dt: DType, n: int) -> str:
         self._check_fp8(dt)
@@ -233,17 +233,7 @@ class AMDGCNHooks(TargetHooks):
             b = e.fresh("f8")
             e.emit(f"{b} = trunc i32 {w} to i8")
             outs.append(b)
-        return self._pack(e, outs, "i8")
-
-    def _pack(self, e, outs, s):
-        if len(outs) == 1:
-            return outs[0]
-        cur = "poison"
-        for i, o in enumerate(outs):
-            nxt = e.fresh("pk")
-            e.emit(f"{nxt} = insertelement <{len(outs)} x {s}> {cur}, {s} {o}, i32 {i}")
-            cur = nxt
-        return cur
+        return e.pack(outs, "i8")
 
     # matrix ----------------------------------------------------------------------------
     def mma(self, e: Emitter, op) -> str:

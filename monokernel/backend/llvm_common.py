@@ -424,16 +424,20 @@ class Emitter:
         src, r = op.args[0], op.result
         self.define(r, f"bitcast {self.ty(src.type)} {self.val(src)} to {self.ty(r.type)}")
 
+    def pack(self, names: list[str], scalar: str) -> str:
+        """An LLVM vector <n x scalar> built from n scalar values (one value: itself)."""
+        if len(names) == 1:
+            return names[0]
+        cur = "poison"
+        for i, o in enumerate(names):
+            nxt = self.fresh("pk")
+            self.emit(f"{nxt} = insertelement <{len(names)} x {scalar}> {cur}, {scalar} {o}, i32 {i}")
+            cur = nxt
+        return cur
+
     def op_vec_pack(self, op):
         r = op.result
-        t = self.ty(r.type)
-        cur = "poison"
-        s = self.ty(r.dtype)
-        for i, x in enumerate(op.args):
-            nxt = self.fresh("vp")
-            self.emit(f"{nxt} = insertelement {t} {cur}, {s} {self.val(x)}, i32 {i}")
-            cur = nxt
-        self.alias(r, cur)
+        self.alias(r, self.pack([self.val(x) for x in op.args], self.ty(r.dtype)))
 
     def op_extract(self, op):
         v = op.args[0]

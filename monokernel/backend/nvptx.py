@@ -232,7 +232,7 @@ class NVPTXHooks(TargetHooks):
                 f = e.fresh("f8")
                 e.emit(f"{f} = fpext half {h} to float")
                 outs.append(f)
-        return self._pack(e, outs, "float")
+        return e.pack(outs, "float")
 
     def f32_to_fp8(self, e: Emitter, x: str, dt: DType, n: int) -> str:
         self._check_fp8(dt)
@@ -256,17 +256,7 @@ class NVPTXHooks(TargetHooks):
                 b = e.fresh("f8")
                 e.emit(f"{b} = extractelement <2 x i8> {v}, i32 {j}")
                 outs.append(b)
-        return self._pack(e, outs, "i8")
-
-    def _pack(self, e, outs, s):
-        if len(outs) == 1:
-            return outs[0]
-        cur = "poison"
-        for i, o in enumerate(outs):
-            nxt = e.fresh("pk")
-            e.emit(f"{nxt} = insertelement <{len(outs)} x {s}> {cur}, {s} {o}, i32 {i}")
-            cur = nxt
-        return cur
+        return e.pack(outs, "i8")
 
     # matrix ----------------------------------------------------------------------------
     def _words(self, e: Emitter, v, what: str) -> list[str]:
@@ -308,7 +298,7 @@ class NVPTXHooks(TargetHooks):
             o = e.fresh("md")
             e.emit(f"{o} = extractvalue {st} {s}, {i}")
             outs.append(o)
-        return self._pack(e, outs, "float")
+        return e.pack(outs, "float")
 
     def _check_atom(self, atom, want_group: int):
         if self.sm not in atom.targets:
