@@ -25,7 +25,7 @@ from . import ir
 from .ir import ABI, Block, LDSAlloc, Op, Ptr, Scalar, Value, Var
 from .targets import target as get_target
 from .verify import VerifyError, verify
-from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, f32, i1, i32, i64, ptr_global,
+from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, i1, i32, i64, ptr_global,
                     ptr_lds, u32, u64)
 
 _builder: ContextVar["KernelBuilder | None"] = ContextVar("monokernel_builder", default=None)

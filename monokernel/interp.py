@@ -15,14 +15,13 @@ is how a kernel's own error path is exercised.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from . import numerics
 from .ir import Kernel, Ptr
 from .memory import Memory, MemoryFault, RelaxedMemory
-from .types import STORAGE_ONLY, DType, f32, f64, i1, int_of_width, u32, u64
+from .types import DType, f64, i1
 
 MODES = ("inorder", "random", "relaxed")
 
@@ -41,14 +40,6 @@ class Pending:
 
     def __init__(self, group, seq):
         self.group, self.seq = group, seq
-
-
-def _storage(dt: DType):
-    return dt.np
-
-
-def _arith_view(x: np.ndarray, dt: DType) -> np.ndarray:
-    return x
 
 
 class _WarpGroup:
@@ -508,8 +499,6 @@ class Wave:
         self.wait_addr = "barrier"
         yield "barrier"
         self.wait_addr = None
-
-    _PRED = _CMP
 
     def op_poll(self, op):
         return self._poll(op)

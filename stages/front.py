@@ -409,7 +409,7 @@ class FrontProj(Stage):
     def body(self, k, job, io):
         p = self.p
         a = _args(k, io, self.buffers())
-        R, KC, H, N = p.rows, p.chunk, p.hidden, p.n_out
+        R, KC, H = p.rows, p.chunk, p.hidden
         if k.L % LANES_PER_ROW:
             raise ValueError(f"front_proj: {k.L}-lane waves do not split into groups of {LANES_PER_ROW}")
         rpp = k.W * k.L // LANES_PER_ROW  # rows per pass

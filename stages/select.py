@@ -774,8 +774,6 @@ class SelectPass(Stage):
         """Leave in LDS `state` this slice's state after deciding on message q-1."""
         c = self.cfg
         p = self.q - 1
-        Bp = c.bins(p)
-        bits = c.digits[p]
         S = c.max_slices
         mw = c.msg_words(p)
         msg, rdy = c.msg(p), c.rdy(p)

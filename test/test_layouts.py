@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layouts import (DATA_OFFSET, INT32_MAX, LINE, TAG_MAX, Access, Arena, BulkBuffer, PlainBuffer,
-                     TaggedPairs, counter_after_publish, counter_word, decode, decode_all, next_tag,
+                     TaggedPairs, counter_word, decode, decode_all, next_tag,
                      pack_pair, prove, prove_all, region_access, tag_distance, tag_for, unpack_pair,
                      write_bulk, write_pairs, write_plain)
 from monokernel import types as T

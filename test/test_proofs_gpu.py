@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monokernel.dsl import build_kernel
 from monokernel.proofs import crosslane, gemv, gemv_mma, handoff, mma, rmsnorm
 
 pytestmark = pytest.mark.gpu

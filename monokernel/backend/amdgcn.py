@@ -15,7 +15,7 @@ Choices, with the hardware fact behind each:
 from __future__ import annotations
 
 from ..ir import Kernel
-from ..types import DType, bf16, f32, fp8e4m3fn, fp8e4m3fnuz
+from ..types import DType, fp8e4m3fn, fp8e4m3fnuz
 from .llvm_common import TargetHooks, BackendError, Emitter, lower
 
 CODE_OBJECT_VERSION = 500

@@ -9,8 +9,8 @@ convention and attributes) is asked of a `Target` hooks object.
 """
 from __future__ import annotations
 
-from ..ir import Kernel, Op, Ptr, Value
-from ..types import STORAGE_ONLY, DType, VType, bf16, f16, f32, f64, i1, i32, i64
+from ..ir import Kernel, Ptr, Value
+from ..types import DType, VType, bf16, f16, f32, f64, i1
 
 LLVM_SCALAR = {"i1": "i1", "i8": "i8", "u8": "i8", "i16": "i16", "u16": "i16", "i32": "i32",
                "u32": "i32", "i64": "i64", "u64": "i64", "f16": "half", "bf16": "bfloat",
@@ -625,15 +625,11 @@ class Emitter:
         self.emit(f"{out_of} = icmp uge i32 {nxt}, {op.attrs['bound']}")
         stop = self.fresh("pst")
         self.emit(f"{stop} = or i1 {allok}, {out_of}")
-        poll_block = self.block
         self.emit(f"br i1 {stop}, label %{done}, label %{body_l}")
         self.start_block(body_l)
         self.h.backoff(self)
         self.emit(f"br label %{head}")
         self.start_block(done)
-        # the loop above is closed through body_l, whose phi edge names it; fix the header phi
-        if poll_block != head:
-            pass
         self.alias(op.results[0], x)
         to = self.fresh("ptimed")
         self.emit(f"{to} = xor i1 {allok}, true")
@@ -661,7 +657,6 @@ class Emitter:
         v = op.args[0]
         dt = v.dtype
         kind = op.attrs["op"]
-        t = self.ty(dt)
         cur = self.val(v)
         s = self.k.wave_size // 2
         while s >= 1:  # the interpreter's butterfly: same pairing order, same bits

@@ -11,7 +11,7 @@ import numpy as np
 from .. import numerics
 from ..dsl import build_kernel
 from ..ir import ABI, Ptr, Scalar
-from ..types import bf16, f32, i32
+from ..types import bf16, f32
 
 VEC = 8  # bf16 elements in one 16-byte access
 ABI_ = ABI(x=Ptr(bf16), w=Ptr(bf16), out=Ptr(bf16), eps=Scalar(f32))
