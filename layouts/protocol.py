@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from monokernel.types import i1, u32, u64
 
+from monokernel.ir import DEFAULT_POLL_BOUND  # noqa: F401 (re-exported)
+
 from .regions import BulkBuffer, PlainBuffer, TaggedPairs
 
-DEFAULT_POLL_BOUND = 1 << 20
 VALUE_MASK = 0xFFFFFFFF
 
 

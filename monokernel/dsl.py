@@ -22,14 +22,13 @@ from contextvars import ContextVar
 from types import SimpleNamespace
 
 from . import ir
-from .ir import ABI, Block, LDSAlloc, Op, Ptr, Scalar, Value, Var
+from .ir import DEFAULT_POLL_BOUND, MAX_ACCESS_BYTES, ABI, Block, LDSAlloc, Op, Ptr, Scalar, Value, Var
 from .targets import target as get_target
 from .verify import VerifyError, verify
 from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, i1, i32, i64, ptr_global,
                     ptr_lds, u32, u64)
 
 _builder: ContextVar["KernelBuilder | None"] = ContextVar("monokernel_builder", default=None)
-MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
 
 
 class DSLError(Exception):
@@ -484,7 +483,7 @@ class KernelBuilder:
         self._emit("barrier")
 
     def poll(self, p, idx, expected, *, pred="eq", shift=0, bits=32, dt=u64, scope="device",
-             bound=1 << 20, mask=None):
+             bound=DEFAULT_POLL_BOUND, mask=None):
         """Relaxed loads of p[idx] until ((x >> shift) & (2**bits-1)) <pred> expected holds on every
         active lane, at most `bound` loads. Returns (last value, timed_out: uniform i1)."""
         dt = as_dtype(dt)

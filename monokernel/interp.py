@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics
-from .ir import Kernel, Ptr
+from .ir import Kernel, Ptr, access_alignment
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1
 
@@ -321,8 +321,7 @@ class Wave:
         if (addr < 0).any() or (addr + nbytes > size).any():
             raise MemoryFault(f"CTA {self.cta} wave {self.wave}: {what} of LDS byte "
                               f"{int(addr.max())} (+{nbytes}) outside the {size}-byte allocation")
-        align = nbytes & -nbytes
-        if (addr % min(align, 16)).any():
+        if (addr % access_alignment(nbytes)).any():
             raise MemoryFault(f"{what}: misaligned {nbytes}-byte LDS access")
         return addr[:, None] + np.arange(nbytes)
 

@@ -16,6 +16,15 @@ from typing import Any
 from .types import DType, VType
 
 SCOPES = ("wave", "cta", "device", "system")
+MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
+DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short back-off) before a wait gives up
+
+
+def access_alignment(nbytes: int) -> int:
+    """The alignment an access of nbytes per lane must have: its largest power-of-two
+    factor, at most MAX_ACCESS_BYTES (NVIDIA vector accesses need it; AMD tolerates less,
+    the interpreter enforces the stricter rule so a kernel is portable)."""
+    return min(nbytes & -nbytes, MAX_ACCESS_BYTES)
 ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
 ATOMIC_OPS = ("add", "max", "min", "cas", "exch", "or", "and")
 CMP_PREDS = ("lt", "le", "gt", "ge", "eq", "ne")

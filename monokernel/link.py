@@ -72,7 +72,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .dsl import DSLError, build_kernel
-from .ir import ABI, Ptr, Scalar
+from .ir import DEFAULT_POLL_BOUND, ABI, Ptr, Scalar  # noqa: F401 (re-exported)
 from .schedule import (JobGraph, JobNode, Key, Schedule, check_deadlock_free, job_name,
                        list_schedule)
 from .types import i32, u8, u32, u64
@@ -86,7 +86,6 @@ PRIO_TABLE_MISMATCH = 0xFFFFFFFF
 PRIO_MAX_JOB = 0xFFFFFFFE
 WHAT_TABLE_MISMATCH = "schedule table (magic, grid or stage count) does not fit the kernel/launch"
 INVALID_INPUT = "invalid input"  # a `what` starting so is a stage's input check, not a wait
-DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short sleep) before a wait gives up
 
 
 class LinkError(ValueError):

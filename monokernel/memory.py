@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ir import access_alignment
+
 ADDR_SHIFT = 40
 OFFSET_MASK = (1 << ADDR_SHIFT) - 1
 
@@ -58,10 +60,10 @@ class Memory:
             worst = int(offs.max())
             raise MemoryFault(f"{what}: byte offset {worst} (+{nbytes}) outside buffer "
                               f"{self.names[b]!r} of {size} bytes")
-        align = nbytes & -nbytes
-        if (offs % min(align, 16)).any():
+        align = access_alignment(nbytes)
+        if (offs % align).any():
             raise MemoryFault(f"{what}: misaligned {nbytes}-byte access at offset "
-                              f"{int(offs[offs % min(align, 16) != 0][0])} of {self.names[b]!r}")
+                              f"{int(offs[offs % align != 0][0])} of {self.names[b]!r}")
         return b, offs[:, None] + np.arange(nbytes)
 
     # the two access kinds every model provides --------------------------------------------

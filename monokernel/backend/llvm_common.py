@@ -9,7 +9,7 @@ convention and attributes) is asked of a `Target` hooks object.
 """
 from __future__ import annotations
 
-from ..ir import Kernel, Ptr, Value
+from ..ir import Kernel, access_alignment, Ptr, Value
 from ..types import DType, VType, bf16, f16, f32, f64, i1
 
 LLVM_SCALAR = {"i1": "i1", "i8": "i8", "u8": "i8", "i16": "i16", "u16": "i16", "i32": "i32",
@@ -20,8 +20,7 @@ LLVM_SCALAR = {"i1": "i1", "i8": "i8", "u8": "i8", "i16": "i16", "u16": "i16", "
 from .toolchain import BackendError  # noqa: E402  (one error type for every backend failure)
 
 
-def align_of(nbytes: int) -> int:
-    return min(nbytes & -nbytes, 16)
+align_of = access_alignment
 
 
 LOOP_MD_BASE = 1000  # metadata ids of loop hints (!999: unroll.disable); the targets use !0.. !9
