@@ -154,7 +154,9 @@ def acquire_bulk(k, arena_ptr, arena, name, tag, *, bound=DEFAULT_POLL_BOUND, ma
     """Poll bulk region `name`'s counter until it reads complete_word(tag) (every publisher
     of this launch has released), then an acquire fence. Returns timed_out (uniform i1)."""
     p = _placement(arena, name, (BulkBuffer,), "acquire")
-    want = (k.cast(tag, u64) << 32) | p.region.publishers
+    # the publisher count is opaque: a constant half of the 64-bit word would be hoisted out
+    # of the persistent job loop and held (in an SGPR pair with the tag) across the kernel
+    want = (k.cast(tag, u64) << 32) | k.opaque(p.region.publishers, u64)
     cnt, c0 = _element(k, arena_ptr, arena, name, 0, 8, flat, counter=True)
     _, timed_out = k.poll(cnt, c0, want, bits=64, dt=u64, scope=scope, bound=bound, mask=mask)
     if fence:

@@ -215,6 +215,28 @@ class KernelBuilder:
             return v
         return self._v("cast", (v,), v.type.with_(dtype=dt), to=dt)
 
+    def opaque(self, x, dt=None) -> Value:
+        """`x` itself (a value, or a Python number of dtype `dt`), which the optimizer may not
+        see through here: it is not constant-folded, not hoisted out of a loop and not
+        merged with another opaque. Why: a persistent kernel is one loop over its jobs, and
+        LLVM hoists every loop-invariant value a stage builds (a 64-bit constant, an
+        expected mailbox word, a region's address) out of it, to be held in registers
+        across every stage; built from an opaque value inside the job, it is recomputed
+        where it is used. (A constant's own move may still be hoisted, but as ONE register
+        def LLVM rematerializes under pressure; a 64-bit value built from a constant half
+        and a runtime half is a register pair it can only spill.) Scalars of 32 or 64 bits
+        (ints, floats, global pointers)."""
+        if not isinstance(x, Value):
+            if dt is None:
+                raise DSLError(f"opaque({x!r}): a Python number needs a dtype")
+            x = self.const(x, dt)
+        elif dt is not None and as_dtype(dt) != x.dtype:
+            raise DSLError(f"opaque: value is {x.type}, dtype {as_dtype(dt)} asked")
+        if x.n != 1 or x.dtype.bits not in (32, 64) or x.dtype == ptr_lds:
+            raise DSLError(f"opaque takes a 32- or 64-bit scalar (int, float or global "
+                           f"pointer), got {x.type}")
+        return self._v("opaque", (x,), x.type)
+
     def bitcast(self, v: Value, dt, n: int | None = None) -> Value:
         dt = as_dtype(dt)
         n = n if n is not None else (v.type.bytes // dt.bytes)

@@ -164,6 +164,9 @@ class Wave:
     def op_arg_reload(self, op):
         self.op_arg(op)
 
+    def op_opaque(self, op):
+        self.put(op.result, self.get(op.args[0]))  # identity: it only hides x from LLVM
+
     def op_lane_id(self, op):
         self.put(op.result, self.lane)
 

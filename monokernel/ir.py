@@ -55,6 +55,10 @@ OPCODES: dict[str, str] = {
     "vec_pack": "n scalars -> one n-vector", "extract": "element attrs.index of a vector",
     "insert": "vector with element attrs.index replaced",
     "ptr_add": "pointer + byte offset",
+    "opaque": "a itself (same type and bits), hidden from the optimizer at this point (an "
+              "empty asm): never constant-folded, hoisted out of a loop or merged with another "
+              "opaque, so values a job rebuilds from it are computed per job instead of held "
+              "in registers across the persistent kernel",
     # memory
     "lds_base": "uniform pointer to the LDS allocation attrs.name",
     "load": "n elements at ptr + idx*size; attrs: nontemporal, order/scope (atomic load)",

@@ -11,10 +11,10 @@ Generic: it knows no layout and no model. It takes duck-typed stage objects, eac
 and builds a kernel whose CTAs each run their entries of a schedule table:
 
     for e in table[cta]:                      # the schedule is DATA (a kernel argument)
-        if the CTA has not failed:
-            stage_id, job, prio = entry e
-            if stage_id == 0: stage0.body(k, job, io)
-            elif stage_id == 1: stage1.body(k, job, io)  ...
+        stage_id, job, prio = entry e
+        if stage_id == 0: stage0.body(k, job, io)
+        elif stage_id == 1: stage1.body(k, job, io)  ...
+        stop after the CTA's last entry (word 3 of the entry), or once the CTA has failed
 
 Each stage body is emitted ONCE; which jobs a CTA runs, and in what order, is read from the
 table at run time, so one code object serves every grid and every schedule of its stages.
@@ -37,8 +37,10 @@ Table layout (int32 words):
     [0..4)              MAGIC, grid G, number of stages, number of entries
     [4..4+G+1)          first entry of CTA c (entries of CTA c are [start[c], start[c+1]))
     padded to 4 words
-    entries             4 words each: stage id, job index, priority, 0  (16-byte aligned:
-                        one uniform 128-bit load per entry)
+    entries             4 words each: stage id, job index, priority, last (1 on a CTA's
+                        last entry, else 0) (16-byte aligned: one uniform 128-bit load per
+                        entry). The loop reads `last` again after the job instead of keeping
+                        its bound in a register across every stage body.
 
 Error word (u64, written with an atomic unsigned max, device scope):
 
@@ -169,12 +171,13 @@ def make_table(stages: Sequence, schedule: Schedule, graph: JobGraph | None = No
     data[HEADER_WORDS:HEADER_WORDS + G + 1] = starts
     e = 0
     for lst in schedule.cta_jobs:
-        for key in lst:
+        for i, key in enumerate(lst):
             if key[1] >= 2**31:
                 raise LinkError(f"job {job_name(key)}: index over int32")
             prio = PRIO_MAX_JOB - pos[key]
             data[hdr + ENTRY_WORDS * e: hdr + ENTRY_WORDS * (e + 1)] = (
-                ids[key[0]], key[1], prio - (1 << 32) if prio >= 1 << 31 else prio, 0)
+                ids[key[0]], key[1], prio - (1 << 32) if prio >= 1 << 31 else prio,
+                int(i == len(lst) - 1))
             e += 1
     return ScheduleTable(data.astype(np.int32), schedule, witness, ids)
 
@@ -194,8 +197,11 @@ class JobEnv:
         self.stage = stage.name
         self.stage_id = stage_id
         self.job = job
-        self.tag = k.args.tag
-        self.arena = k.args.arena
+        # read again at the job's start (DSL reload_arg), not the kernel's copies: a value a
+        # job builds from them (an expected word, a region's address) is then per job, and
+        # LLVM cannot hoist it out of the job loop into registers held across every stage
+        self.tag = k.reload_arg("tag")
+        self.arena = k.reload_arg("arena")
         self.poll_bound = linker.poll_bound
         self.waves = k.W
         self._prio = prio
@@ -415,21 +421,29 @@ class _Builder:
                 hi = k.load(a.sched, c + (HEADER_WORDS + 1), i32)
                 base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) \
                     / ENTRY_WORDS * ENTRY_WORDS
-                for e in k.range(lo, hi):
-                    with k.if_(self.failed.get().eq(0)):
-                        ent = k.load(a.sched, base + e * ENTRY_WORDS, i32, ENTRY_WORDS)
-                        sid, job = k.extract(ent, 0), k.extract(ent, 1)
-                        prio = k.cast(k.extract(ent, 2), u32)
-                        if self.timeline:
-                            self.stamp(e, 0)
-                        for s_id, st in enumerate(self.stages):
-                            with k.if_(sid.eq(s_id)):
-                                env = JobEnv(self, k, st, s_id, job, prio)
-                                with k.stage_scope(st.name):
-                                    st.body(k, job, self.io(env) if self.io else env)
-                        if self.timeline:
-                            self.stamp(e, 1)
-                        self.agree()
+                # only the entry's word offset and the failed flag live across the jobs (no
+                # loop bound, no table base): every register is left to the stage bodies
+                at = k.uniform_var(base + lo * ENTRY_WORDS, i32, name="entry")
+                more = k.uniform_var(k.cast(lo < hi, u32), name="more")
+                with k.while_(lambda: more.get().eq(1)):
+                    w = at.get()
+                    ent = k.load(a.sched, w, i32, ENTRY_WORDS)
+                    e = (w - base) / ENTRY_WORDS if self.timeline else None
+                    sid, job = k.extract(ent, 0), k.extract(ent, 1)
+                    prio = k.cast(k.extract(ent, 2), u32)
+                    if self.timeline:
+                        self.stamp(e, 0)
+                    for s_id, st in enumerate(self.stages):
+                        with k.if_(sid.eq(s_id)):
+                            env = JobEnv(self, k, st, s_id, job, prio)
+                            with k.stage_scope(st.name):
+                                st.body(k, job, self.io(env) if self.io else env)
+                    if self.timeline:
+                        self.stamp(e, 1)
+                    self.agree()
+                    last = k.load(a.sched, w + (ENTRY_WORDS - 1), i32)
+                    at.set(w + ENTRY_WORDS)
+                    more.set(k.cast(last.eq(0) & self.failed.get().eq(0), u32))
             with bad:
                 word = k.const((PRIO_TABLE_MISMATCH << 32) | self.what_code(WHAT_TABLE_MISMATCH), u64)
                 k.atomic("max", a.err, 0, word, order="relaxed", scope="device")

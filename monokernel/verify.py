@@ -22,6 +22,8 @@ def verify(kernel: Kernel):
                 if a.id not in seen:
                     raise VerifyError(f"{op.opcode} uses {a!r}, which is defined inside a region "
                                       "(if/for/while body) that does not enclose this use")
+            if op.opcode == "opaque" and (len(op.args) != 1 or op.args[0].type != op.result.type):
+                raise VerifyError(f"{op!r}: opaque takes one value and returns its type")
             if op.opcode == "for":
                 walk(op.regions[0], seen | {op.attrs["iv"].id})
             elif op.opcode == "while":

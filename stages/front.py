@@ -9,13 +9,19 @@
 
 Three stages, every number from the spec (`FrontPlan`):
 
-  front_proj[t*S + s]   T row tiles of TILE_N=64 outputs x S K-splits. The job stages its
-                        K-chunk of the activations a = x * g_attn (f32, exact: a product of two
-                        bf16) for all R rows in LDS once, then 8 lanes per output row each load
-                        16 contiguous weight bytes per 128-wide scale block (one 128-byte line
-                        per row per load, nontemporal), fold the block scale into the weights,
-                        and accumulate R dot products; the 8 lanes are summed by a fixed
-                        butterfly. It publishes the partial sums
+  front_proj[t*S + s]   T row tiles of TILE_N=64 outputs x S K-splits, on the tensor cores
+                        (stages/mma_tile.py: the chip's bf16 MMA, 16 weight rows as A, the
+                        activation rows as B, K permuted inside each 128-block so every lane
+                        loads 32 contiguous weight bytes a row a block, nontemporal, all of a
+                        job's blocks in flight before the first MMA). The job stages its K-chunk
+                        of the activations a = x * g_attn for all R rows in LDS once: a is exact
+                        in f32 (a product of two bf16: 16 significant bits) but not in bf16, so
+                        it is fed as two bf16 halves hi + lo (hi = a with its low 16 bits
+                        cleared, lo = a - hi, both exact), every product W * hi, W * lo exact,
+                        only the f32 accumulation rounds: the tolerance stays 1e-5 (an MMA fed
+                        bf16(a) would be off by ~2^-9 relative: test_mma_tile's negative
+                        control). Each 128-block's MMA sum is scaled once by its fp32 block
+                        scale. It publishes the partial sums
                             front_part[s, r, n] = sum_{k in split s} Wdq[n, k] * x[r, k] * g[k]
                         with plain stores, then (CTA barrier, device release) its flag, one
                         tagged pair per job in front_done [T*S] (a shared counter would make
@@ -56,7 +62,8 @@ five fixed-point powers rho^(2^b), rho = theta^(-2/rope), by 64x64 -> high-64 pr
 u64 constants instead of 32 per-lane ones, which LLVM hoists into ~50 VGPRs on AMD).
 
 Waves per CTA: 4 on AMD (wave64), 8 on NVIDIA (warp32), 2 in the interpreter; the same stage
-text for every wave size (8 lanes per output row is a constant, rows per pass = W * L / 8).
+text for every wave size: with 4 waves each owns one 16-row m-tile of the job's 64 rows, with 8
+two waves share an m-tile (K halves, summed through LDS in wave order), with 2 each runs two.
 
 Invalid input: a position outside [0, max_context) (the block table spans max_context/64
 pages), a block-table entry of -1 (or >= the cache's pages) for a row's page, or two rows on
@@ -65,8 +72,9 @@ kernel checks the same (but duplicates) itself and, on a bad row, writes no outp
 front_q/front_kv job checks every row) and records the failure in the error word
 (LaunchFailed: "... rejected invalid input: a row's position is outside [0, capacity) ...").
 
-Speed: correctness first. The projection runs on CUDA cores / VALU (R FMAs per weight);
-the tensor-core GEMV of proofs/gemv_mma.py is the known next step on every target.
+Speed: the projection's FMAs run on the tensor cores (bf16 MMA, f32 accumulation), a few
+VALU instructions per weight byte convert e4m3 -> bf16 (exact) whatever R is; the weights are
+the only bytes a job streams from HBM.
 """
 from __future__ import annotations
 
@@ -82,16 +90,13 @@ from monokernel import numerics
 from monokernel.types import bf16, dtype as as_dtype, f32, fp8e4m3fn, i32, i64, u8, u32, u64
 from spec.config import FP8_SCALE_BLOCK, KEY_PAGE_TOKENS
 
+from . import mma_tile
 from .base import Buffer, Job, Stage, Use
 from .launch import Launch
 
 TILE_N = 64  # output rows per projection job
-LANES_PER_ROW = 8  # lanes sharing one output row: 8 x 16 weight bytes = one 128-wide block
-VEC_K = 16  # fp8 weights per lane load (16 bytes)
 BLOCK = FP8_SCALE_BLOCK  # weight scale block (128 x 128) and cache scale block (128 values)
 PAGE = KEY_PAGE_TOKENS  # tokens per cache page
-PASS_BATCH = 2  # row passes computed together (they share the block's activation reads)
-LOADS_IN_FLIGHT = 8  # 16-byte weight loads a lane keeps in flight (the prefetch ring of _tile)
 POST_VEC = 4  # elements per thread in front_q / front_kv
 SCALE_FLOOR = float(np.float32(1e-4))  # amax clamp of the cache scale rule
 # error-word texts of the kernel's own input checks ("invalid input" is how the linker's
@@ -134,6 +139,7 @@ class FrontPlan:
     waves: int
     splits: int
     cache_pages: int
+    chip: str | None = None  # interp only: whose bf16 MMA a wave64 runs (default gfx950's)
 
     @property
     def hidden(self): return self.config.hidden
@@ -188,7 +194,8 @@ class FrontPlan:
 
 
 def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
-         cache_pages: int | None = None, splits: int | None = None) -> FrontPlan:
+         cache_pages: int | None = None, splits: int | None = None,
+         chip: str | None = None) -> FrontPlan:
     t = spec.target_info
     if grid is None:
         grid = INTERP_GRID if spec.target == "interp" else t.num_ctas
@@ -199,7 +206,8 @@ def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
     tiles = cfg.front_out // TILE_N
     S = splits if splits is not None else k_splits(cfg, tiles, grid)
     return FrontPlan(cfg, spec.rows, spec.kv, spec.target, fp8, grid, waves, S,
-                     cache_pages if cache_pages is not None else 4 * spec.rows).check()
+                     cache_pages if cache_pages is not None else 4 * spec.rows,
+                     chip if spec.target == "interp" else None).check()
 
 
 # --------------------------------------------------------------------------- DSL helpers
@@ -283,23 +291,6 @@ def _check_rows(k, p, io, a):
     return (bad_pos.get() | bad_page.get()).eq(0)
 
 
-def _act_slot(kk):
-    """Where activation kk (an i32 multiple of 4 inside the job's chunk) sits in LDS: inside
-    each 128-block, the 4-wide piece q of lane j's 16 weights goes to q*32 + j*4, so the 8
-    lanes of a row read 8 consecutive 16-byte pieces (no bank conflict) while each still
-    loads 16 contiguous weight bytes."""
-    w = kk % BLOCK
-    return (kk - w) + ((w % VEC_K) / 4) * (LANES_PER_ROW * 4) + (w / VEC_K) * 4
-
-
-def _pick(k, values, sel):
-    """values[sel] for a uniform python list and a uniform i32 selector."""
-    out = values[0]
-    for i in range(1, len(values)):
-        out = k.select(sel.eq(i), values[i], out)
-    return out
-
-
 def _rope_freq_fixed(p):
     """Rope frequencies in 0.64 fixed-point revolutions per position, as the kernel forms
     them: F_0 = round(2^64 / 2pi) and P_b = round(rho^(2^b) * 2^64), rho = theta^(-2/rope);
@@ -341,7 +332,9 @@ _COS = (-1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800)
 def _sincos(k, pos, freq):
     """(sin, cos) of 2pi * frac(pos * freq / 2^64) for a per-lane u64 `freq` (module doc)."""
     t = k.cast(pos, u64) * freq  # wrapping: revolutions in 0.64 fixed point
-    quad = (t + (1 << 61)) >> 62  # nearest quarter turn (mod 4 below)
+    # the 64-bit constant opaque: else LLVM hoists it out of the persistent job loop as a
+    # pair of halves (a shared zero and 2^29) that it spills instead of rematerializing
+    quad = (t + k.opaque(1 << 61, u64)) >> 62  # nearest quarter turn (mod 4 below)
     rem = k.cast(t - (quad << 62), i64)  # in [-2^61, 2^61): at most 1/8 turn
     x = k.cast(k.cast(rem >> 32, i32), f32) * (2.0 * math.pi / 2.0**32)
     z = x * x
@@ -365,9 +358,10 @@ def _sincos(k, pos, freq):
 # ------------------------------------------------------------------------------------ stages
 
 class FrontProj(Stage):
-    """front_part[s, r, n] = sum over split s of Wdq[n, k] * (x[r, k] * g[k])."""
+    """front_part[s, r, n] = sum over split s of Wdq[n, k] * (x[r, k] * g[k]), on the chip's
+    bf16 MMA through stages/mma_tile.py (x * g fed as exact bf16 halves hi + lo)."""
     name = "front_proj"
-    rel_tol = 1e-5  # f32 accumulation of <= 1024 terms per split (max-norm relative)
+    rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
 
     def __init__(self, p: FrontPlan, release: bool = True):
         self.p = p
@@ -378,7 +372,8 @@ class FrontProj(Stage):
         wbytes = TILE_N * p.chunk + TILE_N // BLOCK * 4 * (p.chunk // BLOCK) + 4
         abytes = p.rows * p.chunk * 2 + p.chunk * 2
         return [Job(j, cost_bytes=wbytes + abytes + p.rows * TILE_N * 4,
-                    cost_flops=2 * TILE_N * p.chunk * p.rows, lds_bytes=4 * p.rows * p.chunk)
+                    cost_flops=2 * TILE_N * p.chunk * p.rows,
+                    lds_bytes=4 * 2 * p.rows * mma_tile.act_row_words(p.chunk))
                 for j in range(p.tiles * p.splits)]
 
     def regions(self):
@@ -406,123 +401,54 @@ class FrontProj(Stage):
                     (s * p.rows + r) * p.n_out + (t + 1) * TILE_N) for r in range(p.rows)] + \
             [Use("front_done", j, j + 1)]
 
+    def tiling(self, lanes: int):
+        """The MMA tile's facts for this plan on `lanes`-lane waves (stages/mma_tile.py)."""
+        p = self.p
+        return mma_tile.tiling(mma_tile.proj_atom_name(p.target, lanes, p.chip), p.rows)
+
     def body(self, k, job, io):
         p = self.p
         a = _args(k, io, self.buffers())
+        T = self.tiling(k.L)
         R, KC, H = p.rows, p.chunk, p.hidden
-        if k.L % LANES_PER_ROW:
-            raise ValueError(f"front_proj: {k.L}-lane waves do not split into groups of {LANES_PER_ROW}")
-        rpp = k.W * k.L // LANES_PER_ROW  # rows per pass
-        if TILE_N % rpp:
-            raise ValueError(f"front_proj: {k.W} waves x {k.L} lanes cover {rpp} rows a pass, "
-                             f"which does not divide the {TILE_N}-row tile")
-        steps = KC // BLOCK
-        passes = TILE_N // rpp
-        batch = PASS_BATCH if passes % PASS_BATCH == 0 else 1  # passes sharing a block's activations
         t = job / p.splits
         s = job % p.splits
-        lane, wave = k.lane_id(), k.wave_id()
-        tid = _tid(k)
-        j8 = lane % LANES_PER_ROW
-        grp = lane / LANES_PER_ROW
-
-        act = k.lds("front_act", f32, R * KC)
         k0 = s * KC
+        act = k.lds("front_act", u32, mma_tile.act_lds_words(T, KC))
+        split = mma_tile.WaveSplit.of(TILE_N, T.atom.m, k.W)
+        red = k.lds("front_red", f32, k.W * k.L * T.atom.c_slots) if split.kparts > 1 else None
+
+        def load8(r, kk, m):
+            return (k.load(a.x, r * H + k0 + kk, bf16, 8, mask=m),
+                    k.load(a.attn_norm_w, k0 + kk, bf16, 8, mask=m))
+
+        def value8(xg):  # a = x * g, exact in f32 (a product of two bf16)
+            return k.cast(xg[0], f32) * k.cast(xg[1], f32)
 
         def stage():
-            """The activations of this K-chunk, all rows: a = x * g in f32 (exact), staged
-            once per job (called once the first weight loads are in flight)."""
-            k.barrier()  # the previous job of this CTA is done reading
-            nvec = R * KC // 4
-            nthr = k.W * k.L
-            for it in range(-(-nvec // nthr)):
-                v = it * nthr + tid
-                m = v < nvec if nvec % nthr else None
-                r = v / (KC // 4)
-                kk = (v % (KC // 4)) * 4
-                xv = k.cast(k.load(a.x, r * H + k0 + kk, bf16, 4, mask=m), f32)
-                gv = k.cast(k.load(a.attn_norm_w, k0 + kk, bf16, 4, mask=m), f32)
-                k.store(act, r * KC + _act_slot(kk), xv * gv, mask=m)
-            k.barrier()
+            k.barrier()  # the previous job of this CTA is done reading the activations
+            pending = mma_tile.load_activations(k, T, KC, load8)
 
-        # ---- the tile: 8 lanes per row, 16 weights per lane per 128-block, R dot products
-        kb0 = s * steps  # first scale-block column of the split
-        wrow0 = t * TILE_N + wave * (k.L // LANES_PER_ROW)  # first row of this wave's group 0
-        self._tile(k, io, a, act, stage, s, wrow0, grp, j8, passes, batch, k0, kb0)
+            def finish():
+                mma_tile.store_activations(k, T, act, KC, pending, value8)
+                k.barrier()
+            return finish
+
+        def emit(m, r, v, mask):  # front_part[s, r, m ..]
+            io.store("front_part", (s * R + r) * p.n_out + m, v, mask=mask)
+
+        mma_tile.project(k, T, w=a.qkv_a_w, w_stride=H, w_dtype=p.fp8, scale=a.qkv_a_scale,
+                         scale_stride=H // BLOCK, row0=t * TILE_N, k0=k0, kb0=s * (KC // BLOCK),
+                         blocks=KC // BLOCK, tile_m=TILE_N, lds=act, chunk=KC, stage=stage,
+                         emit=emit, red=red)
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)
         k.fence("release", "cta")
         ok = io.env.cta_ok()  # a barrier when the CTA has several waves
-        with k.if_(ok & wave.eq(0)):
+        with k.if_(ok & k.wave_id().eq(0)):
             if self.release:
                 k.fence("release", "device")
-            io.publish("front_done", job, k.cast(job, u32), mask=lane.eq(0))
-
-    def _tile(self, k, io, a, act, stage, s, wrow0, grp, j8, passes, batch, k0, kb0):
-        """One runtime loop over (pass batch, 128-block) of the tile. A lane's weights are
-        loaded LOADS_IN_FLIGHT / batch iterations ahead through a ring of variables (the loads
-        of several blocks and passes in flight); the activations of a block are read from LDS
-        once for the batch's rows. At a pass batch's last block the rows' sums are published."""
-        p = self.p
-        R, KC, H = p.rows, p.chunk, p.hidden
-        rpp = k.W * k.L // LANES_PER_ROW
-        steps = KC // BLOCK
-        total = passes // batch * steps
-        depth = max(1, min(total, LOADS_IN_FLIGHT // batch))
-        zero = k.vec(*[k.const(0.0, f32)] * 4)
-
-        def base_of(it, bi):  # uniform first row of this wave's groups, pass bi of it's batch
-            return wrow0 + ((it / steps) * batch + bi) * rpp
-
-        def wload(it, bi):  # it: i32 value; nothing is loaded past the tile's end
-            n = base_of(it, bi) + grp
-            m = it < total if depth > 1 else None
-            return k.bitcast(k.load(a.qkv_a_w, n * H + k0 + (it % steps) * BLOCK + j8 * VEC_K,
-                                    p.fp8, VEC_K, nontemporal=True, mask=m), u32)
-        ring = [[k.lane_var(wload(k.const(d, i32), bi)) for bi in range(batch)]
-                for d in range(depth)]
-        stage()  # the activations, while the first weights are on their way
-        accs = [[k.lane_var(zero) for _ in range(R)] for _ in range(batch)]
-        for it in k.range(total, unroll=False):  # unrolled, LLVM would hoist every LDS read
-            cur = [w.get() for w in ring[0]]
-            for d in range(depth - 1):
-                for bi in range(batch):
-                    ring[d][bi].set(ring[d + 1][bi].get())
-            for bi in range(batch):
-                ring[depth - 1][bi].set(wload(it + depth, bi))
-            st = it % steps
-            w4s = []
-            for bi in range(batch):
-                scale = k.load(a.qkv_a_scale, (base_of(it, bi) / BLOCK) * (H // BLOCK) + kb0 + st, f32)
-                w4s.append([k.cast(k.bitcast(cur[bi][q], p.fp8, 4), f32) * scale for q in range(4)])
-            acc = [[x.get() for x in row] for row in accs]
-            for q in range(4):
-                col = st * BLOCK + q * (LANES_PER_ROW * 4) + j8 * 4  # _act_slot's order
-                for r in range(R):
-                    av = k.load(act, r * KC + col, f32, 4)
-                    for bi in range(batch):
-                        acc[bi][r] = k.fma(w4s[bi][q], av, acc[bi][r])
-            last = st.eq(steps - 1)
-            with k.if_(last):
-                for bi in range(batch):
-                    self._emit(k, io, s, base_of(it, bi) + grp, j8, acc[bi])
-            for bi in range(batch):
-                for r in range(R):
-                    accs[bi][r].set(k.select(last, zero, acc[bi][r]))
-
-    def _emit(self, k, io, s, n, j8, acc):
-        """Sum each row's 8 lanes (fixed butterfly) and store its R partial sums."""
-        p = self.p
-        R = p.rows
-        tot = []
-        for r in range(R):
-            v4 = acc[r]
-            x = (v4[0] + v4[1]) + (v4[2] + v4[3])
-            for sh in (1, 2, 4):
-                x = x + k.lane_swap(x, sh)
-            tot.append(x)
-        out = _pick(k, tot, j8) if R > 1 else tot[0]
-        io.store("front_part", (s * R + j8) * p.n_out + n, out, mask=j8 < R)
+            io.publish("front_done", job, k.cast(job, u32), mask=k.lane_id().eq(0))
 
     def reference(self, env):
         import torch
@@ -901,10 +827,12 @@ def front_stages(p: FrontPlan, *, release=True, acquire=True) -> list:
 
 def front_launch(spec, **kw) -> FrontLaunch:
     """The front launch of a BuildSpec. Keywords: grid, waves, fp8 (override the target's
-    format, e.g. e4m3fnuz in the interpreter), cache_pages, splits (plan()); release /
+    format, e.g. e4m3fnuz in the interpreter), cache_pages, splits, chip (the interpreter's
+    wave64 MMA: "gfx950" or "gfx942") (plan()); release /
     acquire (front_stages' broken variants); the rest go to Launch (poll_bound,
     launch_index, launches_per_step, cost)."""
-    pk = {n: kw.pop(n) for n in ("grid", "waves", "fp8", "cache_pages", "splits") if n in kw}
+    pk = {n: kw.pop(n) for n in ("grid", "waves", "fp8", "cache_pages", "splits", "chip")
+          if n in kw}
     sk = {n: kw.pop(n) for n in ("release", "acquire") if n in kw}
     p = plan(spec, **pk)
     return FrontLaunch(p, front_stages(p, **sk), **kw)

@@ -30,13 +30,26 @@ Stages (each job's work is declared; the scheduler places jobs):
 
     ix_qr[r]     (kind index only) qr = RMSNorm(q_a) from the front's partial sums (front_q's
                  math and helpers) into the bulk region ix_qr the q heads acquire.
-    ix_proj[j]   j < heads: q head j for all rows: GEMV over q_lora (16 lanes along K, 8
-                 weights a lane, nontemporal), rope, Hadamard, quantize -> ix_qb, bulk (32 fp8
-                 words and the scale's bits a (head, row); a release counter of `heads`
-                 publishers): a scoring job acquires it once and loads its query operands
-                 straight into registers. heads <= j < heads + 2 KS: K-splits of W_k h and
-                 W_w h -> ix_part (partial sums as tagged pairs).
-    ix_key[0]    sums the K splits in order, LayerNorm, rope, Hadamard, quantize: the new
+    ix_proj[j]   partial sums (stages/proj_tile.py: every weight load of a job in flight at once,
+                 16-byte nontemporal loads, the chunk's activations staged once in LDS and
+                 shared by all the job's rows of weights, 8 lanes a row reduced by a
+                 reduce-scatter). j = h * QS + s < heads * QS: W_qb_idx rows of head h over
+                 q_lora split s (QS = q_splits) -> ix_qpart [QS, R, heads*128]; j = heads * QS +
+                 s: W_k (128 rows) and W_w (heads rows) over hidden split s, one staging of x
+                 for both -> ix_kpart [KS, R, 128 + heads]. Plain stores, then (CTA barrier,
+                 device release) the job's pair in ix_pdone. Split counts (proj_splits): a job
+                 holds at most LOADS_IN_FLIGHT (12) loads a lane (48 KB at 256 threads); QS the
+                 smallest q_lora split that fits and gives heads * QS >= grid / 2 jobs, KS the
+                 smallest hidden split that fits. GLM-5: 256 q jobs of 32 KB + 24 key jobs of
+                 48 KB (12 loads a lane, not 16: ptxas spills at 8 rows with the selection).
+    ix_q[h]      q head h for all rows: waits for its QS pairs (threads in parallel; barrier;
+                 acquire), sums the partials in split order (the same bits on every run and
+                 schedule), rope, Hadamard, quantize -> ix_qb, bulk (32 fp8 words and the
+                 scale's bits a (head, row); a release counter of `heads` publishers): a
+                 scoring job acquires it once and loads its query operands straight into
+                 registers.
+    ix_key[0]    waits for the KS key jobs' pairs, sums their partials in split order,
+                 LayerNorm, rope, Hadamard, quantize: the new
                  keys -> the cache and ix_nb (bulk: a row's key words, scale bits, then its
                  head weights w = W_w h * s_q * consts).
     ix_score[j]  J jobs (one a CTA). The plan (wave 0, one row a lane): row r joins row r-1's
@@ -114,6 +127,8 @@ from spec.config import FP8_SCALE_BLOCK, KEY_PAGE_TOKENS
 from .base import Buffer, Job, Stage, Use
 from .index_tiling import SCORE_ATOMS, SM90, KeyTiling, tiling
 from .launch import Launch
+from .proj_tile import LOADS_IN_FLIGHT, Group, loads_per_block, rows_per_pass, stage_acts, \
+    tile_partials
 
 HD = 128  # index head dim
 PAGE = KEY_PAGE_TOKENS
@@ -121,8 +136,7 @@ PAGE_BYTES = PAGE * (HD + 4)  # 8448
 PAGE_WORDS = PAGE_BYTES // 4  # 2112
 SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
 BLOCK = FP8_SCALE_BLOCK
-KL = 16  # GEMV lanes along K (8 weights each = one 128-block)
-EV = 8  # weights per GEMV lane load
+Q_FILL = 0.5  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)
 QW = 36  # ix_qb words a (head, row): 32 fp8 words, the scale's bits, pad to 16 bytes
 NW0 = 36  # ix_nb: a row's 32 key words, its scale's bits, pad; then its head weights
 DEPTH = 2  # key groups a scoring wave keeps in flight ahead of the one it computes
@@ -150,7 +164,8 @@ class IndexPlan:
     cache_pages: int
     segment: int
     score_jobs: int
-    k_splits: int
+    k_splits: int  # K-splits of the key jobs (W_k and W_w over hidden)
+    q_splits: int = 1  # K-splits of each q head's job (W_qb_idx over q_lora)
     source: str = "buffers"  # "buffers": h, qr inputs (index_scoring); "front": the front's
     front: object = None  # FrontPlan (source "front")
 
@@ -171,6 +186,27 @@ class IndexPlan:
         return self.heads * self.q_lora // BLOCK + self.hidden // BLOCK
     @property
     def kchunk(self): return self.hidden // self.k_splits
+    @property
+    def qchunk(self): return self.q_lora // self.q_splits
+    @property
+    def lanes(self): return 32 if self.wgmma else 64  # the wave size the kernel runs with
+    @property
+    def rpp(self): return rows_per_pass(self.waves * self.lanes)  # weight rows a tile pass
+    @property
+    def q_passes(self): return HD // self.rpp  # passes of a head's (and W_k's) 128 rows
+    @property
+    def w_passes(self): return -(-self.heads // self.rpp)  # passes of W_w's rows
+    @property
+    def q_jobs(self): return self.heads * self.q_splits  # job h * q_splits + s: head h, split s
+    @property
+    def proj_jobs(self): return self.q_jobs + self.k_splits
+    @property
+    def q_loads(self):  # 16-byte weight loads a lane holds in a q job / a key job
+        return self.q_passes * (self.qchunk // BLOCK) * loads_per_block(self.fp8)
+    @property
+    def k_loads(self):
+        return (self.q_passes * loads_per_block(self.fp8) + self.w_passes * loads_per_block(bf16)) \
+            * (self.kchunk // BLOCK)
     @property
     def wgmma(self): return self.chip == SM90
     @property
@@ -209,9 +245,14 @@ class IndexPlan:
             raise ValueError(f"index: {self.rows} rows; built widths are 2, 4, 8")
         if self.heads > 64 or self.heads < 1:
             raise ValueError(f"index: {self.heads} heads (1..64)")
-        if c.q_lora_rank % BLOCK or c.hidden % BLOCK or self.kchunk % BLOCK:
-            raise ValueError(f"index: q_lora {c.q_lora_rank}, hidden {c.hidden} / {self.k_splits} "
-                             f"splits must be whole {BLOCK}-blocks")
+        if c.q_lora_rank % BLOCK or c.hidden % BLOCK or self.kchunk % BLOCK or \
+                self.qchunk % BLOCK or self.k_splits * self.kchunk != c.hidden or \
+                self.q_splits * self.qchunk != c.q_lora_rank:
+            raise ValueError(f"index: q_lora {c.q_lora_rank} / {self.q_splits} splits and hidden "
+                             f"{c.hidden} / {self.k_splits} splits must be whole {BLOCK}-blocks")
+        if HD % self.rpp:
+            raise ValueError(f"index: {self.waves} waves of {self.lanes} lanes give "
+                             f"{self.rpp} weight rows a pass, which does not divide {HD}")
         if self.capacity % self.segment or self.segment % PAGE:
             raise ValueError(f"index: capacity {self.capacity} must be whole segments of "
                              f"{self.segment} keys, a segment whole pages of {PAGE}")
@@ -225,8 +266,27 @@ class IndexPlan:
         return self
 
 
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def proj_splits(cfg, rpp: int, grid: int, fp8) -> tuple:
+    """(q_splits, k_splits) of ix_proj (module doc): a job's weight loads all in flight, at
+    most LOADS_IN_FLIGHT 16-byte loads a lane. q: the smallest split of q_lora that fits and
+    gives heads * q_splits >= Q_FILL * grid jobs (else the largest that fits); key: the
+    smallest split of hidden whose W_k + W_w loads fit (else one 128-block a job)."""
+    qp, wp = HD // rpp, -(-cfg.index_heads // rpp)
+    qb, kb = cfg.q_lora_rank // BLOCK, cfg.hidden // BLOCK
+    fit = [d for d in _divisors(qb) if qp * (qb // d) * loads_per_block(fp8) <= LOADS_IN_FLIGHT]
+    fill = [d for d in fit if cfg.index_heads * d >= Q_FILL * grid]
+    qs = fill[0] if fill else (fit[-1] if fit else qb)
+    per_block = qp * loads_per_block(fp8) + wp * loads_per_block(bf16)
+    ks = next((d for d in _divisors(kb) if per_block * (kb // d) <= LOADS_IN_FLIGHT), kb)
+    return qs, ks
+
+
 def plan(spec, *, grid=None, waves=None, chip=None, capacity=None, cache_pages=None,
-         segment=None, score_jobs=None, k_splits=None) -> IndexPlan:
+         segment=None, score_jobs=None, k_splits=None, q_splits=None) -> IndexPlan:
     t = spec.target_info
     if grid is None:
         grid = INTERP_GRID if spec.target == "interp" else t.num_ctas
@@ -242,14 +302,15 @@ def plan(spec, *, grid=None, waves=None, chip=None, capacity=None, cache_pages=N
             capacity = min(capacity, INTERP_CAPACITY)
     if segment is None:
         segment = INTERP_SEGMENT if spec.target == "interp" else GPU_SEGMENT
-    if k_splits is None:
-        blocks = cfg.hidden // BLOCK
-        k_splits = next(d for d in range(max(1, -(-cfg.hidden // 2048)), blocks + 1)
-                        if blocks % d == 0)
+    lanes = 32 if chip == SM90 else 64
+    if cfg.index_head_dim == HD and waves * lanes % 8 == 0:
+        qs, ks = proj_splits(cfg, rows_per_pass(waves * lanes), grid, fp8)
+        q_splits = q_splits or qs
+        k_splits = k_splits or ks
     if cache_pages is None:
         cache_pages = 4 * spec.rows + capacity // PAGE if spec.target != "interp" else 48
     return IndexPlan(cfg, spec.rows, spec.target, chip, fp8, grid, waves, capacity, cache_pages,
-                     segment, score_jobs or grid, k_splits).check()
+                     segment, score_jobs or grid, k_splits or 1, q_splits or 1).check()
 
 
 # ----------------------------------------------------------------------- host-side plan
@@ -360,7 +421,7 @@ def stage_body(fn):
     @functools.wraps(fn)
     def wrapped(self, k, job, io):
         try:
-            return fn(self, k, job, local_io(k, io, job))
+            return fn(self, k, job, local_io(k, io, job, getattr(self, "flat_mailbox", False)))
         finally:
             _CUR_LANE[0] = _CUR_LANE[1] = None
     return wrapped
@@ -380,11 +441,13 @@ def reloaded(stage):
     return out
 
 
-def local_io(k, io, job=None):
+def local_io(k, io, job=None, flat=False):
     """The stage's mailbox and arguments with every pointer (and the tag) read again from
     the kernel's argument memory at the stage's start (DSL reload_arg): a persistent kernel
     otherwise keeps every stage's pointers, and the region bases LLVM hoists out of the job
-    loop, in scalar registers across all stages (SGPR spills)."""
+    loop, in scalar registers across all stages (SGPR spills). `flat`: the mailbox forms
+    every region access through the arena pointer (layouts.protocol), one 64-bit base
+    instead of one per region (the projection stages touch five regions)."""
     import copy
     from types import SimpleNamespace
     from layouts.protocol import Mailbox
@@ -394,7 +457,7 @@ def local_io(k, io, job=None):
     env.args = SimpleNamespace(**{n: k.reload_arg(n) for n in vars(io.env.args)})
     if job is not None:
         _CUR_LANE[0], _CUR_LANE[1] = k, k.lane_id() + k.bitcast(k.bitcast(job, u32) >> 31, i32)
-    return Mailbox(env, io.arena, getattr(io, "scope", "device"))
+    return Mailbox(env, io.arena, getattr(io, "scope", "device"), flat=flat)
 
 
 def rotate(k, p: IndexPlan, xs, pos, freq):
@@ -467,67 +530,54 @@ def pack_words(k, q8):
     return lo | (other << 16), lane >> 1, (lane & 1).eq(0)
 
 
-def gemv(k, *, w, ws, wdt, K, n0, nrows, k0, klen, xload, rows, emit, ws0=0):
-    """out[r, n] = sum_{c in [k0, k0+klen)} W[n, c] (* block scale) x[r, c] for n in
-    [n0, n0+nrows): 16 lanes along K (8 weights each, nontemporal), L/16 output rows a wave,
-    R rows of f32x8 accumulators; the 8 elements then the 16 lanes summed in a fixed order.
-    xload(r, col) gives x[r, col:col+8] as f32x8; emit(n_local, r, value, mask) takes each
-    sum (mask: the lane that owns it)."""
-    NR = k.L // KL
-    lane = _lane(k)
-    kl, nl = lane & (KL - 1), lane >> 4
-    per_pass = k.W * NR
-    npass = -(-nrows // per_pass)
-    zero = k.vec(*[k.const(0.0, f32)] * EV)
-    for it in k.range(npass):
-        nloc = (it * k.W + k.wave_id()) * NR + nl
-        valid = nloc < nrows
-        n = n0 + k.min(nloc, nrows - 1)
-        accs = [k.lane_var(zero) for _ in range(rows)]
-        for c in k.range(klen // BLOCK):
-            col = k0 + c * BLOCK + kl * EV
-            wv = k.cast(k.load(w, n * K + col, wdt, EV, nontemporal=True), f32)
-            if ws is not None:
-                wv = wv * k.load(ws, ws0 + (n >> 7) * (K // BLOCK) + (col >> 7), f32)
-            for r in range(rows):
-                accs[r].set(k.fma(wv, xload(r, col), accs[r].get()))
-        own = valid & kl.eq(0)
-        for r in range(rows):
-            v = accs[r].get()
-            s = (v[0] + v[1]) + (v[2] + v[3])
-            s = s + ((v[4] + v[5]) + (v[6] + v[7]))
-            for m in (1, 2, 4, 8):
-                s = s + k.lane_swap(s, m)
-            emit(nloc, r, s, own)
+def wait_flags(k, io, lo, n: int):
+    """Wait for ix_pdone pairs [lo, lo + n) (lo uniform i32 or int): every thread polls its
+    share in parallel, a CTA barrier (every wave's polls have succeeded, or the CTA failed),
+    then a device acquire: the jobs' plain partial sums are visible to every wave."""
+    nthr = k.W * k.L
+    tid = _tid(k)
+    for it in range(-(-n // nthr)):
+        i = it * nthr + tid
+        io.wait("ix_pdone", lo + k.min(i, n - 1), mask=i < n if n % nthr else None)
+    io.env.cta_ok()
+    k.fence("acquire", "device")
 
 
 # ------------------------------------------------------------------------------------ stages
 
 class IndexProj(Stage):
-    """q heads (rope, Hadamard, FP8) and the K-split partial sums of W_k h and W_w h."""
+    """Partial sums of the three index projections (module doc, stages/proj_tile.py): job
+    h * q_splits + s: W_qb_idx rows of head h over q_lora split s -> ix_qpart; job q_jobs + s:
+    W_k (128 rows) and W_w (heads rows) over hidden split s, sharing the split's staged
+    activations -> ix_kpart. Each job then releases and publishes its ix_pdone pair."""
     name = "ix_proj"
     rel_tol = 1e-5
+    flat_mailbox = True  # local_io: region accesses through the arena pointer
 
     def __init__(self, p: IndexPlan):
         self.p = p
 
     def jobs(self):
         p = self.p
-        qb = HD * p.q_lora + 4 * p.q_lora // BLOCK
-        kb = HD * p.kchunk
-        wb = 2 * p.heads * p.kchunk
-        return ([Job(j, cost_bytes=qb, cost_flops=2 * HD * p.q_lora * p.rows,
-                     lds_bytes=4 * p.rows * HD) for j in range(p.heads)]
-                + [Job(p.heads + s, cost_bytes=kb, cost_flops=2 * kb * p.rows)
-                   for s in range(p.k_splits)]
-                + [Job(p.heads + p.k_splits + s, cost_bytes=wb, cost_flops=wb * p.rows)
+        R = p.rows
+        qw = HD * p.qchunk + 4 * p.qchunk // BLOCK  # weights + the head's block scales
+        kw = (HD + 2 * p.heads) * p.kchunk + 4 * p.kchunk // BLOCK
+        return ([Job(j, cost_bytes=qw + 2 * R * p.qchunk + 4 * R * HD,
+                     cost_flops=2 * HD * p.qchunk * R, lds_bytes=self._lds())
+                 for j in range(p.q_jobs)]
+                + [Job(p.q_jobs + s, cost_bytes=kw + 4 * R * p.kchunk + 4 * R * (HD + p.heads),
+                       cost_flops=2 * (HD + p.heads) * p.kchunk * R, lds_bytes=self._lds())
                    for s in range(p.k_splits)])
+
+    def _lds(self):
+        return 4 * self.p.rows * max(self.p.qchunk, self.p.kchunk)
 
     def regions(self):
         p = self.p
         R = p.rows
-        return [BulkBuffer("ix_qb", u32, (p.heads, R, QW), publishers=p.heads),
-                TaggedPairs("ix_part", (p.k_splits, R, HD + p.heads), f32)]
+        return [PlainBuffer("ix_qpart", f32, (p.q_splits, R, p.heads * HD)),
+                PlainBuffer("ix_kpart", f32, (p.k_splits, R, HD + p.heads)),
+                TaggedPairs("ix_pdone", (p.proj_jobs,), u32)]
 
     def buffers(self):
         p = self.p
@@ -535,75 +585,163 @@ class IndexProj(Stage):
                if p.source == "buffers" else
                {"x": Buffer(bf16, (p.rows, p.hidden)), "attn_norm_w": Buffer(bf16, (p.hidden,))})
         return {**src,
-                "positions": Buffer(i32, (p.rows,)),
                 "ix_wq": Buffer(p.fp8, (p.heads * HD, p.q_lora)),
                 "ix_wk": Buffer(p.fp8, (HD, p.hidden)),
                 "ix_ws": Buffer(f32, (p.weight_scales,)),
-                "ix_ww": Buffer(bf16, (p.heads, p.hidden)),
-                "ix_rope_freq": Buffer(u64, (32,))}
+                "ix_ww": Buffer(bf16, (p.heads, p.hidden))}
 
     def bytes_moved(self):
         p = self.p
         out = {"ix_wq": p.heads * HD * p.q_lora, "ix_wk": HD * p.hidden,
-               "ix_ws": 4 * p.weight_scales, "ix_ww": 2 * p.heads * p.hidden, "ix_rope_freq": 256}
+               "ix_ws": 4 * p.weight_scales, "ix_ww": 2 * p.heads * p.hidden}
         if p.source == "buffers":  # from the front, x is the front's (counted there)
             out.update(h=2 * p.rows * p.hidden, qr=2 * p.rows * p.q_lora)
         return out
 
     def reads(self, j):
         p = self.p
-        if p.source == "front" and j < p.heads:
+        if p.source == "front" and j < p.q_jobs:
             return [Use("ix_qr", 0, p.rows * p.q_lora)]
         return []
 
     def writes(self, j):
         p = self.p
-        R, H, KS = p.rows, p.heads, p.k_splits
-        PW_ = HD + H
-        if j < H:
-            return [Use("ix_qb", j * R * QW, (j + 1) * R * QW)]
-        if j < H + KS:
-            s = j - H
-            return [Use("ix_part", (s * R + r) * PW_, (s * R + r) * PW_ + HD) for r in range(R)]
-        s = j - H - KS
-        return [Use("ix_part", (s * R + r) * PW_ + HD, (s * R + r + 1) * PW_) for r in range(R)]
+        R, NQ, PW_ = p.rows, p.heads * HD, HD + p.heads
+        if j < p.q_jobs:
+            h, s = divmod(j, p.q_splits)
+            out = [Use("ix_qpart", (s * R + r) * NQ + h * HD, (s * R + r) * NQ + (h + 1) * HD)
+                   for r in range(R)]
+        else:
+            s = j - p.q_jobs
+            out = [Use("ix_kpart", (s * R + r) * PW_, (s * R + r + 1) * PW_) for r in range(R)]
+        return out + [Use("ix_pdone", j, j + 1)]
 
     @stage_body
     def body(self, k, job, io):
         p = self.p
-        with k.if_else(job < p.heads) as (qj, other):
+        act = k.lds("ix_act", f32, self._lds() // 4)
+        with k.if_else(job < p.q_jobs) as (qj, kj):
             with qj:
-                self._q_job(k, io, job)
-            with other:
-                with k.if_else(job < p.heads + p.k_splits) as (kj, wj):
-                    with kj:
-                        self._part(k, io, job - p.heads, key=True)
-                    with wj:
-                        self._part(k, io, job - p.heads - p.k_splits, key=False)
+                self._q_part(k, io, act, job)
+            with kj:
+                self._k_part(k, io, act, job - p.q_jobs)
+        # publish: every wave's stores, the CTA's release, then this job's pair (one a job:
+        # no counter that a hundred jobs would contend for)
+        k.fence("release", "cta")
+        ok = io.env.cta_ok()  # a barrier when the CTA has several waves
+        with k.if_(ok & k.wave_id().eq(0)):
+            k.fence("release", "device")
+            io.publish("ix_pdone", job, k.cast(job, u32), mask=_lane(k).eq(0))
 
-    def _q_job(self, k, io, hq):
+    def _q_part(self, k, io, act, j):
+        """Head h = j / q_splits, split s: W_qb_idx[h*128 : h*128+128, chunk s] qr[:, chunk s]
+        (the head's 128 rows share one row of 128x128 block scales)."""
         p = self.p
         a = io.args
-        R = p.rows
-        qbuf = k.lds("ix_qbuf", f32, R * HD)
-
-        def emit(nloc, r, v, m):
-            k.store(qbuf, r * HD + nloc, v, mask=m)
+        R, NQ, QC = p.rows, p.heads * HD, p.qchunk
+        h, s = j / p.q_splits, j % p.q_splits
+        k0 = s * QC
         if p.source == "front":
-            io.acquire("ix_qr")
             from layouts.protocol import region_base
             xq = region_base(k, io.env.arena, io.arena, "ix_qr")
         else:
             xq = a.qr
-        gemv(k, w=a.ix_wq, ws=a.ix_ws, wdt=p.fp8, K=p.q_lora, n0=hq * HD, nrows=HD, k0=0,
-             klen=p.q_lora, xload=lambda r, col: k.cast(k.load(xq, r * p.q_lora + col, bf16, EV), f32),
-             rows=R, emit=emit)
-        if k.W > 1:
-            k.barrier()
+
+        def stage():  # after the weight loads are issued: they travel while qr is awaited
+            if p.source == "front":
+                io.acquire("ix_qr")
+            stage_acts(k, act, _tid(k), R, QC,
+                       lambda r, kk: k.cast(k.load(xq, r * p.q_lora + k0 + kk, bf16, 4), f32))
+
+        def emit(n, r, v, m):
+            io.store("ix_qpart", (s * R + r) * NQ + h * HD + n, v, mask=m)
+        g = Group(a.ix_wq, p.fp8, p.q_lora, HD, p.q_passes, h * HD, emit,
+                  lambda prow, kb: k.load(a.ix_ws, h * (p.q_lora // BLOCK) + kb, f32))
+        tile_partials(k, _lane(k), [g], act, k0, QC, R, stage)
+
+    def _k_part(self, k, io, act, s):
+        """Split s of W_k h and W_w h. From the front, h = x * g * rs(x) is never formed: the
+        sums are of W (x * g) (exact f32 products of two bf16) and the key job multiplies
+        them by the row's rs (the front's exact algebra)."""
+        p = self.p
+        a = io.args
+        R, KC, PW_ = p.rows, p.kchunk, HD + p.heads
+        k0 = s * KC
+        if p.source == "front":
+            def load4(r, kk):
+                return k.cast(k.load(a.x, r * p.hidden + k0 + kk, bf16, 4), f32) * \
+                    k.cast(k.load(a.attn_norm_w, k0 + kk, bf16, 4), f32)
+        else:
+            def load4(r, kk):
+                return k.cast(k.load(a.h, r * p.hidden + k0 + kk, bf16, 4), f32)
+
+        def emit_k(n, r, v, m):
+            io.store("ix_kpart", (s * R + r) * PW_ + n, v, mask=m)
+
+        def emit_w(n, r, v, m):
+            io.store("ix_kpart", (s * R + r) * PW_ + HD + n, v, mask=m)
+        ws0 = p.heads * p.q_lora // BLOCK
+        gk = Group(a.ix_wk, p.fp8, p.hidden, HD, p.q_passes, 0, emit_k,
+                   lambda prow, kb: k.load(a.ix_ws, ws0 + kb, f32))
+        gw = Group(a.ix_ww, bf16, p.hidden, p.heads, p.w_passes, 0, emit_w)
+        tile_partials(k, _lane(k), [gk, gw], act, k0, KC, R,
+                      lambda: stage_acts(k, act, _tid(k), R, KC, load4))
+
+    def reference(self, env):
+        return {}
+
+
+class IndexQ(Stage):
+    """q head h for all rows: the head's q_splits partial sums in split order, rope,
+    Hadamard, quantize -> ix_qb (bulk: 32 fp8 words and the scale's bits a (head, row); a
+    release counter of `heads` publishers)."""
+    name = "ix_q"
+    rel_tol = 1e-5
+    flat_mailbox = True  # local_io: region accesses through the arena pointer
+
+    def __init__(self, p: IndexPlan):
+        self.p = p
+
+    def jobs(self):
+        p = self.p
+        return [Job(h, cost_bytes=p.rows * HD * (4 * p.q_splits + 1) + 8 * p.q_splits,
+                    cost_flops=p.rows * HD * 64) for h in range(p.heads)]
+
+    def regions(self):
+        p = self.p
+        return [BulkBuffer("ix_qb", u32, (p.heads, p.rows, QW), publishers=p.heads)]
+
+    def buffers(self):
+        p = self.p
+        return {"positions": Buffer(i32, (p.rows,)), "ix_rope_freq": Buffer(u64, (32,))}
+
+    def bytes_moved(self):
+        return {"ix_rope_freq": 256}
+
+    def reads(self, h):
+        p = self.p
+        R, NQ, S = p.rows, p.heads * HD, p.q_splits
+        return [Use("ix_pdone", h * S, (h + 1) * S)] + \
+            [Use("ix_qpart", (s * R + r) * NQ + h * HD, (s * R + r) * NQ + (h + 1) * HD)
+             for s in range(S) for r in range(R)]
+
+    def writes(self, h):
+        R = self.p.rows
+        return [Use("ix_qb", h * R * QW, (h + 1) * R * QW)]
+
+    @stage_body
+    def body(self, k, hq, io):
+        p = self.p
+        a = io.args
+        R, NQ = p.rows, p.heads * HD
+        wait_flags(k, io, hq * p.q_splits, p.q_splits)
         ne = HD // k.L
         for r in k.range(k.wave_id(), R, k.W):
-            xv = k.load(qbuf, r * HD + _lane(k) * ne, f32, ne)
-            xs = [xv[t] for t in range(ne)]
+            xv = None
+            for s in range(p.q_splits):  # the fixed split order: the same bits every run
+                v = io.load("ix_qpart", (s * R + r) * NQ + hq * HD + _lane(k) * ne, ne)
+                xv = v if xv is None else xv + v
+            xs = [xv[t] for t in range(ne)] if ne > 1 else [xv]
             pos = k.load(a.positions, r, i32)
             ys = rotate(k, p, xs, k.max(pos, 0), a.ix_rope_freq)
             q8, sc = quantize(k, p, ys)
@@ -611,32 +749,6 @@ class IndexProj(Stage):
             io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
             io.store("ix_qb", (hq * R + r) * QW + 32, k.bitcast(sc, u32), mask=_lane(k).eq(0))
         io.release("ix_qb")
-
-    def _part(self, k, io, s, key: bool):
-        """Partial sums of W_k h and W_w h over K-split s. From the front, h = x * g * rs(x)
-        is never formed: the sums are of W (x * g) (exact f32 products of two bf16) and the
-        key job multiplies them by the row's rs (the front's exact algebra)."""
-        p = self.p
-        a = io.args
-        R = p.rows
-        if p.source == "front":
-            def hload(r, col):
-                return k.cast(k.load(a.x, r * p.hidden + col, bf16, EV), f32) * \
-                    k.cast(k.load(a.attn_norm_w, col, bf16, EV), f32)
-        else:
-            def hload(r, col):
-                return k.cast(k.load(a.h, r * p.hidden + col, bf16, EV), f32)
-        if key:
-            def emit(nloc, r, v, m):
-                io.publish("ix_part", (s * R + r) * (HD + p.heads) + nloc, v, mask=m)
-            gemv(k, w=a.ix_wk, ws=a.ix_ws, ws0=p.heads * p.q_lora // BLOCK, wdt=p.fp8,
-                 K=p.hidden, n0=0, nrows=HD, k0=s * p.kchunk, klen=p.kchunk, xload=hload, rows=R,
-                 emit=emit)
-        else:
-            def emit(nloc, r, v, m):
-                io.publish("ix_part", (s * R + r) * (HD + p.heads) + HD + nloc, v, mask=m)
-            gemv(k, w=a.ix_ww, ws=None, wdt=bf16, K=p.hidden, n0=0, nrows=p.heads,
-                 k0=s * p.kchunk, klen=p.kchunk, xload=hload, rows=R, emit=emit)
 
     def reference(self, env):
         from .index_ref import proj_reference
@@ -648,13 +760,14 @@ class IndexKey(Stage):
     weights w = W_w h * heads^-0.5 * s_q * 128^-0.5 -> pairs."""
     name = "ix_key"
     rel_tol = 1e-5
+    flat_mailbox = True  # local_io: region accesses through the arena pointer
 
     def __init__(self, p: IndexPlan):
         self.p = p
 
     def jobs(self):
         p = self.p
-        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 8 + HD * 2),
+        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2),
                     cost_flops=p.rows * HD * 64)]
 
     def regions(self):
@@ -671,7 +784,8 @@ class IndexKey(Stage):
 
     def reads(self, j):
         p = self.p
-        return [Use("ix_part", 0, p.k_splits * p.rows * (HD + p.heads)),
+        return [Use("ix_pdone", p.q_jobs, p.proj_jobs),
+                Use("ix_kpart", 0, p.k_splits * p.rows * (HD + p.heads)),
                 Use("ix_qb", 0, p.heads * p.rows * QW)]
 
     def writes(self, j):
@@ -686,6 +800,7 @@ class IndexKey(Stage):
         lane = _lane(k)
         PW_ = HD + H
         NWR = p.nb_words
+        wait_flags(k, io, p.q_jobs, KS)
         io.acquire("ix_qb")
         ne = HD // k.L
         e0 = lane * ne
@@ -694,13 +809,13 @@ class IndexKey(Stage):
         rs_of = self._row_scales(k, io)
         for r in k.range(k.wave_id(), R, k.W):
             rs = rs_of(r)
-            xs = []
-            for t in range(ne):
-                v = None
-                for s in range(KS):
-                    x = io.wait("ix_part", (s * R + r) * PW_ + e0 + t)
-                    v = x if v is None else v + x
-                xs.append(v if rs is None else v * rs)
+            v = None
+            for s in range(KS):  # the fixed split order: the same bits on every run
+                x = io.load("ix_kpart", (s * R + r) * PW_ + e0, ne)
+                v = x if v is None else v + x
+            if rs is not None:
+                v = v * rs
+            xs = [v[t] for t in range(ne)] if ne > 1 else [v]
             tot = xs[0]
             for x in xs[1:]:
                 tot = tot + x
@@ -732,7 +847,7 @@ class IndexKey(Stage):
                 m = h < H
                 wsum = None
                 for s in range(KS):
-                    x = io.wait("ix_part", (s * R + r) * PW_ + HD + k.min(h, H - 1), mask=m)
+                    x = io.load("ix_kpart", (s * R + r) * PW_ + HD + k.min(h, H - 1), mask=m)
                     wsum = x if wsum is None else wsum + x
                 if rs is not None:
                     wsum = wsum * rs
@@ -1011,15 +1126,19 @@ class IndexScore(Stage):
         k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(ordered_digit(k, score), i32),
                  k.const(1, u32), mask=ok, scope="cta")
 
-    def _pipeline(self, k, my_n, load, compute):
+    def _pipeline(self, k, my_n, locate, load, compute):
         """DEPTH steps in flight: step t + DEPTH's loads issue before step t computes,
-        straight from memory into registers (past the end, loads repeat the last step)."""
-        ring = [[k.lane_var(x) for x in load(k.const(d, i32))] for d in range(DEPTH)]
+        straight from memory into registers (past the end, loads repeat the last step).
+        `locate(t)` loads step t's cache page from the block table, `load(t, page)` its keys.
+        (Loading the block-table entries a wave-width ahead measured no faster on the H200:
+        bench/NOTES.md, index v2.)"""
+        ring = [[k.lane_var(x) for x in load(k.const(d, i32), locate(k.const(d, i32)))]
+                for d in range(DEPTH)]
         for t0 in k.range(0, my_n, DEPTH):
             for d in range(DEPTH):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
-                for v, x in zip(ring[d], load(t + DEPTH)):
+                for v, x in zip(ring[d], load(t + DEPTH, locate(t + DEPTH))):
                     v.set(x)
                 with k.if_(t < my_n):
                     compute(t, cur)
@@ -1073,10 +1192,14 @@ class IndexScore(Stage):
                 Wq.append(hb)
             my_n = (ngroups - j + nsub - 1) >> lns
 
-            def load(t):
-                tc = k.min(t, my_n - 1)
-                p0 = key_lo + (j + tc * nsub) * 16
-                page = k.load(a.block_table, btrow * MP + (p0 >> 6), i32)
+            def first_key(t):  # past the end: the last step again
+                return key_lo + (j + k.min(t, my_n - 1) * nsub) * 16
+
+            def locate(t):
+                return k.load(a.block_table, btrow * MP + (first_key(t) >> 6), i32)
+
+            def load(t, page):
+                p0 = first_key(t)
                 base = page * PAGE_WORDS + ((p0 & 63) + ki) * 32 + hq * 8
                 lo4 = k.load(a.index_cache, base, u32, 4, nontemporal=True)
                 hi4 = k.load(a.index_cache, base + 4, u32, 4, nontemporal=True)
@@ -1112,7 +1235,7 @@ class IndexScore(Stage):
                 self._store(k, io, hist, g, gi, 2 * pp + rf, p0 + kf, key_lo, score, store_lane)
 
             with k.if_(my_n > 0):
-                self._pipeline(k, my_n, load, compute)
+                self._pipeline(k, my_n, locate, load, compute)
 
     # -- Hopper: wgmma, all row pairs on each key load ----------------------------------------
     def _stage_queries(self, k, io):
@@ -1187,6 +1310,41 @@ class IndexScore(Stage):
         self._slot_map = slot_map
         return [per_t[t] for t in range(4)]
 
+    def _wide_atom(self):
+        """The wgmma whose N spans every pair of the plan's rows (None with one pair)."""
+        p = self.p
+        return wgmma_e4m3(2 * p.pairs * p.heads_pad) if p.pairs > 1 else None
+
+    def _wide_slot_maps(self, wide):
+        """Per pair pp: [(slot, key h, row rho of the pair, column index jj)] of the wide
+        accumulator, checked to repeat the narrow atom's per-thread head order (so the staged
+        head weights serve both)."""
+        p = self.p
+        HP = p.heads_pad
+        rows, cols = wide.c_rows(), wide.c_cols()
+        narrow = self._slot_map
+        maps = None
+        for lane in range(32):
+            g = lane // 4
+            per = [[] for _ in range(p.pairs)]
+            for i in range(wide.c_slots):
+                r, n = int(rows[lane, i]), int(cols[lane, i])
+                h = {g: 0, g + 8: 1}.get(r)
+                if h is None:
+                    raise ValueError(f"{wide.name}: accumulator slot {i} of lane {lane} holds row {r}")
+                row, head = divmod(n, HP)
+                per[row // 2].append((i, h, row % 2, head))
+            if maps is None:
+                maps = per
+            elif [[x[:3] for x in m] for m in maps] != [[x[:3] for x in m] for m in per]:
+                raise ValueError(f"{wide.name}: accumulator slots differ across lanes")
+        out = []
+        for m in maps:
+            if [(h, rho) for (_, h, rho, _) in m] != [(h, rho) for (h, rho, _) in narrow]:
+                raise ValueError(f"{wide.name}: a pair's slots do not follow the narrow atom's")
+            out.append([(i, h, rho, jj) for (i, h, rho, _), (_, _, jj) in zip(m, narrow)])
+        return out
+
     @staticmethod
     def _pick_head(k, heads_t, t, jj):
         out = k.const(heads_t[0][0], i32) + 0 * jj
@@ -1216,10 +1374,11 @@ class IndexScore(Stage):
         slot_map = self._slot_map
         my_n = (nblocks - wg + nwg - 1) / nwg
 
-        def load(t):
-            tc = k.min(t, my_n - 1)
-            b0 = key_lo + (wg + tc * nwg) * 64
-            page = k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
+        def locate(t):  # past the end: the last step again
+            b0 = key_lo + (wg + k.min(t, my_n - 1) * nwg) * 64
+            return k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
+
+        def load(t, page):
             out = []
             for h in range(2):
                 base = page * PAGE_WORDS + (ww * 16 + g8 + 8 * h) * 32 + t4 * 8
@@ -1229,44 +1388,77 @@ class IndexScore(Stage):
                               nontemporal=True))
             return out
 
-        def compute(t, cur):
-            b0 = key_lo + (wg + t * nwg) * 64
+        def operands(cur):
             kw = [k.vec(*[cur[2 * h][i] for i in range(4)], *[cur[2 * h + 1][i] for i in range(4)])
                   for h in range(2)]
-            sc = cur[4]
-            A = [k.bitcast(k.vec(*[kw[h][wi] for (h, wi) in T.a_words[c]]), at.a_dtype,
-                           4 * len(T.a_words[c])) for c in range(T.chunks)]
+            return [k.bitcast(k.vec(*[kw[h][wi] for (h, wi) in T.a_words[c]]), at.a_dtype,
+                              4 * len(T.a_words[c])) for c in range(T.chunks)]
+
+        def chain(atom, A, ra):
+            """One wgmma per MMA chunk, B = the staged query columns from row ra on."""
+            off = k.cast(ra * (HP // 8) * 256 // 16, u64)
+            k.wgmma_fence()
+            acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
+            for c in range(T.chunks):
+                acc = k.wgmma(atom, A[c], k.const(stage["descs"][c], u64) + off, acc)
+            k.wgmma_commit()
+            k.wgmma_wait(0)
+            return acc
+
+        def finish(acc, smap, pp, b0, sc):
+            """Pair pp's scores from the accumulator slots `smap` lists for it: relu, head
+            weights, the quad's butterfly, the key scale, the store."""
+            ra = gi + 2 * pp
+            wv = []
+            for rho in range(2):
+                b = ((k.min(ra + rho, p.rows - 1)) * 4 + t4) * NH
+                parts = [k.load(stage["wl"], b + c4, f32, min(4, NH - c4)) for c4 in range(0, NH, 4)]
+                wv.append([x[i] if x.n > 1 else x for x in parts for i in range(x.n)])
+            vals = [None] * 4
+            for i, h, rho, jj in smap:  # one fma a head (not a rounded product, then a sum)
+                q = 2 * h + rho
+                r = k.max(acc[i], 0.0)
+                vals[q] = r * wv[rho][jj] if vals[q] is None else k.fma(r, wv[rho][jj], vals[q])
+            for m in (2, 1):
+                half = len(vals) // 2
+                bit = (lane & m).ne(0)
+                keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
+                send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
+                vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
+            self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, key_lo, vals[0] * sc,
+                        k.const(True, "i1"))
+
+        narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(slot_map)]
+
+        def compute(t, cur):
+            """A pair at a time: N = 2 rows x heads."""
+            b0 = key_lo + (wg + t * nwg) * 64
+            A = operands(cur)
             for pp in k.range(P):
-                ra = gi + 2 * pp
-                off = k.cast(ra * (HP // 8) * 256 // 16, u64)
-                k.wgmma_fence()
-                acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
-                for c in range(T.chunks):
-                    acc = k.wgmma(at, A[c], k.const(stage["descs"][c], u64) + off, acc)
-                k.wgmma_commit()
-                k.wgmma_wait(0)
-                wv = []
-                for rho in range(2):
-                    b = ((k.min(ra + rho, p.rows - 1)) * 4 + t4) * NH
-                    parts = [k.load(stage["wl"], b + c4, f32, min(4, NH - c4)) for c4 in range(0, NH, 4)]
-                    wv.append([x[i] if x.n > 1 else x for x in parts for i in range(x.n)])
-                vals = [None] * 4
-                for i, (h, rho, jj) in enumerate(slot_map):
-                    term = k.max(acc[i], 0.0) * wv[rho][jj]
-                    q = 2 * h + rho
-                    vals[q] = term if vals[q] is None else vals[q] + term
-                for m in (2, 1):
-                    half = len(vals) // 2
-                    bit = (lane & m).ne(0)
-                    keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
-                    send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
-                    vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
-                score = vals[0] * sc
-                self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, key_lo, score,
-                            k.const(True, "i1"))
+                finish(chain(at, A, gi + 2 * pp), narrow_map, pp, b0, cur[4])
+
+        wide = self._wide_atom()
+        wide_maps = self._wide_slot_maps(wide) if wide is not None else None
+
+        def compute_wide(t, cur):
+            """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A
+            operand comes from registers once per instruction, so the narrow N = 64 chains ran
+            at about a quarter of the tensor rate (H200: 4 pairs took 4x one pair's time,
+            ~18 us per pair at 512K keys, with or without batching the four chains)."""
+            b0 = key_lo + (wg + t * nwg) * 64
+            acc = chain(wide, operands(cur), gi)
+            for pp in range(p.pairs):
+                finish(acc, wide_maps[pp], pp, b0, cur[4])
 
         with k.if_(my_n > 0):
-            self._pipeline(k, my_n, load, compute)
+            if wide is None:
+                self._pipeline(k, my_n, locate, load, compute)
+            else:
+                with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
+                    with all_pairs:
+                        self._pipeline(k, my_n, locate, load, compute_wide)
+                    with fewer:
+                        self._pipeline(k, my_n, locate, load, compute)
 
     def reference(self, env):
         from .index_ref import score_reference
@@ -1294,7 +1486,7 @@ def scored_reads(p: IndexPlan) -> list:
 # -------------------------------------------------------------------------------- launch
 
 def index_stages(p: IndexPlan) -> list:
-    return [IndexProj(p), IndexKey(p), IndexScore(p)]
+    return [IndexProj(p), IndexQ(p), IndexKey(p), IndexScore(p)]
 
 
 def check_inputs(p: IndexPlan, positions, block_table, cache_pages=None):
@@ -1351,13 +1543,45 @@ class IndexLaunch(Launch):
             kw["wave_size"] = 32
         return super().run_interp(inputs, **kw)
 
+    # -- the fused selection (kind `index`) -----------------------------------------------
+    select_cfg = None  # its SelectConfig, where the launch selects
+
+    def reference(self, inputs: dict) -> dict:
+        """The stages' float64 references, the selection's excepted: its outputs are exact
+        on the kernel's OWN scores (exact_errors), which a float64 reference is not."""
+        from types import SimpleNamespace
+        from .select import SelectPass
+        rest = [st for st in self.stages if not isinstance(st, SelectPass)]
+        return Launch.reference(SimpleNamespace(stages=rest), inputs)
+
+    def exact_errors(self, inputs: dict, outputs: dict, regions: dict) -> dict:
+        """{topk, topk_diag: {rel_err, tol 0, ok}}: the selection's outputs against an
+        independent exact top-k (stages.select.reference_select: layouts.scores
+        .exact_topk_positions, a float64 sort) of the scores this run wrote (the `scores`
+        region), rows' keys 0..positions[r], slots through the block table; rel_err is
+        the fraction of words that differ. {} for a launch without the selection."""
+        c = self.select_cfg
+        if c is None:
+            return {}
+        from .select import reference_select
+        nm = c.names
+        n = c.n_of(np.asarray(inputs[nm.n_keys]).reshape(-1))
+        want = reference_select(np.asarray(regions[nm.scores], np.float32), n,
+                                np.asarray(inputs[nm.block_table]).reshape(c.rows, -1), c.topk)
+        out = {}
+        for name, w in zip((nm.out, nm.diag), want):
+            got = np.asarray(outputs[name]).reshape(w.shape).astype(np.int64)
+            bad = float(np.mean(got != w.astype(np.int64)))
+            out[name] = dict(rel_err=bad, tol=0.0, ok=bad == 0.0)
+        return out
+
 
 def index_scoring_launch(spec, **kw) -> IndexLaunch:
     """Kind `index_scoring`: projections + cache append + scoring from h and qr (inputs).
     Keywords: grid, waves, chip (interp: whose atoms/format), capacity, cache_pages, segment,
-    score_jobs, k_splits (plan()); the rest go to Launch."""
+    score_jobs, k_splits, q_splits (plan()); the rest go to Launch."""
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "capacity", "cache_pages", "segment",
-                                 "score_jobs", "k_splits") if n in kw}
+                                 "score_jobs", "k_splits", "q_splits") if n in kw}
     p = plan(spec, **pk)
     return IndexLaunch("index_scoring", p, index_stages(p), **kw)
 
@@ -1409,14 +1633,15 @@ class IndexQR(_front_post()):
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
-    """Kind `index`: the front (stages.front: RMSNorm, q_a | kv_a, qr, the MLA cache) and the
+    """Kind `index`: the front (stages.front: RMSNorm, q_a | kv_a, qr, the MLA cache), the
     indexer (qr from the front's partial sums, the key/weight projections from x * g with
-    the front's rs, cache append, scoring) in one persistent kernel. Keywords as
-    index_scoring_launch plus the front's (splits)."""
+    the front's rs, cache append, scoring) and the exact top-k of its scores (stages.select,
+    fused after the scoring: topk [rows, index_topk] int32 slots, topk_diag [rows, 4]) in
+    one persistent kernel. Keywords as index_scoring_launch plus the front's (splits)."""
     from .front import front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
-    pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits")
-          if n in kw}
+    pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
+                                 "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
     fp8 = "fp8e4m3fnuz" if chip == "gfx942" else "fp8e4m3fn"
     fw = pk.get("waves") or (4 if chip == SM90 and spec.target == "interp" else None)
@@ -1431,7 +1656,30 @@ def index_launch(spec, **kw) -> IndexLaunch:
     from dataclasses import replace
     p = replace(p, source="front", front=fp).check()
     front = [reloaded(st) for st in front_stages(fp)]
-    return IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p), **kw)
+    cfg = select_config(p, spec)
+    L = IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p) + fused_select(p, cfg),
+                    **kw)
+    L.select_cfg = cfg
+    return L
+
+
+def select_config(p: IndexPlan, spec):
+    """The exact top-k of the launch's own scores (stages.select, DESIGN.md section 7): the
+    scoring's layout (rows, capacity, segment), each row's keys 0..positions[r] through its
+    block-table row, K = the config's index_topk; up to grid / rows slice jobs a row."""
+    from . import select as sel
+    return sel.SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment),
+                            max_slices=max(1, min(sel.MAX_SLICES, p.grid // p.rows)),
+                            topk=spec.config.index_topk, bt_width=p.max_pages, positions=True,
+                            names=sel.Names(n_keys="positions"))
+
+
+def fused_select(p: IndexPlan, cfg) -> list:
+    """The selection after the scoring: it reads the plain `scores` and `score_hist` once
+    every `score_done` pair is in (wait_scored), as stages/select.py documents."""
+    from . import select as sel
+    ready = sel.Ready(lambda r: scored_reads(p), lambda k, io: wait_scored(k, io, p))
+    return sel.select_stages(cfg, scores="plain", hist="plain", ready=ready)
 
 
 def _request(launch, rng, pos):
@@ -1466,13 +1714,19 @@ def _index_inputs(launch, spec, rng, pos=None):
     fin = front_inputs(p.front, rng, req)
     ix = make_inputs(p, rng, req, layout=request_layout(p, rng, req))
     fin.update({n: v for n, v in ix.items() if n not in ("h", "qr")})
+    c = launch.select_cfg
+    if c is not None:  # poisoned (as stages.select.make_inputs): the kernel must write them
+        from .select import DIAG_WORDS
+        fin[c.names.out] = np.full((c.rows, c.topk), -2, np.int32)
+        fin[c.names.diag] = np.full((c.rows, DIAG_WORDS), 0xFFFFFFFF, np.uint32)
     return fin
 
 
 register(Kind("index", "the MoE layer's front and its own indexer (so far): the front "
               "(RMSNorm, q_a | kv_a, qr, MLA cache) + index projections from its partial sums, "
-              "the key cache append, and the scores of every visible key with first-digit "
-              "histograms", index_launch, _index_inputs))
+              "the key cache append, the scores of every visible key with first-digit "
+              "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
+              _index_inputs))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",

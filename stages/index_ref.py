@@ -197,25 +197,34 @@ def kernel_operands(p: IndexPlan, regions: dict):
 
 # ------------------------------------------------------------------------------- inputs
 
-def request_layout(p: IndexPlan, rng, requests, *, shuffle=True):
+def request_layout(p: IndexPlan, rng, requests, *, shuffle=True, shared=False):
     """positions [R] and block_table [R, max_pages] for requests = [(rows, first position)]:
     a request's rows share its table row; its pages (every page up to its last position)
-    are distinct physical pages, shuffled over the cache; other entries are -1."""
+    are distinct physical pages, shuffled over the cache; other entries are -1.
+
+    `shared` (workload W2, DESIGN.md section 8): the requests' tables map the SAME physical
+    page at every logical page below the page of the request's first row (the keys they only
+    read); the pages a request writes (its first row's page onwards) are its own, so no two
+    requests write one slot, and no request reads a slot another one writes."""
     if sum(n for n, _ in requests) != p.rows:
         raise ValueError(f"requests {requests} do not add up to {p.rows} rows")
-    need = sum((s + n - 1) // PAGE + 1 for n, s in requests)
+    common = max(s // PAGE for _, s in requests) if shared else 0
+    own = [(s + n - 1) // PAGE + 1 - (s // PAGE if shared else 0) for n, s in requests]
+    need = common + sum(own)
     if need > p.cache_pages:
         raise ValueError(f"requests need {need} pages; the cache has {p.cache_pages}")
     pages = rng.permutation(p.cache_pages) if shuffle else np.arange(p.cache_pages)
     pos = np.zeros(p.rows, np.int32)
     bt = np.full((p.rows, p.max_pages), -1, np.int32)
-    r, nxt = 0, 0
-    for n, start in requests:
+    r, nxt = 0, common
+    for (n, start), mine in zip(requests, own):
         last = start + n - 1
         np_ = last // PAGE + 1
         row = np.full(p.max_pages, -1, np.int32)
-        row[:np_] = pages[nxt:nxt + np_]
-        nxt += np_
+        first = np_ - mine  # logical pages below `first` are the common ones (shared only)
+        row[:first] = pages[:first]
+        row[first:np_] = pages[nxt:nxt + mine]
+        nxt += mine
         for i in range(n):
             pos[r + i] = start + i
             bt[r + i] = row
@@ -247,19 +256,15 @@ def make_inputs(p: IndexPlan, rng, requests=None, *, poison=True, cache_pages=No
     if poison:
         cache[:, PAGE * HD:] = np.frombuffer(np.full(PAGE * pages, np.nan, np.float32).tobytes(),
                                              np.uint8).reshape(pages, PAGE * 4)
-    new = {slot_of(bt, r, int(pos[r])) for r in range(R)}
-    slots = set()
-    for r in range(R):
-        xs = np.arange(int(pos[r]) + 1)
-        slots |= set((bt[r, xs // PAGE].astype(np.int64) * PAGE + xs % PAGE).tolist())
-    slots = np.array(sorted(slots - new), np.int64)
+    slots = np.flatnonzero(_read_slots(bt, pos, pages))  # ascending: the rng's order
     if len(slots):
         key = rng.standard_normal((len(slots), HD)) * np.exp(0.3 * rng.standard_normal((len(slots), 1)))
         k8, s = quant(key, fmt)
         pg, off = slots // PAGE, slots % PAGE
-        cache[pg[:, None], off[:, None] * HD + np.arange(HD)] = k8
-        cache[pg[:, None], PAGE * HD + 4 * off[:, None] + np.arange(4)] = \
-            s.astype(np.float32).view(np.uint8).reshape(-1, 4)
+        # views of the pages' key rows [pages, 64, 128] and scales [pages, 64] (one index a
+        # key, not one a byte: 512K keys are written in a blink)
+        cache[:, :PAGE * HD].reshape(pages, PAGE, HD)[pg, off] = k8
+        cache[:, PAGE * HD:].view(np.float32)[pg, off] = s.astype(np.float32)
     bf = lambda x: numerics.convert(x, "f64", "bf16")  # noqa: E731
     return dict(
         h=bf(rng.standard_normal((R, p.hidden))),
@@ -275,6 +280,21 @@ def make_inputs(p: IndexPlan, rng, requests=None, *, poison=True, cache_pages=No
                         0.1 * rng.standard_normal(HD)]).astype(np.float32),
         ix_rope_freq=np.array(_rope_freqs(p.config), np.uint64),
         index_cache=cache)
+
+
+def _read_slots(bt, pos, pages):
+    """A mask over the cache's slots (pages x 64): the slots some row reads (positions up to
+    its own) that no row writes (a row's slot at its position): the keys the cache must
+    hold."""
+    mask = np.zeros(pages * PAGE, bool)
+    for r in range(len(pos)):
+        x = int(pos[r])
+        full = bt[r, :x // PAGE].astype(np.int64)
+        mask[(full[:, None] * PAGE + np.arange(PAGE)).reshape(-1)] = True
+        mask[int(bt[r, x // PAGE]) * PAGE + np.arange(x % PAGE + 1)] = True
+    for r in range(len(pos)):
+        mask[slot_of(bt, r, int(pos[r]))] = False
+    return mask
 
 
 def _with_pages(p, pages):

@@ -27,6 +27,18 @@ max(1, min(S, ceil(n / segment))) of them, exactly layouts.scores.ScoresLayout.s
              the next digit among the keys with the longer prefix; publish message q
     sel_out  the same decision on message P-1 (now exact: 32 bits), then emit
 
+Candidate lists. Only sel_h0 (local pass) and sel_h1 read the scores. sel_h1, knowing the
+first threshold digit, appends every selectable key of its slice whose prefix is >= the
+threshold (the candidates and the keys already above: a subsequence of the slice holding
+every key that can still be selected) with its position to the slice's list, in position
+order, and puts its length in the state (X_NLIST). sel_h2.. and sel_out read the list, not
+the scores: for smooth scores it holds a first-digit bin's share of the slice plus the keys
+above it (at 512K keys x 8 rows a pass reads ~3 KB of list instead of 128 KB of scores). A
+list has room for its whole slice ([rows, S, longest slice]), so any distribution (all keys
+equal: every key a candidate) is exact; nothing is dropped or rescanned. The list is plain
+data: every wave of sel_h1 releases its stores before wave 0 announces message 1, and the
+readers acquire after polling (the same chain as the messages).
+
 Exchange. A message is plain data (a PlainBuffer [rows, S, 128 + 12] u32: the cum
 histogram and the slice's state) released by a device-scope release fence and then
 announced by a tagged pair (`rdy`, one per slice); a consumer's wave 0 polls the pairs of
@@ -98,10 +110,14 @@ DEFAULT_DIGITS = (6, 7, 7, 6, 6)
 UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
 # (min(UNROLL, max_slices))
 
-# the state words after a message's histogram (and in LDS)
+SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
+# one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
+
+# the state words after a message's histogram (and in LDS); X_NLIST: the slice's candidate
+# list length (sel_h1 on); whole 4-word vectors
 X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
-    X_UNSELS = range(12)
-NEXTRA = 12
+    X_UNSELS, X_NLIST = range(13)
+NEXTRA = 16
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
 INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
@@ -210,10 +226,23 @@ class SelectConfig:
         return self.layout.slices(n_keys, self.max_slices)
 
     def max_slice_keys(self) -> int:
+        """The longest slice of any row (a row of n < capacity keys has slices of
+        floor or ceil(nseg(n) / slices) segments, never more than a full row's longest):
+        also the candidate list's room per slice, so a list can never overflow."""
         nseg = self.segments
         s = max(1, min(self.max_slices, nseg))
         b = [round(i * nseg / s) for i in range(s + 1)]
         return max(b[i + 1] - b[i] for i in range(s)) * self.segment
+
+    @property
+    def list_keys(self) -> str:
+        """Region of the slices' candidate lists' keys [rows, S, max_slice_keys] u32."""
+        return f"{self.prefix}_lkey"
+
+    @property
+    def list_pos(self) -> str:
+        """... and of their token positions [rows, S, max_slice_keys] i32."""
+        return f"{self.prefix}_lpos"
 
 
 def slice_bounds(n: int, segment: int, max_slices: int, s: int) -> tuple[int, int, int]:
@@ -533,11 +562,17 @@ class SelectPass(Stage):
         self.hist = hist if q == 0 else None
         self.name = cfg.stage_name(q)
         self.is_out = q == cfg.passes
+        # sel_h1 compacts the slice's keys at or above the first threshold digit into its
+        # candidate list; the later passes and the output read the list, not the scores
+        self.compacts = q == 1
+        self.from_list = q >= 2
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
         c = self.cfg
         keys = c.max_slice_keys()
+        if self.from_list:  # about a first-digit bin's share, plus the keys above it
+            keys = keys // FIRST_DIGIT_BINS + c.topk
         xbytes = 0 if self.q == 0 else c.max_slices * c.msg_words(self.q - 1) * 4
         lds = 4 * (2 * 1024 + 64)
         return [Job(j, cost_bytes=keys * 4 + xbytes, cost_flops=keys * 8, lds_bytes=lds)
@@ -547,13 +582,18 @@ class SelectPass(Stage):
         c = self.cfg
         if self.is_out:
             return []
-        return [PlainBuffer(c.msg(self.q), u32, (c.rows, c.max_slices, c.msg_words(self.q))),
-                TaggedPairs(c.rdy(self.q), (c.rows, c.max_slices), u32)]
+        out = [PlainBuffer(c.msg(self.q), u32, (c.rows, c.max_slices, c.msg_words(self.q))),
+               TaggedPairs(c.rdy(self.q), (c.rows, c.max_slices), u32)]
+        if self.compacts:
+            shape = (c.rows, c.max_slices, c.max_slice_keys())
+            out += [PlainBuffer(c.list_keys, u32, shape), PlainBuffer(c.list_pos, i32, shape)]
+        return out
 
     def buffers(self):
         c, nm = self.cfg, self.cfg.names
         out = {nm.n_keys: Buffer(i32, (c.rows,))}
-        out.update(self.scores.buffers())
+        if not self.from_list:
+            out.update(self.scores.buffers())
         if self.q == 0:
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
@@ -567,10 +607,16 @@ class SelectPass(Stage):
     def _row_slice(self, j):
         return divmod(j, self.cfg.max_slices)
 
+    def _list_uses(self, j, names):
+        lk = self.cfg.max_slice_keys()
+        return [Use(n, j * lk, (j + 1) * lk) for n in names]
+
     def reads(self, j):
         c = self.cfg
         r, _ = self._row_slice(j)
-        out = list(self.scores.reads(r))
+        out = [] if self.from_list else list(self.scores.reads(r))
+        if self.from_list:
+            out += self._list_uses(j, [c.list_keys] + ([c.list_pos] if self.is_out else []))
         if self.q == 0:
             if self.ready is not None:
                 out += self.ready.reads(r)
@@ -588,7 +634,10 @@ class SelectPass(Stage):
         if self.is_out:
             return []
         mw = c.msg_words(self.q)
-        return [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
+        out = [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
+        if self.compacts:
+            out += self._list_uses(j, [c.list_keys, c.list_pos])
+        return out
 
     def reference(self, env):
         if not self.is_out:
@@ -642,6 +691,8 @@ class SelectPass(Stage):
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
         if self.is_out and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
+        if self.compacts and k.W > 1:
+            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * k.W)
         return out
 
     # -- sel_h0: input checks --------------------------------------------------------------
@@ -667,7 +718,8 @@ class SelectPass(Stage):
     # -- a histogram pass over the slice's keys --------------------------------------------
     def _histogram(self, k, io, sl, lds, first):
         """Count the next digit of the candidate keys into LDS `hist` (sel_h0: all visible
-        keys, or the sum of the scoring's segments); pass 1 also counts NaNs into `cnt`."""
+        keys, or the sum of the scoring's segments; sel_h1: the slice's scores, also
+        compacting its list and counting NaNs into `cnt`; later passes: the list)."""
         c = self.cfg
         q = self.q
         B = c.bins(q)
@@ -683,39 +735,129 @@ class SelectPass(Stage):
         _barrier(k)
         if first and self.hist is not None:
             self._sum_segments(k, io, sl, hist)
-            _barrier(k)
-            return
+        elif self.from_list:
+            self._scan_list(k, io, sl, lds)
+        else:
+            self._scan_scores(k, io, sl, lds, first)
+        _barrier(k)
+
+    def _count_digits(self, k, hist, key, d, cand):
+        """LDS hist[digit q of key (bits d .. d + digits[q] from the top)] += 1 for the
+        candidate entries of a 4-vector."""
+        c, q = self.cfg, self.q
+        sh_lo = k.cast(32 - d - c.digits[q], u32)
+        digit = (key >> sh_lo) & (c.bins(q) - 1)
+        one = k.const(1, u32)
+        for e in range(4):
+            k.atomic("add", hist, _i(k, k.extract(digit, e)), one, mask=k.extract(cand, e),
+                     scope="cta")
+
+    def _scan_scores(self, k, io, sl, lds, first):
+        """sel_h0 (local first pass) or sel_h1: one pass over the slice's scores, SCAN_UNROLL
+        rounds of 4 keys a lane loaded at once. sel_h1 also appends every selectable key at
+        or above the threshold prefix (the candidates and the keys already above) to the
+        slice's list, in position order, and stores its length in the state."""
+        q = self.q
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
-        bits = c.digits[q]
-        sh_lo = k.cast(32 - d - bits, u32)
+        T = k.W * k.L
+        U = SCAN_UNROLL
         self.scores.prepare(k, io)
         nan_acc = k.lane_var(0, i32)
-        one = k.const(1, u32)
+        run = k.uniform_var(0, i32)  # list length so far
         with k.if_(sl.lo < sl.hi):
-            for base in k.range(sl.lo, sl.hi, 4 * T):
-                p = base + 4 * t
-                m = p < sl.hi
-                raw = self.scores.load4(k, io, sl.r, p, m)
-                key, nan = ordered_keys(k, raw, want_nan=q == 1)
-                valid = k.vec(p, p + 1, p + 2, p + 3) < sl.hi
-                if first:
-                    cand = valid
-                else:
-                    cand = valid & key.ne(0) & _prefix(k, key, d).eq(Q)
-                digit = (key >> sh_lo) & (B - 1)
-                for e in range(4):
-                    k.atomic("add", hist, _i(k, k.extract(digit, e)), one,
-                             mask=k.extract(cand, e), scope="cta")
-                if q == 1:  # NaNs (low half) and unselectable keys (high half)
-                    cnt = k.cast(valid & nan, i32) + (k.cast(valid & key.eq(0), i32) << 16)
-                    nan_acc.set(nan_acc.get() + k.extract(cnt, 0) + k.extract(cnt, 1)
-                                + k.extract(cnt, 2) + k.extract(cnt, 3))
-        if q == 1:  # a lane counts <= 512K / 64 keys: no carry between its halves
-            acc = nan_acc.get()
-            k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
-            k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
-        _barrier(k)
+            for base in k.range(sl.lo, sl.hi, 4 * T * U):
+                ps = [base + (u * 4 * T) + 4 * k.thread_id() for u in range(U)]
+                # unmasked, at a clamped position (a lane mask each would be a live SGPR
+                # pair on AMD): entries past hi are read but never counted
+                last = self.cfg.capacity - 4
+                raws = [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
+                for u, (p, raw) in enumerate(zip(ps, raws)):
+                    key, _ = ordered_keys(k, raw)
+                    pv = k.vec(p, p + 1, p + 2, p + 3)
+                    valid = pv < sl.hi
+                    if first:
+                        self._count_digits(k, lds["hist"], key, d, valid)
+                        continue
+                    pre = _prefix(k, key, d)
+                    nz = valid & key.ne(0)
+                    self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
+                    nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
+                    par = (((base - sl.lo) / (4 * T * U)) * U + u) & 1
+                    self._append(k, io, sl, lds, key, p, k.cast(nz & (pre >= Q), i32), run, par)
+        if first:
+            return
+        # a lane counts <= 512K / 64 keys: no carry between its halves
+        acc = nan_acc.get()
+        k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
+        k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
+        with _wave0(k):
+            k.store(lds["state"], X_NLIST, _u(k, run.get()))
+        if self.release:  # every wave's list stores, before wave 0 announces the message
+            k.fence("release", "device")
+
+    @staticmethod
+    def _nan_counts(k, raw, key, pv, hi):
+        """A lane's NaNs (low half) and unselectable keys (high half) among 4 keys at
+        positions pv < hi, in integer arithmetic only: LLVM sinks these sums to the end of
+        the unrolled rounds, where compare results would each hold an SGPR pair on AMD."""
+        valid = _u(k, (pv - hi) >> 31)  # all ones below hi (an arithmetic shift)
+        nan = (0x7F800000 - (raw & 0x7FFFFFFF)) >> 31  # |bits| past +inf's
+        unsel = ((key | (0 - key)) >> 31) ^ 1  # key 0
+        cnt = _i(k, valid & (nan | (unsel << 16)))
+        return k.extract(cnt, 0) + k.extract(cnt, 1) + k.extract(cnt, 2) + k.extract(cnt, 3)
+
+    def _append(self, k, io, sl, lds, key, p, keep, run, par):
+        """Append a round's kept keys (keep: 0/1 a key; a lane's 4 keys are consecutive
+        positions, lanes then waves in position order) and their positions to the slice's
+        list at `run`; offsets from ballot prefix counts and, across waves, the waves'
+        counts through LDS (two buffers by round parity: one barrier a round)."""
+        c = self.cfg
+        kp = [k.extract(keep, e) for e in range(4)]
+        own = kp[0] + kp[1] + kp[2] + kp[3]
+        excl = sum((k.prefix_count(kp[e].ne(0)) for e in range(1, 4)),
+                   k.prefix_count(kp[0].ne(0)))
+        tot = _last(k, excl + own)
+        if k.W > 1:
+            em = lds["emit"]
+            W, w = k.W, k.wave_id()
+            k.store(em, par * W + w, tot)
+            k.barrier()
+            off = k.uniform_var(0, i32)
+            for w2 in k.range(0, w):
+                off.set(off.get() + k.load(em, par * W + w2, i32))
+            woff = off.get()
+            rtot = None
+            for w2 in range(W):
+                x = k.load(em, par * W + w2, i32)
+                rtot = x if rtot is None else rtot + x
+        else:
+            woff, rtot = k.const(0, i32), tot
+        lk = c.max_slice_keys()
+        lb = (sl.r * c.max_slices + sl.s) * lk
+        at = run.get() + woff + excl
+        for e in range(4):
+            i = lb + k.min(at, lk - 1)
+            m = kp[e].ne(0)
+            io.store(c.list_keys, i, k.extract(key, e), mask=m)
+            io.store(c.list_pos, i, p + e, mask=m)
+            at = at + kp[e]
+        run.set(run.get() + rtot)
+
+    def _scan_list(self, k, io, sl, lds):
+        """A later pass: the next digit of the list's keys with the prefix found so far."""
+        c = self.cfg
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+        nl = st.i(X_NLIST)
+        T = k.W * k.L
+        lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
+        with k.if_(nl > 0):
+            for base in k.range(0, nl, 4 * T):
+                i = base + 4 * k.thread_id()
+                key = io.load(c.list_keys, lb + i, 4, mask=i < nl)
+                valid = k.vec(i, i + 1, i + 2, i + 3) < nl
+                self._count_digits(k, lds["hist"], key, d, valid & _prefix(k, key, d).eq(Q))
 
     def _sum_segments(self, k, io, sl, hist):
         """sel_h0 with the scoring's first digits: this slice's segments, summed per bin."""
@@ -939,6 +1081,9 @@ class SelectPass(Stage):
 
     # -- sel_out: emit ----------------------------------------------------------------------
     def _emit(self, k, io, sl, lds):
+        """Write the slice's selected keys (the list's keys above the final prefix, and its
+        share of the ties, its first ones) at their output offsets: a lane holds 4
+        consecutive list entries, which are in position order."""
         c = self.cfg
         nm = c.names
         K = c.topk
@@ -954,17 +1099,17 @@ class SelectPass(Stage):
         t = k.thread_id()
         T = k.W * k.L
         w = k.wave_id()
-        self.scores.prepare(k, io)
+        nl = st.i(X_NLIST)
+        lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
         run_eq = k.uniform_var(0, i32)
         run_sel = k.uniform_var(0, i32)
-        with k.if_(sl.lo < sl.hi):
-            for pos0 in k.range(sl.lo, sl.hi, 4 * T):
-                p = pos0 + 4 * t
-                m = p < sl.hi
-                raw = self.scores.load4(k, io, sl.r, p, m)
-                key, _ = ordered_keys(k, raw)
-                valid = k.vec(p, p + 1, p + 2, p + 3) < sl.hi
-                nz = valid & key.ne(0)
+        with k.if_(nl > 0):
+            for pos0 in k.range(0, nl, 4 * T):
+                i = pos0 + 4 * t
+                m = i < nl
+                key = io.load(c.list_keys, lb + i, 4, mask=m)
+                pos = io.load(c.list_pos, lb + i, 4, mask=m)
+                nz = k.vec(i, i + 1, i + 2, i + 3) < nl  # (a list holds no key 0)
                 pre = _prefix(k, key, d)
                 ab_v = k.cast(nz & (pre > Q), i32)  # 0/1 integers: no masks kept live
                 eq_v = k.cast(nz & pre.eq(Q), i32)
@@ -983,7 +1128,7 @@ class SelectPass(Stage):
                 rem0 = need - tieb - run_eq.get()  # ties still to take before this round
                 if k.W > 1:  # this wave's offsets among the round's waves
                     em = lds["emit"]
-                    par = ((pos0 - sl.lo) / (4 * T)) & 1
+                    par = (pos0 / (4 * T)) & 1
                     k.store(em, (par * k.W + w) * 2, w_eq)
                     k.store(em, (par * k.W + w) * 2 + 1, w_ab)
                     k.barrier()
@@ -1008,16 +1153,17 @@ class SelectPass(Stage):
                 lane_rem = rem_w - excl_eq
                 lane_off = base + run_sel.get() + wave_sel_off + excl_ab + \
                     k.min(k.max(rem_w, 0), excl_eq)
-                page = k.load(bt, sl.r * c.bt_width + k.min(p >> PAGE_SHIFT, c.bt_width - 1),
-                              i32, mask=m)
-                slot0 = page * PAGE + (p & (PAGE - 1))
                 ties_before = None
                 sel_before = None
                 for e in range(4):
                     rank_ok = (lane_rem if ties_before is None else lane_rem - ties_before) > 0
                     take = ab[e].ne(0) | (eq[e].ne(0) & rank_ok)
                     at = lane_off if sel_before is None else lane_off + sel_before
-                    k.store(out, sl.r * K + k.min(at, K - 1), slot0 + e, mask=take & ok)
+                    p = k.extract(pos, e)
+                    page = k.load(bt, sl.r * c.bt_width
+                                  + k.min(p >> PAGE_SHIFT, c.bt_width - 1), i32, mask=take)
+                    slot = page * PAGE + (p & (PAGE - 1))
+                    k.store(out, sl.r * K + k.min(at, K - 1), slot, mask=take & ok)
                     tk = ab[e] + eq[e] * k.cast(rank_ok, i32)
                     ties_before = eq[e] if ties_before is None else ties_before + eq[e]
                     sel_before = tk if sel_before is None else sel_before + tk

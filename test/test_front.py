@@ -9,7 +9,8 @@ kernel); the e4m3fnuz (gfx942) format; the rope's angle reduction at GLM-5's lon
 context; gfx950/gfx942 code objects without spills and the sm_90a PTX.
 
 Tolerances (stated per check below):
-  front_part (partial sums)   max-norm relative 1e-5 (f32 accumulation of <= 1024 products)
+  front_part (partial sums)   max-norm relative 1e-5 (f32 accumulation of <= 1024 exact
+                              products: the bf16 MMA reads x * g as exact hi + lo halves)
   qr, bf16 latent, rope       elementwise |got - ref| <= 2^-8 |ref| + 1e-5 max|ref| (one bf16
                               rounding of an f32 value whose own error is ~1e-6)
   fp8 scales and latent bytes EXACT where the reference's own quantization is stable under a
@@ -199,8 +200,9 @@ def test_a_dropped_fence_fails_under_relaxed_visibility(variant):
 
 def test_gfx942_format_in_the_interpreter():
     """e4m3fnuz weights (converted at load, scales doubled) and an fnuz cache quantized
-    against fmax 240: the same launch text, the gfx942 numbers."""
-    L = launch(2, "fp8", fp8="fp8e4m3fnuz")
+    against fmax 240, projected with gfx942's MFMA (16x16x16 bf16): the same launch text,
+    the gfx942 numbers."""
+    L = launch(2, "fp8", fp8="fp8e4m3fnuz", chip="gfx942")
     assert L.plan.fp8.name == "fp8e4m3fnuz" and L.plan.fp8_max == 240.0
     inp = inputs(L, seed=4)
     res = L.run_interp(fresh(inp), step=0, mode="inorder")
@@ -361,8 +363,10 @@ def test_a_stage_body_never_asks_for_its_cta():
 
 def test_builds_for_gfx950_gfx942_without_spills_and_ptx_for_sm_90a():
     pytest.importorskip("elftools", reason="pyelftools reads the code objects' notes")
+    from monokernel.atoms import atom as get_atom
     from monokernel.build import build_many
     from monokernel.targets import target as get_target
+    from stages import mma_tile
     plan = [("tiny", 8, t) for t in ("gfx950", "gfx942", "sm_90a")] + \
            [("glm5", 8, t) for t in ("gfx950", "gfx942", "sm_90a")] + \
            [("glm5", r, t) for r in (2, 4) for t in ("gfx950", "gfx942")]
@@ -370,8 +374,8 @@ def test_builds_for_gfx950_gfx942_without_spills_and_ptx_for_sm_90a():
     arts = build_many([L.kernel(t) for L, (_, _, t) in zip(launches, plan)])
     for L, (cfg, rows, t), a in zip(launches, plan, arts):
         f = a.figures()
-        # the projection's block loop stays a loop (unrolled, every LDS read would be live)
-        assert "llvm.loop.unroll.disable" in a.llvm_ir
+        # the projection runs on the chip's bf16 MMA (stages/mma_tile.py)
+        assert get_atom(mma_tile.PROJ_ATOMS[t]).intrinsic in a.llvm_ir
         if t == "sm_90a":
             ptx = a.data.decode()
             assert ".entry front" in ptx and ".target sm_90a" in ptx

@@ -3,7 +3,7 @@
     python -m tools.check_layer [--kind front] [--config tiny] [--tp T] [--rows 2,4,8]
                                 [--kv fp8,bf16] [--launches 2] [--seed 0]
                                 [--backend interp|cuda|hip] [--chip gfx950] [--mode inorder]
-                                [--dump DIR] [--perturb]
+                                [--workload W1,W2] [--dump DIR] [--perturb]
     python -m tools.check_layer --compare A B
 
 For every (kind, config, tp, rows, kv) it builds the launch for the backend's target, zeroes
@@ -12,13 +12,21 @@ so later launches prove the tags), each on fresh inputs from the kind's inputs f
 seeded by (--seed, launch). Per launch it records the sha256 of the bytes of every output
 buffer ("output/<name>") and of every arena region ("arena/<name>": the region's whole span,
 tags and counters included), and the max-norm relative error of every output and region
-against the stages' float64 reference (Launch.reference) with the stage's tolerance. It
-writes DIR/<config>/tp<T>/r<R>/<kv>/<kind>.json and prints one row per launch; exits 1 if an
+against the stages' float64 reference (Launch.reference) with the stage's tolerance, and
+the exact checks a launch offers (Launch.exact_errors: kind index's top-k against an
+independent exact top-k of the scores the run wrote, tolerance 0). It writes DIR/<config>/tp<T>/r<R>/<kv>/<kind>.json and prints one row per launch; exits 1 if an
 error exceeds its tolerance (or a launch fails).
 
 `--compare A B` matches the files of two dumps and every digest in them, prints each digest
 that differs (or is missing on one side) and exits 1 if any does, 0 if all are equal. The
 same backend and inputs must give identical digests run after run.
+
+`--workload W1,W2` (kinds with a key cache: index, index_scoring; ignored with a note for
+the others; DESIGN.md section 8): W1 (default) = one request of R rows; W2 = R/2 requests
+of 2 rows whose block tables map the same physical pages for every page they only read
+(tools.common.workload_inputs), dumped to <kind>.W2.json. Their scores are checked against
+the float64 reference and against float64 scores of the kernel's own FP8 operands
+(tools.common.score_errors).
 
 `--perturb` (the negative control) flips ONE input bit before every launch: element 0 of the
 first floating-point input buffer in ABI order (outputs excluded), its most significant
@@ -51,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_spec_options(ap, config='tiny', kv=['fp8', 'bf16'],
                             kind_help="comma list of launch kinds (default front; synthetic until front exists)")
+    common.add_workload_option(ap)
     ap.add_argument("--launches", type=int, default=2,
                     help="launches per spec on one never-reset arena (default 2)")
     ap.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
@@ -68,13 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def run_one(kind, spec, backend, *, launches: int, seed: int, perturb: bool) -> dict:
+def run_one(kind, spec, backend, *, launches: int, seed: int, perturb: bool,
+            workload: str = "W1") -> dict:
     L = kind.launch(spec)
     arena = backend.new_arena(L)
     flipped = common.perturb_target(L) if perturb else None
     records = []
     for i in range(launches):
-        inputs, _ = common.kind_inputs(kind, L, spec, np.random.default_rng([seed, i]))
+        inputs, _ = common.workload_inputs(kind, L, spec, np.random.default_rng([seed, i]), None,
+                                           workload)
         if flipped:
             common.flip_bit(inputs, *flipped)
         prepared = backend.prepare(inputs)
@@ -87,12 +98,23 @@ def run_one(kind, spec, backend, *, launches: int, seed: int, perturb: bool) -> 
         for p in L.arena:
             digests[f"arena/{p.name}"] = common.sha(common.region_bytes(L, host_arena, p.name))
         errors = common.reference_errors(L, inputs, outs, res.regions)
+        # outputs exact on the kernel's own intermediates (kind index: its top-k of the
+        # scores it computed), which no float64 reference is: Launch.exact_errors
+        exact = getattr(L, "exact_errors", None)
+        errors.update(exact(inputs, outs, res.regions) if exact else {})
         records.append(dict(launch=i, step=i, tag=int(res.tag), seconds=round(secs, 3),
                             digests=digests, errors=errors))
     return dict(format=FORMAT, kind=kind.name, spec=spec.to_json(), backend=backend.name,
-                seed=seed, perturb=None if not flipped else dict(
+                seed=seed, workload=workload, perturb=None if not flipped else dict(
                     buffer=flipped[0], element=flipped[1], bit=flipped[2]),
                 launches=records)
+
+
+def _ratio(err: dict) -> float:
+    """An error over its tolerance (an exact check, tolerance 0: 0 or infinity)."""
+    if err["tol"]:
+        return err["rel_err"] / err["tol"]
+    return float("inf") if err["rel_err"] else 0.0
 
 
 def combined(digests: dict) -> str:
@@ -115,40 +137,52 @@ def run(args, ap) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     root = Path(args.dump)
-    plan = [(k, r, kv) for k in names for r in args.rows for kv in args.kv]
+    plan, noted = [], {}
+    for k in names:
+        for r in args.rows:
+            for kv in args.kv:
+                spec = common.make_spec(args.config, tp, r, kv, be.target)
+                wls = common.workloads_for(kinds.kind(k).launch(spec), args.workload)
+                if wls == ["-"] and args.workload != ["W1"] and not noted.get(k):
+                    print(f"note: {k} has no key cache; --workload ignored", flush=True)
+                    noted[k] = True
+                plan += [(k, r, kv, wl) for wl in wls]
     print(f"check_layer: {len(plan)} specs x {args.launches} launches on {be.name}; kinds "
           f"{', '.join(names)}; {args.config} TP {tp}"
           + ("; PERTURBED (one input bit flipped)" if args.perturb else ""), flush=True)
     rows, failed = [], 0
     prog = common.Progress(len(plan), "run")
-    for kname, r, kv in plan:
+    for kname, r, kv, wl in plan:
         spec = common.make_spec(args.config, tp, r, kv, be.target)
         kind = kinds.kind(kname)
         try:
             rec = run_one(kind, spec, be, launches=args.launches, seed=args.seed,
-                          perturb=args.perturb)
+                          perturb=args.perturb, workload=wl)
         except Exception as e:  # noqa: BLE001 - a failed launch is reported, the rest run
             failed += 1
-            rows.append(dict(kind=kname, spec=spec.path, launch="-", digest="-",
+            rows.append(dict(kind=kname, spec=spec.path, wl=wl, launch="-", digest="-",
                              worst="-", status=f"FAILED: {type(e).__name__}: {e}"))
             prog.update(f"{kname} {spec.path} FAILED")
             continue
-        path = root / spec.path / f"{kname}.json"
+        # W1 (and kinds without a key cache) keep the dump's file name: W2 gets its own
+        path = root / spec.path / (f"{kname}.json" if wl != "W2" else f"{kname}.W2.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
         for lr in rec["launches"]:
             errs = lr["errors"]
-            worst = max(errs.items(), key=lambda kv_: kv_[1]["rel_err"] / kv_[1]["tol"],
+            worst = max(errs.items(), key=lambda kv_: _ratio(kv_[1]),
                         default=None)
             ok = all(e["ok"] for e in errs.values())
             failed += not ok
-            rows.append(dict(kind=kname, spec=spec.path, launch=lr["launch"], tag=lr["tag"],
+            rows.append(dict(kind=kname, spec=spec.path, wl=wl, launch=lr["launch"],
+                             tag=lr["tag"],
                              digest=combined(lr["digests"]), n=len(lr["digests"]),
                              worst=f"{worst[0]} {worst[1]['rel_err']:.2e} (tol {worst[1]['tol']:.0e})"
                              if worst else "-", s=lr["seconds"], status="ok" if ok else "ERROR"))
         prog.update(f"{kname} {spec.path}")
     prog.close()
-    print(common.table(rows, ("kind", "spec", "launch", "tag", ("n", "digests"),
+    print(common.table(rows, ("kind", "spec", ("wl", "workload"), "launch", "tag",
+                              ("n", "digests"),
                               ("digest", "combined digest"), ("worst", "worst error vs float64"),
                               "s", "status")))
     print(f"\ndigests in {root.resolve()}/")

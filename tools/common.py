@@ -78,6 +78,23 @@ def pos_list(s: str) -> list[int]:
     return out
 
 
+WORKLOADS = ("W1", "W2")  # DESIGN.md section 8
+
+
+def workload_list(s: str) -> list[str]:
+    out = []
+    for x in csv(s):
+        if x.upper() not in WORKLOADS:
+            raise argparse.ArgumentTypeError(
+                f"unknown workload {x!r}; choose from {', '.join(WORKLOADS)} (DESIGN.md "
+                "section 8: W1 one request of R rows, W2 R/2 requests of 2 rows on shared pages)")
+        if x.upper() not in out:
+            out.append(x.upper())
+    if not out:
+        raise argparse.ArgumentTypeError("no workload given")
+    return out
+
+
 def kind_list(s: str) -> list[str]:
     from stages import kinds
     out = []
@@ -193,6 +210,49 @@ def kind_inputs(kind, launch, spec, rng, pos: int | None = None) -> tuple[dict, 
             for n, v in inp.items()}, takes_pos and pos is not None
 
 
+KEY_CACHE = "index_cache"  # the paged key cache a kind with an indexer reads and appends to
+
+
+def has_key_cache(launch) -> bool:
+    """Whether the launch scores a paged key cache (the kinds workloads W1/W2 apply to)."""
+    return KEY_CACHE in launch.buffer_specs() and hasattr(launch, "plan")
+
+
+def w2_requests(rows: int, pos: int) -> list:
+    """Workload W2 at context pos + 1: rows / 2 requests of 2 rows at positions pos - 1, pos."""
+    if rows % 2 or pos < 1:
+        raise ValueError(f"workload W2 takes requests of 2 rows at positions pos - 1, pos: "
+                         f"{rows} rows at pos {pos} do not fit")
+    return [(2, pos - 1)] * (rows // 2)
+
+
+def workload_inputs(kind, launch, spec, rng, pos: int | None, workload: str = "W1"):
+    """The kind's seeded inputs for a workload (DESIGN.md section 8). W1: the kind's own
+    (one request of R rows, the last at `pos`). W2 (kinds with a key cache only): the kind's
+    inputs at the smallest context, then positions, block table and key cache replaced by
+    R/2 requests of 2 rows at pos - 1, pos whose tables map the same physical pages for every
+    page they only read (stages.index_ref.request_layout(shared=True): each request writes
+    its own last page). `pos` None: random, as the kind draws it (under 512 keys in the
+    interpreter, 8192 on a GPU). Returns (inputs, whether pos applies)."""
+    if workload not in (*WORKLOADS, "-"):
+        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+    if workload != "W2" or not has_key_cache(launch):  # "-": a kind without a key cache
+        return kind_inputs(kind, launch, spec, rng, pos)
+    from stages.index_ref import make_inputs, request_layout
+    p = launch.plan
+    if pos is None:
+        top = 512 if p.target == "interp" else min(p.capacity, 8192)
+        pos = int(rng.integers(1, top))
+    if not 1 <= pos < p.capacity:
+        raise ValueError(f"workload W2: pos {pos} must be in [1, {p.capacity})")
+    req = w2_requests(p.rows, pos)
+    inp, _ = kind_inputs(kind, launch, spec, rng, p.rows - 1)
+    layout = request_layout(p, rng, req, shared=True)
+    ix = make_inputs(p, rng, req, layout=layout)
+    inp.update({n: ix[n] for n in ("positions", "block_table", KEY_CACHE)})
+    return inp, True
+
+
 MANTISSA_BITS = {"f64": 52, "f32": 23, "f16": 10, "bf16": 7, "fp8e4m3fn": 3, "fp8e4m3fnuz": 3}
 
 
@@ -251,10 +311,12 @@ def rel_err(got, ref) -> float:
     return float(d.max() / max(np.abs(ref).max(), 1e-30))
 
 
-def reference_errors(launch, inputs: dict, outputs: dict, regions: dict) -> dict:
+def reference_errors(launch, inputs: dict, outputs: dict, regions: dict, ref=None) -> dict:
     """{name: {rel_err, tol, ok}} of every output buffer and region the stages' float64
-    references compute, against what the run produced."""
-    ref = launch.reference(inputs)
+    references compute, against what the run produced, and the scores of kinds with a key
+    cache (score_errors: their references are quantities of their own names); `ref`:
+    Launch.reference(inputs) computed elsewhere (bench/index_h200.py: in worker processes)."""
+    ref = launch.reference(inputs) if ref is None else ref
     specs = launch.buffer_specs()
     owner_tol, dtypes = {}, {}
     for st in launch.stages:
@@ -277,7 +339,72 @@ def reference_errors(launch, inputs: dict, outputs: dict, regions: dict) -> dict
         e = rel_err(as_f64(got, dtypes.get(name)), r)
         tol = owner_tol.get(name, 1e-5)
         out[name] = dict(rel_err=e, tol=tol, ok=bool(e <= tol))
+    out.update(score_errors(launch, inputs, outputs, regions, ref))
     return out
+
+
+# end to end, a q or k value on an FP8 rounding boundary may round one way in the kernel's f32
+# and the other in float64 (test/test_index.py's bound); from the kernel's own FP8 operands the
+# scores are exact products summed in f32 (the scoring stage's own tolerance)
+SCORES_E2E_TOL = 2e-2
+SCORES_OWN_TOL = 1e-5
+# ... except on Hopper's FP8 tensor cores (wgmma, and torch's _scaled_mm on them), which sum a
+# chain's products with about 14 mantissa bits (DeepSeek-V3 report, section 3.3.2: "limited to
+# retaining around 14 bits"): measured on the H200, the wgmma scores sit 1.9e-4 .. 4.0e-4 (max
+# norm) from the exact sums of the same FP8 products, and so does _scaled_mm
+HOPPER_FP8_ACC_TOL = 1e-3
+REF_SCORES = "ix_ref_scores"  # stages/index.py's float64 reference of the scores
+
+
+def _score_device():
+    try:
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def score_errors(launch, inputs: dict, outputs: dict, regions: dict, ref: dict) -> dict:
+    """Kinds with a key cache: {name: {rel_err, tol, ok}} of the kernel's scores of every
+    visible key (row r, positions 0 .. pos[r]; max-norm over the row, worst row) against
+    "scores vs float64": the float64 reference end to end (`ref`'s ix_ref_scores), and
+    "scores vs own operands": float64 scores from the kernel's own FP8 queries, head weights
+    (ix_qb, ix_nb) and the cache it wrote, each row from its own block-table row
+    (tools.peers.index_scores' float path, on the GPU where there is one). {} otherwise."""
+    if not has_key_cache(launch) or "scores" not in regions:
+        return {}
+    from stages.index_ref import kernel_operands
+    from tools import peers
+    p = launch.plan
+    got = np.asarray(getattr(regions["scores"], "data", regions["scores"]), np.float64)
+    pos = np.asarray(inputs["positions"]).astype(np.int64).reshape(-1)
+    bt = np.asarray(inputs["block_table"]).reshape(len(pos), -1)
+    out = {}
+    if ref is not None and REF_SCORES in ref:
+        e = max(rel_err(got[r, :x + 1], ref[REF_SCORES][r, :x + 1]) for r, x in enumerate(pos))
+        out["scores vs float64"] = dict(rel_err=e, tol=SCORES_E2E_TOL, ok=bool(e <= SCORES_E2E_TOL))
+    q8, _, _, _, w = kernel_operands(p, regions)
+    dev = _score_device()
+    cache = peers.as_tensor(np.asarray(outputs[KEY_CACHE]), dev)
+    tables: dict = {}  # rows of one table row (a request's rows) share one gather
+    for r in range(len(pos)):
+        tables.setdefault(bt[r].tobytes(), []).append(r)
+    worst = 0.0
+    for rows in tables.values():
+        n = int(pos[rows].max()) + 1
+        keys, scale = peers.gather_keys(cache, bt[rows[0]], n)
+        own = peers.index_scores(q8[rows], w[rows], keys, scale, pos[rows], fmt=p.fp8.name,
+                                 fp8_mm=False, dtype=_f64()).cpu().numpy()
+        for i, r in enumerate(rows):
+            worst = max(worst, rel_err(got[r, :pos[r] + 1], own[i, :pos[r] + 1]))
+    tol = HOPPER_FP8_ACC_TOL if p.wgmma else SCORES_OWN_TOL
+    out["scores vs own operands"] = dict(rel_err=worst, tol=tol, ok=bool(worst <= tol))
+    return out
+
+
+def _f64():
+    import torch
+    return torch.float64
 
 
 # ----------------------------------------------------------------------------------- backends
@@ -383,3 +510,17 @@ def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
                     help="comma list of row widths (default 2,4,8)")
     ap.add_argument("--kv", type=kv_list, default=list(kv),
                     help=f"comma list of MLA cache kinds: fp8, bf16 (default {','.join(kv)})")
+
+
+def add_workload_option(ap):
+    """--workload W1,W2 (DESIGN.md section 8) for kinds with a key cache."""
+    ap.add_argument("--workload", type=workload_list, default=["W1"],
+                    help="comma list of workloads of kinds with a key cache (index, "
+                         "index_scoring): W1 = one request of R rows, W2 = R/2 requests of 2 "
+                         "rows whose block tables map the same pages (default W1; ignored, "
+                         "with a note, for kinds without a key cache)")
+
+
+def workloads_for(launch, workloads) -> list:
+    """The workloads that apply to the launch: ["-"] for a kind without a key cache."""
+    return list(workloads) if has_key_cache(launch) else ["-"]

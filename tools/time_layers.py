@@ -1,20 +1,43 @@
-"""Time launches on a GPU against their byte floor; per-stage timelines from the kernel.
+"""Time launches on a GPU against their floor; per-stage timelines from the kernel.
 
     python -m tools.time_layers [--kind front] [--config glm5] [--tp 8] [--rows 2,4,8]
-                                [--pos 8192] [--kv fp8] [--backend cuda|hip|interp]
-                                [--timeline [--plot FILE.png]]
+                                [--pos 8192] [--workload W1,W2] [--kv fp8]
+                                [--backend cuda|hip|interp] [--timeline [--plot FILE.png]]
 
-Per (kind, rows, kv, pos): microseconds per launch = the median over CUDA-graph replays of
-back-to-back launches (monokernel.launch.timing.timed_graph; 20 a graph, more where small
-inputs need more copies, at most 200), each launch reading its own copy of the inputs (the
-copies span more than 4x the 60 MB L2, so nothing is timed from L2, unless 200 copies do not:
-the "rotated MB" column says) and carrying its own tag on one never-reset arena, as a decode
-step's launches do. The byte floor
-is what the launch must move (Launch.bytes_moved: weights once, caches once, activations in,
-outputs out) over the device-to-device copy bandwidth measured in the same run (1 GiB, read +
-write); the FP8 _scaled_mm ceiling is printed beside it. `x floor` = us / floor. Before
-timing, one launch is checked against the float64 reference (rel err column) and the error
-word after the replays must be clear.
+Per (kind, rows, kv, pos, workload): microseconds per launch = the median over CUDA-graph
+replays of back-to-back launches (monokernel.launch.timing.timed_graph; 20 a graph, more
+where small inputs need more copies, at most 200), each launch reading its own copy of the
+inputs (the copies span more than 4x the 60 MB L2, so nothing is timed from L2, unless 200
+copies do not: the "rotated MB" column says; a key cache, read and appended to, rotates with
+the inputs, its copies counted by the bytes a launch reads of it) and carrying its own tag on
+one never-reset arena, as a decode step's launches do. The byte floor is what the launch must
+move (Launch.bytes_moved: weights once, caches once, activations in, outputs out) over the
+device-to-device copy bandwidth measured in the same run (1 GiB, read + write). `x floor` =
+us / floor. Before timing, one launch runs; after it, the launch's outputs are checked
+against the float64 reference (rel err column; kinds with a key cache: their scores too, see
+tools.common.score_errors) and the error word after the replays must be clear.
+
+Kinds with a key cache (index, index_scoring; DESIGN.md section 8):
+  --workload W1: one request of R rows (the last at pos), keys read once; W2: R/2 requests of
+      2 rows at pos - 1, pos whose block tables map the same physical pages for every page
+      they only read (each request's written page is its own: no two requests write one
+      slot). Ignored, with a note, for kinds without a key cache.
+  floor = max(keys us, flops us) + rest us: the distinct key bytes the rows read (W2: the
+      shared pages count ONCE, as a kernel reading them once would move them) at the copy
+      ceiling, the scoring's flops (2 x heads x 128 per row and visible key) at the FP8
+      _scaled_mm 8192^3 ceiling measured in the same run, and the launch's other bytes
+      (weights once, ...) at the copy ceiling.
+  score span / tail: collected automatically (not only with --timeline) from a second
+      build linked with per-job clocks, median of 5 launches: span = the ix_score jobs' first
+      start to last end (their polls for the queries included), tail = their last end less
+      the last end of the stages they wait for (ix_proj, ix_key): the scoring's own time;
+      `tail x` = tail / max(keys us, flops us).
+  torch peer (tools.peers; cuda only): the same FP8 queries and head weights (the kernel's
+      own) against the N keys of the longest row's table, gathered contiguous with their
+      fp32 scales BEFORE the timing: _scaled_mm (logits [R x heads, N], f32) + relu + the
+      weighted head sum (bmm) x key scale, keys past each row's position masked to -inf;
+      graph-replayed with its keys rotated like ours. `ours/torch` = us/launch / torch us;
+      the peer's scores must match ours (status says otherwise).
 
 `--timeline` links the kernel with per-job timestamps (monokernel.link: lane 0 of wave 0
 stores the clock at each job's start and end), runs it once more and prints per stage: jobs,
@@ -27,7 +50,8 @@ tick counter (memory accesses, shown in ticks).
 --pos sets the context position of kinds whose inputs take one (ignored, shown as '-', for
 kinds that read no cache). The hip backend is untested (no AMD GPU is available to the
 project) and fails with a clear message without ROCm. Defaults: kind front (synthetic until
-front is registered), config glm5, TP 8 (1 for tiny), rows 2,4,8, pos 8192, kv fp8, cuda.
+front is registered), config glm5, TP 8 (1 for tiny), rows 2,4,8, pos 8192, workload W1,
+kv fp8, cuda.
 """
 from __future__ import annotations
 
@@ -40,6 +64,9 @@ import numpy as np
 from tools import common
 
 MAX_PER_GRAPH = 200  # launches per graph when small inputs need many copies to leave L2
+SCORE_STAGE = "ix_score"  # the indexer's scoring: its span is read from the kernel's clocks
+SPAN_LAUNCHES = 5  # timeline launches whose scoring spans are medianed
+PEER_TOL = common.HOPPER_FP8_ACC_TOL  # torch peer vs our scores: both FP8 tensor-core sums
 AMD_REALTIME_HZ = 100e6  # s_memrealtime: a constant 100 MHz counter on CDNA3/CDNA4
 
 
@@ -50,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
                             kind_help="comma list of launch kinds (default front; synthetic until front exists)")
     ap.add_argument("--pos", type=common.pos_list, default=[8192],
                     help="comma list of context positions (default 8192)")
+    common.add_workload_option(ap)
     ap.add_argument("--backend", choices=("cuda", "hip", "interp"), default="cuda",
                     help="cuda (default), hip, or interp (with --timeline only: ticks)")
     ap.add_argument("--chip", choices=("gfx950", "gfx942"), default="gfx950",
@@ -137,16 +165,18 @@ def run_interp(args, ap, tp) -> int:
     for kname in names:
         for r in args.rows:
             for kv in args.kv:
+                kind = kinds.kind(kname)
+                spec = common.make_spec(args.config, tp, r, kv, "interp")
+                L = kind.launch(spec)
                 for pos in args.pos:
-                    kind = kinds.kind(kname)
-                    spec = common.make_spec(args.config, tp, r, kv, "interp")
-                    L = kind.launch(spec)
-                    inp, used = common.kind_inputs(kind, L, spec, np.random.default_rng(args.seed),
-                                                   pos)
-                    ts = L.timeline_buffer()
-                    L.run_interp(inp, step=0, timeline=ts)
-                    title = f"{kname} {spec.path} pos {pos if used else '-'} (interp)"
-                    _print_timeline(L, ts, 1, "ticks", args, title)
+                    for wl in common.workloads_for(L, args.workload):
+                        rng = np.random.default_rng(args.seed)
+                        inp, used = common.workload_inputs(kind, L, spec, rng, pos, wl)
+                        ts = L.timeline_buffer()
+                        L.run_interp(inp, step=0, timeline=ts)
+                        title = (f"{kname} {spec.path} pos {pos if used else '-'}"
+                                 + (f" {wl}" if wl != "-" else "") + " (interp)")
+                        _print_timeline(L, ts, 1, "ticks", args, title)
     return 0
 
 
@@ -179,67 +209,222 @@ class _Gpu:
             self.k.launch(args, grid=self.grid, stream=torch.cuda.current_stream(), sync=False)
 
 
-def time_one(kind, spec, args, ceil, pos) -> dict:
+# ------------------------------------------------------------------ floors, spans, the peer
+
+def index_work(L, inputs) -> dict:
+    """What the scoring must do at least, from the launch's positions and block table: the
+    distinct cache slots its rows read (a physical page that several requests' tables map
+    counts ONCE: W2's shared keys are read once by a perfect kernel; W1 reads one request's
+    keys), their bytes (128 B key + 4 B scale) plus the table entries, and the flops
+    (2 x heads x 128 per (row, visible key))."""
+    from stages.index import HD, PAGE
+    p = L.plan
+    pos = np.asarray(inputs["positions"]).astype(np.int64).reshape(-1)
+    bt = np.asarray(inputs["block_table"]).astype(np.int64).reshape(len(pos), -1)
+    filled = np.zeros(p.cache_pages, np.int64)  # keys of each physical page some row reads
+    for r, x in enumerate(pos):
+        filled[bt[r, :x // PAGE]] = PAGE
+        last = bt[r, x // PAGE]
+        filled[last] = max(filled[last], x % PAGE + 1)
+    keys = int(filled.sum())
+    table = 4 * int((pos // PAGE + 1).sum())
+    return dict(keys=keys, key_bytes=keys * (HD + 4) + table,
+                flops=2 * p.heads * HD * int((pos + 1).sum()))
+
+
+def _stage(L, name):
+    return next((st for st in L.stages if st.name == name), None)
+
+
+def floor_parts(L, inputs, ceil) -> dict:
+    """The floor (DESIGN.md section 8) in microseconds, with its parts. Kinds with a key
+    cache: max(key bytes read once / copy bandwidth, scoring flops / FP8 rate) + the rest
+    of the launch's bytes (weights once, activations, outputs: Launch.bytes_moved() less the
+    scoring stage's own items) / copy bandwidth. Other kinds: Launch.bytes_moved() / copy
+    bandwidth."""
+    from monokernel.launch import timing
+    moved = sum(L.bytes_moved().values())
+    bw = ceil["copy_TBps"]
+    st = _stage(L, SCORE_STAGE)
+    if not common.has_key_cache(L) or st is None:
+        return dict(moved=moved, floor_us=timing.floor_us(moved, bw))
+    own = st.bytes_moved() if hasattr(st, "bytes_moved") else None
+    rest = max(0, moved - sum((own or {}).values()))
+    w = index_work(L, inputs)
+    fp8 = ceil.get("fp8_mm_TFLOPs")
+    key_us = timing.floor_us(w["key_bytes"], bw)
+    flop_us = w["flops"] / (fp8 * 1e12) * 1e6 if fp8 else 0.0
+    rest_us = timing.floor_us(rest, bw)
+    return dict(moved=rest + w["key_bytes"], floor_us=max(key_us, flop_us) + rest_us,
+                key_us=key_us, flop_us=flop_us, rest_us=rest_us, keys=w["keys"])
+
+
+def producers(L, name) -> list:
+    """The stages that write a region the stage `name` reads (whose results it waits for)."""
+    st = _stage(L, name)
+    want = {u.region for j in range(len(st.jobs())) for u in st.reads(j)}
+    return [o.name for o in L.stages if o is not st and
+            any(u.region in want for j in range(len(o.jobs())) for u in o.writes(j))]
+
+
+def score_span(L, records, scale) -> tuple:
+    """(span, tail) of the scoring stage in one launch's records: span = first start to last
+    end of its jobs (their polls for queries included); tail = its last end less the last end
+    of the stages it waits for (the scoring's own time once its inputs are published)."""
+    rs = [r for r in records if r.stage == SCORE_STAGE]
+    if not rs:
+        return None, None
+    prod = set(producers(L, SCORE_STAGE))
+    end = max(r.end for r in rs)
+    ready = max((r.end for r in records if r.stage in prod), default=min(r.start for r in rs))
+    return (end - min(r.start for r in rs)) * scale, max(0, end - ready) * scale
+
+
+def index_peer(L, inputs, prepared, regions, args) -> dict:
+    """The torch peer (tools.peers) on the kernel's own FP8 queries and head weights and the
+    N keys of the last row's table (the longest context; W2: the last request's), gathered
+    contiguous from the cache the launch wrote before it is timed; graph replays, keys
+    rotated beyond L2. peer_err: its scores against the kernel's on the rows of that table."""
     import torch
     from monokernel.launch import timing
-    L = kind.launch(spec)
+    from stages.index import HD
+    from stages.index_ref import kernel_operands
+    from tools import peers
+    p = L.plan
+    dev = prepared[common.KEY_CACHE].device
+    pos = np.asarray(inputs["positions"]).astype(np.int64).reshape(-1)
+    bt = np.asarray(inputs["block_table"]).reshape(len(pos), -1)
+    last = int(np.argmax(pos))
+    n = int(pos[last]) + 1
+    q8, _, _, _, w = kernel_operands(p, regions)
+    keys, scale = peers.gather_keys(prepared[common.KEY_CACHE], bt[last], n)
+    q = peers.as_tensor(np.ascontiguousarray(q8), dev)
+    wt = peers.as_tensor(w.astype(np.float32), dev)
+    pt = peers.as_tensor(pos, dev)
+    got = peers.index_scores(q, wt, keys, scale, pt, fmt=p.fp8.name, fp8_mm=True).cpu().numpy()
+    sc = np.asarray(getattr(regions["scores"], "data", regions["scores"]))
+    same = [r for r in range(len(pos)) if np.array_equal(bt[r], bt[last])]
+    err = max(common.rel_err(got[r, :pos[r] + 1], sc[r, :pos[r] + 1]) for r in same)
+    copies = timing.rotation(n * (HD + 4))
+    per_graph = max(args.per_graph, min(copies, MAX_PER_GRAPH))
+    us = peers.timed_index_peer(q, wt, keys, scale, pt, copies=min(copies, per_graph),
+                                per_graph=per_graph, reps=args.reps, fmt=p.fp8.name)
+    del keys, scale
+    torch.cuda.empty_cache()
+    return dict(torch_us=us, peer_err=err)
+
+
+# ---------------------------------------------------------------------------------- timing
+
+def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref=None,
+             inputs=None) -> dict:
+    """One (kind, spec, pos, workload): checked once, timed, its scoring span and peer.
+    `launch`: a Launch of (kind, spec) to reuse (its kernels stay loaded); `ref`: its float64
+    reference for these inputs, or a function of the inputs returning it (called after the
+    timing: bench/index_h200.py computes it in another process meanwhile); `inputs`: the
+    (inputs, pos used) common.workload_inputs returns for (seed, pos, workload), made elsewhere."""
+    import torch
+    from monokernel.launch import timing
+    L = launch or kind.launch(spec)
     rng = np.random.default_rng(args.seed)
-    inp, used = common.kind_inputs(kind, L, spec, rng, pos)
+    inp, used = inputs or common.workload_inputs(kind, L, spec, rng, pos, workload)
+    keyed = common.has_key_cache(L)
     specs = L.buffer_specs()
-    # correctness first: one checked launch through the Launch API
+    # correctness first: one checked launch through the Launch API (errors computed last)
     be = common.backend(args.backend, chip=args.chip)
     arena = be.new_arena(L)
     prepared = be.prepare(inp)
     res = be.run(L, prepared, arena, 0)
-    errs = common.reference_errors(L, inp, be.outputs(L, res, prepared, inp), res.regions)
-    worst = max((e["rel_err"] for e in errs.values()), default=None)
-    # timing: graph replays of back-to-back launches, inputs rotated beyond L2
-    ro = [n for n, b in specs.items() if not b.output]
+    outs = be.outputs(L, res, prepared, inp)
+    fl = floor_parts(L, inp, ceil)
+    # timing: graph replays of back-to-back launches, inputs rotated beyond L2; the key cache
+    # (read and appended to) rotates with them, its copies counted by what a launch reads
+    ro = [n for n, b in specs.items() if not b.output or (keyed and n == common.KEY_CACHE)]
     ro_bytes = sum(inp[n].nbytes for n in ro)
+    copies = timing.rotation(ro_bytes)
+    if keyed:
+        copies = max(copies, timing.rotation(fl["moved"]))
     # a graph replays the same launches: rotation helps only across the launches of one
     # graph, so the graph holds at least one launch per copy (at most MAX_PER_GRAPH)
-    copies = timing.rotation(ro_bytes)
     per_graph = max(args.per_graph, min(copies, MAX_PER_GRAPH))
     copies = min(copies, per_graph)
-    sets = [prepared] + [{n: common.to_device(inp[n]) for n in ro} for _ in range(copies - 1)]
-    outs = {n: prepared[n] for n, b in specs.items() if b.output}
+    sets = [prepared] + [{n: prepared[n].clone() for n in ro} for _ in range(copies - 1)]
+    outs_dev = {n: prepared[n] for n, b in specs.items() if b.output}
     gpu = _Gpu(args.backend, L, False, args.chip)
     dev = arena.device
     table = torch.from_numpy(L.table.data).to(dev)
     err = torch.zeros(1, dtype=torch.int64, device=dev)
     state = {"i": 0, "tag": L.tag(1)}
 
-    def launch():
+    def next_args():
         s = sets[state["i"] % copies]
         state["i"] += 1
         state["tag"] = state["tag"] % (2**32 - 1) + 1
-        bufs = {n: s.get(n, outs.get(n)) for n in specs}
-        gpu.launch(gpu.lk.args(arena=arena, table=table, err=err, tag=state["tag"], **bufs))
-    us = timing.timed_graph(launch, per_graph=per_graph, reps=args.reps)
+        return dict(arena=arena, table=table, err=err, tag=state["tag"],
+                    **{n: s.get(n, outs_dev.get(n)) for n in specs})
+
+    us = timing.timed_graph(lambda: gpu.launch(gpu.lk.args(**next_args())),
+                            per_graph=per_graph, reps=args.reps)
     torch.cuda.synchronize()
-    failure = gpu.lk.decode_error(err.cpu().numpy().view(np.uint64), L.table)
-    moved = sum(L.bytes_moved().values())
-    floor = timing.floor_us(moved, ceil["copy_TBps"])
-    row = dict(kind=kind.name, spec=spec.path, pos=pos if used else "-", us=us,
-               floor_us=floor, x_floor=us / floor if floor else None, MB=moved / 1e6,
-               TBps=moved / (us * 1e-6) / 1e12, rel_err=worst,
-               rotMB=copies * ro_bytes / 1e6, graph=per_graph,
-               status="ok" if failure is None and all(e["ok"] for e in errs.values())
-               else ("FAILED: " + str(failure) if failure else "ERROR vs reference"))
-    if args.timeline:
+    moved = fl["moved"]
+    row = dict(kind=kind.name, spec=spec.path, pos=pos if used else "-",
+               wl=workload if keyed else "-", us=us, floor_us=fl["floor_us"],
+               key_us=fl.get("key_us"), flop_us=fl.get("flop_us"), rest_us=fl.get("rest_us"),
+               x_floor=us / fl["floor_us"] if fl["floor_us"] else None, MB=moved / 1e6,
+               TBps=moved / (us * 1e-6) / 1e12, rotMB=copies * min(ro_bytes, moved) / 1e6,
+               graph=per_graph)
+    scale = 1e-3 if args.backend == "cuda" else 1e6 / AMD_REALTIME_HZ
+    if args.timeline or _stage(L, SCORE_STAGE) is not None:
         tgpu = _Gpu(args.backend, L, True, args.chip)
         stamps = torch.zeros(2 * int(L.table.data[3]), dtype=torch.int64, device=dev)
-        for _ in range(3):  # the last of a few launches, each from another input copy
-            launch_args = {n: sets[state["i"] % copies].get(n, outs.get(n)) for n in specs}
-            state["i"] += 1
-            state["tag"] = state["tag"] % (2**32 - 1) + 1
-            tgpu.launch(tgpu.lk.args(arena=arena, table=table, err=err, tag=state["tag"],
-                                     timeline=stamps, **launch_args))
-        torch.cuda.synchronize()
-        scale = 1e-3 if args.backend == "cuda" else 1e6 / AMD_REALTIME_HZ
-        row["_timeline"] = (L, stamps.cpu().numpy().view(np.uint64), scale,
-                            f"{kind.name} {spec.path} pos {row['pos']}")
+        spans = []
+        for _ in range(SPAN_LAUNCHES):  # each from another input copy
+            tgpu.launch(tgpu.lk.args(timeline=stamps, **next_args()))
+            host = stamps.cpu().numpy().view(np.uint64)
+            spans.append(score_span(L, L.timeline(host), scale))
+        if spans[0][0] is not None:
+            row["span_us"] = statistics.median(s[0] for s in spans)
+            row["tail_us"] = statistics.median(s[1] for s in spans)
+            top = max(fl.get("key_us") or 0, fl.get("flop_us") or 0)
+            row["score_x"] = row["tail_us"] / top if top else None
+        if args.timeline:
+            row["_timeline"] = (L, host, scale, f"{kind.name} {spec.path} pos {row['pos']}"
+                                + (f" {workload}" if keyed else ""))
+    failure = gpu.lk.decode_error(err.cpu().numpy().view(np.uint64), L.table)  # all launches
+    problems = [] if failure is None else [f"FAILED: {failure}"]
+    if keyed and args.backend == "cuda":
+        row.update(index_peer(L, inp, prepared, res.regions, args))
+        row["vs_torch"] = us / row["torch_us"]
+        if row["peer_err"] > PEER_TOL:
+            problems.append(f"torch peer differs ({row['peer_err']:.1e})")
+    del sets
+    errs = common.reference_errors(L, inp, outs, res.regions,
+                                   ref=ref(inp) if callable(ref) else ref)
+    exact = getattr(L, "exact_errors", None)  # kind index's top-k: exact on its own scores
+    errs.update(exact(inp, outs, res.regions) if exact else {})
+    row["rel_err"] = max((e["rel_err"] for e in errs.values()), default=None)
+    bad = [f"{n} {e['rel_err']:.1e} > {e['tol']:.0e}" for n, e in errs.items() if not e["ok"]]
+    if bad:
+        problems.append("ERROR vs reference: " + ", ".join(bad))
+    row["status"] = "; ".join(problems) or "ok"
     return row
+
+
+COLUMNS = ["kind", "spec", "pos", ("wl", "workload"), ("us", "us/launch"),
+           ("span_us", "score span"), ("tail_us", "score tail"), ("floor_us", "floor us"),
+           ("key_us", "keys us"), ("flop_us", "flops us"), ("rest_us", "rest us"),
+           ("x_floor", "x floor"), ("score_x", "tail x"), ("torch_us", "torch us"),
+           ("vs_torch", "ours/torch"), ("MB", "MB moved"), ("TBps", "TB/s"),
+           ("rel_err", "rel err"), ("rotMB", "rotated MB"), ("graph", "per graph"), "status"]
+
+
+def print_ceilings(ceil):
+    import torch
+    dev = torch.cuda.get_device_name()
+    mm = f"{ceil['fp8_mm_TFLOPs']:.0f} TFLOP/s" if ceil.get("fp8_mm_TFLOPs") else \
+        f"n/a ({ceil.get('fp8_mm_error', '')})"
+    print(f"{dev}: ceilings measured in this run: copy {ceil['copy_TBps']:.2f} TB/s (1 GiB, "
+          f"read + write), fp8 _scaled_mm 8192^3 {mm}", flush=True)
 
 
 def run_gpu(args, ap, tp) -> int:
@@ -251,39 +436,46 @@ def run_gpu(args, ap, tp) -> int:
     except Exception as e:  # noqa: BLE001 - a missing GPU stack: say which and stop
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import torch
     ceil = timing.ceilings()
-    dev = torch.cuda.get_device_name()
-    mm = f"{ceil['fp8_mm_TFLOPs']:.0f} TFLOP/s" if ceil.get("fp8_mm_TFLOPs") else \
-        f"n/a ({ceil.get('fp8_mm_error', '')})"
-    print(f"{dev}: ceilings measured in this run: copy {ceil['copy_TBps']:.2f} TB/s (1 GiB, "
-          f"read + write), fp8 _scaled_mm 8192^3 {mm}", flush=True)
+    print_ceilings(ceil)
     rows, bad = [], 0
     for kname in names:
         kind = kinds.kind(kname)
         for r in args.rows:
             for kv in args.kv:
+                tgt = "sm_90a" if args.backend == "cuda" else args.chip
+                spec = common.make_spec(args.config, tp, r, kv, tgt)
+                L = kind.launch(spec)  # one Launch (its kernels loaded once) for every pos
+                wls = common.workloads_for(L, args.workload)
+                if wls == ["-"] and args.workload != ["W1"]:
+                    print(f"  note: {kname} has no key cache; --workload ignored", flush=True)
                 for pos in args.pos:
-                    tgt = "sm_90a" if args.backend == "cuda" else args.chip
-                    spec = common.make_spec(args.config, tp, r, kv, tgt)
-                    try:
-                        row = time_one(kind, spec, args, ceil, pos)
-                    except Exception as e:  # noqa: BLE001 - report it, time the rest
-                        row = dict(kind=kname, spec=spec.path, pos=pos,
-                                   status=f"FAILED: {type(e).__name__}: {e}")
-                    bad += row["status"] != "ok"
-                    rows.append(row)
-                    print(f"  {kname} {spec.path} pos {row.get('pos')}: "
-                          f"{row.get('us', float('nan')):.2f} us ({row['status']})", flush=True)
-    print(common.table(rows, ["kind", "spec", "pos", ("us", "us/launch"), ("floor_us", "floor us"),
-                              ("x_floor", "x floor"), ("MB", "MB moved"), ("TBps", "TB/s"),
-                              ("rel_err", "rel err"), ("rotMB", "rotated MB"),
-                              ("graph", "per graph"), "status"]))
+                    for wl in wls:
+                        try:
+                            row = time_one(kind, spec, args, ceil, pos, wl, launch=L)
+                        except Exception as e:  # noqa: BLE001 - report it, time the rest
+                            row = dict(kind=kname, spec=spec.path, pos=pos, wl=wl,
+                                       status=f"FAILED: {type(e).__name__}: {e}")
+                        bad += row["status"] != "ok"
+                        rows.append(row)
+                        print(f"  {kname} {spec.path} pos {row.get('pos')} {wl}: "
+                              f"{row.get('us', float('nan')):.2f} us ({row['status']})",
+                              flush=True)
+    print(common.table(rows, COLUMNS))
+    print(FLOOR_NOTE)
     for row in rows:
         if "_timeline" in row:
             L, stamps, scale, title = row["_timeline"]
             _print_timeline(L, stamps, scale, "us", args, title)
     return 1 if bad else 0
+
+
+FLOOR_NOTE = ("floor = max(keys us, flops us) + rest us: key bytes read once (W2: pages the "
+              "requests share count once) at the copy ceiling, scoring flops at the fp8 "
+              "ceiling, the launch's other bytes at the copy ceiling; score span = first start "
+              "to last end of ix_score jobs, tail = from its producers' last end (kernel "
+              "clocks, median of 5 timeline launches); torch = _scaled_mm + relu + weighted "
+              "head sum on the same queries and keys gathered contiguous beforehand")
 
 
 def main(argv=None) -> int:

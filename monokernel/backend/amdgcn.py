@@ -92,6 +92,20 @@ class AMDGCNHooks(TargetHooks):
         e.emit(f"{v} = load {ty}, ptr addrspace(4) {g}, align {min(size, 8)}, !invariant.load !{{}}")
         return v
 
+    def opaque_constraint(self, llvm_type: str, uniform: bool) -> str:
+        """Uniform values stay in SGPRs ("s"), per-lane values in VGPRs ("v"): the tie to the
+        input register makes the asm free, and a uniform value never moves to VGPRs."""
+        return "s" if uniform else "v"
+
+    def opaque(self, e: Emitter, x: str, ty: str, uniform: bool) -> str:
+        """A uniform value LLVM holds in VGPRs (a global load, a cross-lane reduction) would
+        be an illegal VGPR-to-SGPR copy into the "s" operand: it is read from the first
+        lane first (all lanes agree; folded away where the value is in an SGPR already)."""
+        if uniform:
+            sfx = {"i32": "i32", "i64": "i64", "float": "f32", "double": "f64"}[ty]
+            x = e.call(ty, f"llvm.amdgcn.readfirstlane.{sfx}", f"{ty} {x}")
+        return super().opaque(e, x, ty, uniform)
+
     # ids ------------------------------------------------------------------------------
     def lane_id(self, e: Emitter) -> str:
         lo = e.call("i32", "llvm.amdgcn.mbcnt.lo", "i32 -1, i32 0")

@@ -41,6 +41,17 @@ class TargetHooks:
     def ptr_type_global(self) -> str:
         return "ptr addrspace(1)"
 
+    def opaque_constraint(self, llvm_type: str, uniform: bool) -> str:
+        """The inline-asm register constraint that holds a value of `llvm_type` (op opaque)."""
+        raise BackendError(f"{self.name}: no register constraint for opaque {llvm_type}")
+
+    def opaque(self, e: "Emitter", x: str, ty: str, uniform: bool) -> str:
+        """x of LLVM type `ty` through the empty asm of op opaque."""
+        y = e.fresh("op")
+        e.emit(f'{y} = call {ty} asm sideeffect "", "={self.opaque_constraint(ty, uniform)},0"'
+               f'({ty} {x})')
+        return y
+
     def syncscope(self, scope: str) -> str:
         return self.SCOPES[scope]
 
@@ -253,6 +264,25 @@ class Emitter:
             return self.alias(op.result, f"%{name}")
         slot = next(s for s in self.k.abi.slots if s.name == name)
         self.alias(op.result, hook(self, slot, self.ty(op.result.type)))
+
+    def op_opaque(self, op):
+        """x through an empty `asm sideeffect` whose output is tied to its input (the same
+        register, no instruction): LLVM can neither see the value nor move or merge the asm,
+        so what is computed from it stays where the kernel computes it. The register class
+        is the target's (`opaque_constraint`); pointers pass as integers of their width."""
+        r = op.result
+        x, t = self.val(op.args[0]), self.ty(r.type)
+        it = f"i{r.dtype.bits}" if r.dtype.is_ptr else t
+        if it != t:
+            xi = self.fresh("op")
+            self.emit(f"{xi} = ptrtoint {t} {x} to {it}")
+            x = xi
+        y = self.h.opaque(self, x, it, r.uniform)
+        if it != t:
+            yp = self.fresh("op")
+            self.emit(f"{yp} = inttoptr {it} {y} to {t}")
+            y = yp
+        self.alias(r, y)
 
     def op_lane_id(self, op): self.alias(op.result, self.h.lane_id(self))
     def op_wave_id(self, op): self.alias(op.result, self.h.wave_id(self))

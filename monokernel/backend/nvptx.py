@@ -93,6 +93,12 @@ class NVPTXHooks(TargetHooks):
     def alloca_ptr(self) -> str:
         return "ptr"
 
+    # PTX register classes of inline asm operands (uniformity has none: one thread's view)
+    OPAQUE_CONSTRAINT = {"i32": "r", "i64": "l", "float": "f", "double": "d"}
+
+    def opaque_constraint(self, llvm_type: str, uniform: bool) -> str:
+        return self.OPAQUE_CONSTRAINT[llvm_type]
+
 
     # ids ------------------------------------------------------------------------------
     def _sreg(self, e: Emitter, name: str, ty: str = "i32") -> str:

@@ -1,0 +1,138 @@
+"""The index projections' partial-sum jobs (stages/index.py `ix_proj`, stages/proj_tile.py):
+the job geometry derived from the config and the grid, every partial sum against float64
+(from the kernel's own activations), and bit-identical results under other interleavings.
+
+Tolerance of a partial sum (max-norm relative over a region): 1e-5, f32 accumulation of at
+most 1024 exact products (FP8 x block scale x bf16 is exact in f32; x * g of two bf16 too).
+"""
+import numpy as np
+import pytest
+
+from monokernel import numerics
+from spec import BuildSpec
+from stages.index import HD, _index_inputs, index_launch, index_scoring_launch
+from stages.index_ref import dec_bf16, dec_fp8, make_inputs
+from stages.proj_tile import LOADS_IN_FLIGHT, act_slot
+
+PART_TOL = 1e-5
+PAGES = 80
+
+
+def _rel(got, ref):
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def _weights(p, inp):
+    """Dequantized W_qb_idx [heads*128, q_lora], W_k [128, hidden], W_w [heads, hidden]."""
+    fmt, H = p.fp8.name, p.heads
+    ws = np.asarray(inp["ix_ws"], np.float64)
+    nq = H * p.q_lora // 128
+    wq = dec_fp8(inp["ix_wq"], fmt).reshape(H * HD, p.q_lora)
+    wq = wq * np.repeat(np.repeat(ws[:nq].reshape(H, -1), HD, 0), 128, 1)
+    wk = dec_fp8(inp["ix_wk"], fmt).reshape(HD, p.hidden) * np.repeat(ws[nq:], 128)[None, :]
+    ww = dec_bf16(inp["ix_ww"]).reshape(H, p.hidden)
+    return wq, wk, ww
+
+
+def check_partials(L, inp, res, qr, h):
+    """ix_qpart [q_splits, R, heads*128] and ix_kpart [k_splits, R, 128 + heads] against
+    float64 sums over each split's chunk of the given activations."""
+    p = L.plan
+    wq, wk, ww = _weights(p, inp)
+    qc, kc = p.qchunk, p.kchunk
+    want_q = np.stack([qr[:, s * qc:(s + 1) * qc] @ wq[:, s * qc:(s + 1) * qc].T
+                       for s in range(p.q_splits)])
+    want_k = np.stack([np.concatenate([h[:, s * kc:(s + 1) * kc] @ wk[:, s * kc:(s + 1) * kc].T,
+                                       h[:, s * kc:(s + 1) * kc] @ ww[:, s * kc:(s + 1) * kc].T], 1)
+                       for s in range(p.k_splits)])
+    got_q = np.asarray(res.regions["ix_qpart"], np.float64).reshape(want_q.shape)
+    got_k = np.asarray(res.regions["ix_kpart"], np.float64).reshape(want_k.shape)
+    eq, ek = _rel(got_q, want_q), _rel(got_k, want_k)
+    assert eq <= PART_TOL and ek <= PART_TOL, (eq, ek)
+    return eq, ek
+
+
+# ------------------------------------------------------------------------------ geometry
+
+@pytest.mark.parametrize("target", ["gfx950", "gfx942", "sm_90a"])
+def test_glm5_job_geometry_from_config_and_grid(target):
+    """GLM-5: q jobs 32-64 KB of W_qb_idx each, ~100-300 of them, at least half the grid; key
+    jobs <= 64 KB; every job's loads in flight at once within LOADS_IN_FLIGHT; the costs add
+    up to the weights."""
+    for rows in (2, 8):
+        L = index_launch(BuildSpec.make("glm5", rows=rows, target=target))
+        p = L.plan
+        assert p.q_splits * p.qchunk == p.q_lora and p.k_splits * p.kchunk == p.hidden
+        assert 100 <= p.q_jobs <= 300 and p.q_jobs >= p.grid / 2, (p.q_jobs, p.grid)
+        assert 32 << 10 <= HD * p.qchunk <= 64 << 10
+        assert (HD + 2 * p.heads) * p.kchunk <= 64 << 10
+        assert p.q_loads <= LOADS_IN_FLIGHT and p.k_loads <= LOADS_IN_FLIGHT
+        st = next(s for s in L.stages if s.name == "ix_proj")
+        jobs = st.jobs()
+        assert len(jobs) == p.proj_jobs
+        weights = sum(st.bytes_moved()[n] for n in ("ix_wq", "ix_wk", "ix_ww", "ix_ws"))
+        assert weights <= sum(j.cost_bytes for j in jobs) <= 1.5 * weights  # + L2-hot x, partials
+
+
+class _I(int):
+    """An int whose '/' divides as an i32 DSL value does (act_slot's arithmetic)."""
+    def __truediv__(self, o): return _I(int(self) // o)
+    def __mod__(self, o): return _I(int(self) % o)
+    def __sub__(self, o): return _I(int(self) - o)
+    def __add__(self, o): return _I(int(self) + o)
+    def __mul__(self, o): return _I(int(self) * o)
+
+
+def test_act_slot_is_a_permutation_of_each_block():
+    slots = [int(act_slot(_I(w))) for w in range(0, 256, 4)]
+    assert sorted(slots) == list(range(0, 256, 4))
+    # lane j8's piece q of block b sits at b*128 + q*32 + j8*4 (what the compute reads)
+    assert int(act_slot(_I(128 + 16 * 3 + 4 * 2))) == 128 + 2 * 32 + 3 * 4
+
+
+# ------------------------------------------------------------------------- the partial sums
+
+CASES = [  # rows, chip, waves, q_splits, k_splits, mode
+    (2, "gfx950", None, 2, 4, "inorder"),
+    (4, "gfx942", None, 1, 8, "random"),
+    (8, "gfx950", 4, 2, 2, "relaxed"),
+    (2, "sm_90a", None, 2, 1, "random"),
+    (8, "sm_90a", 8, 1, 4, "inorder"),
+]
+
+
+@pytest.mark.parametrize("rows,chip,waves,qs,ks,mode", CASES,
+                         ids=[f"r{c[0]}-{c[1]}-w{c[2]}-q{c[3]}-k{c[4]}-{c[5]}" for c in CASES])
+def test_partials_against_float64(rows, chip, waves, qs, ks, mode):
+    """index_scoring (h, qr inputs) on tiny, several splits, chips (wave64 / warp32), waves
+    and interleavings: every partial within PART_TOL of float64; another interleaving gives
+    the same bits for the partials and the published ix_qb / ix_nb."""
+    spec = BuildSpec.make("tiny", rows=rows, target="interp")
+    kw = {"waves": waves} if waves else {}
+    L = index_scoring_launch(spec, chip=chip, capacity=4096, cache_pages=PAGES, q_splits=qs,
+                             k_splits=ks, **kw)
+    assert (L.plan.q_splits, L.plan.k_splits) == (qs, ks)
+    inp = make_inputs(L.plan, np.random.default_rng(rows + 10 * qs), [(rows, 300)],
+                      cache_pages=PAGES)
+    res = L.run_interp({n: v.copy() for n, v in inp.items()}, step=0, mode=mode, seed=2)
+    check_partials(L, inp, res, dec_bf16(inp["qr"]).reshape(rows, -1),
+                   dec_bf16(inp["h"]).reshape(rows, -1))
+    other = L.run_interp({n: v.copy() for n, v in inp.items()}, step=0, mode="random", seed=9)
+    for name in ("ix_qpart", "ix_kpart", "ix_qb", "ix_nb"):
+        a, b = (np.asarray(getattr(r.regions[name], "data", r.regions[name])) for r in (res, other))
+        assert a.tobytes() == b.tobytes(), name
+
+
+def test_partials_from_the_front():
+    """Kind index: q partials of the front's qr (the kernel's own ix_qr region, bf16), key
+    and head-weight partials of x * g (rs(x) applied later by ix_key)."""
+    spec = BuildSpec.make("tiny", rows=4, target="interp")
+    L = index_launch(spec, chip="gfx950", q_splits=2)
+    inp = _index_inputs(L, spec, np.random.default_rng(4))
+    res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
+                       step=0, mode="relaxed", seed=5)
+    p = L.plan
+    qr = numerics.to_f64(np.asarray(getattr(res.regions["ix_qr"], "data", res.regions["ix_qr"])),
+                         "bf16").reshape(p.rows, p.q_lora)
+    xg = dec_bf16(inp["x"]).reshape(p.rows, -1) * dec_bf16(inp["attn_norm_w"])[None, :]
+    check_partials(L, inp, res, qr, xg)

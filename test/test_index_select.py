@@ -1,0 +1,40 @@
+"""Kind `index` with its selection fused after the scoring (issue 7): the top-k of the scores
+the launch itself computed is exact (DESIGN.md section 7), checked against independent code
+(tools.check_topk.check_rows: layouts.scores.exact_topk_positions) and by the launch's own
+exact check (IndexLaunch.exact_errors, what check_layer reports)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spec import BuildSpec
+from stages.index import _index_inputs, index_launch
+from tools.check_topk import check_rows
+
+PAGES = 48  # cache pages: every page of a 2.6K-key request mapped
+
+
+@pytest.mark.parametrize("rows,pos,mode", [(2, 2300, "relaxed"), (4, 2600, "random")])
+def test_index_kind_selects_the_exact_topk_of_its_own_scores(rows, pos, mode):
+    """More keys than K = 2048, so the selection drops some; rows of one request at
+    consecutive positions; outputs poisoned beforehand (-2 slots, all-ones diagnostics)."""
+    spec = BuildSpec.make("tiny", rows=rows, target="interp")
+    L = index_launch(spec, chip="gfx950", cache_pages=PAGES)
+    assert [s.name for s in L.stages][-1] == "sel_out" and L.select_cfg.topk == 2048
+    inp = _index_inputs(L, spec, np.random.default_rng(rows), pos)
+    assert (inp["topk"] == -2).all() and (inp["topk_diag"] == 0xFFFFFFFF).all()
+    res = L.run_interp(inp, step=0, mode=mode, seed=rows)
+    n = inp["positions"].astype(np.int64) + 1
+    assert n.max() > L.select_cfg.topk
+    scores = res.regions["scores"]
+    assert not check_rows(scores, n, inp["block_table"], res.outputs["topk"],
+                          res.outputs["topk_diag"])
+    assert all(e["ok"] for e in L.exact_errors(inp, res.outputs, res.regions).values())
+    assert "topk" not in L.reference(inp)  # exact on its own scores, not float64's
+    # the negative control: one slot moved to an unselected key, one diagnostic word off
+    bad = {n_: v.copy() for n_, v in res.outputs.items()}
+    bad["topk"][0, 7] = bad["topk"][0, 8]
+    bad["topk_diag"][1, 1] += 1
+    errs = L.exact_errors(inp, bad, res.regions)
+    assert not errs["topk"]["ok"] and not errs["topk_diag"]["ok"]
+    assert check_rows(scores, n, inp["block_table"], bad["topk"], bad["topk_diag"])

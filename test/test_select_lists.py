@@ -1,0 +1,95 @@
+"""The selection's candidate lists (stages/select.py, "Candidate lists"): sel_h1 compacts,
+per slice, the selectable keys at or above the first threshold digit with their positions,
+in position order; the later passes and the output read only the lists. Checked here: a
+list can never overflow its room (the longest slice of any row), its contents and length
+are exactly what the first decision implies (a bin's share for smooth scores, every key
+when all are equal), and only sel_h0 / sel_h1 read the scores."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from layouts.scores import FIRST_DIGIT_SHIFT, ScoresLayout, ordered_key
+from stages import select as sel
+from stages.select import (SelectConfig, make_inputs, random_block_table, request_positions,
+                           select_launch, slice_bounds)
+from tools.check_topk import check_rows, scores_for
+
+# K = 128 of 12K normal keys: the threshold (about 2.3) sits in a first-digit bin of ~2% of
+# the keys (at K = 2048 it would sit in the bin [2**-7, 2) that holds most of them)
+CFG = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4, topk=128)
+
+
+def test_a_list_has_room_for_any_slice_of_any_row():
+    """Every slice of every key count fits the list's room (max_slice_keys), for slice
+    counts that divide the segments evenly and not."""
+    for cap, seg, S in ((16384, 512, 4), (8192, 512, 3), (4096, 256, 7), (524288, 1024, 16),
+                        (524288, 1024, 64), (524288, 1024, 33)):
+        cfg = SelectConfig(ScoresLayout(1, cap, seg), max_slices=S)
+        room = cfg.max_slice_keys()
+        for n in range(0, cap + 1, max(1, seg // 3)):
+            sc = slice_bounds(n, seg, S, 0)[0]
+            longest = max(hi - lo for lo, hi in (slice_bounds(n, seg, S, s)[1:]
+                                                  for s in range(sc)))
+            assert longest <= room, (cap, seg, S, n)
+
+
+def _expected_lists(cfg, s, n):
+    """Per (row, slice): the positions the first decision keeps (selectable keys whose first
+    digit is >= the threshold digit; every selectable key when the row has fewer keys than
+    K, counting key 0 in bin 0 as the scoring does)."""
+    out = {}
+    for r in range(cfg.rows):
+        keys = ordered_key(s[r, :n[r]])
+        digits = keys >> FIRST_DIGIT_SHIFT
+        cum = np.cumsum(np.bincount(digits, minlength=64)[::-1])[::-1]
+        n_ge = int((cum >= cfg.topk).sum())
+        keep = (keys != 0) & (digits >= (n_ge - 1 if n_ge else 0))
+        sc = slice_bounds(int(n[r]), cfg.segment, cfg.max_slices, 0)[0]
+        for sl in range(sc):
+            lo, hi = slice_bounds(int(n[r]), cfg.segment, cfg.max_slices, sl)[1:]
+            pos = lo + np.flatnonzero(keep[lo:hi])
+            out[r, sl] = (pos, keys[pos])
+    return out
+
+
+@pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
+def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist):
+    L = select_launch(CFG, grid=3)
+    rng = np.random.default_rng([21, list(("normal", "allequal", "fewsel", "above2049"))
+                                 .index(dist)])
+    n = request_positions(12000, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    r = L.run_interp(make_inputs(CFG, s, n, bt), step=0, mode="random", seed=4)
+    assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
+    msg = r.regions[CFG.msg(1)].reshape(CFG.rows, CFG.max_slices, -1)
+    lk = CFG.max_slice_keys()
+    lkeys = r.regions[CFG.list_keys].reshape(CFG.rows, CFG.max_slices, lk)
+    lpos = r.regions[CFG.list_pos].reshape(CFG.rows, CFG.max_slices, lk)
+    for (row, sl), (pos, keys) in _expected_lists(CFG, s, n).items():
+        nl = int(msg[row, sl, CFG.state_word + sel.X_NLIST])
+        assert nl == pos.size, (row, sl)
+        assert np.array_equal(lpos[row, sl, :nl], pos), (row, sl)
+        assert np.array_equal(lkeys[row, sl, :nl], keys), (row, sl)
+        lo, hi = slice_bounds(int(n[row]), CFG.segment, CFG.max_slices, sl)[1:]
+        if dist == "allequal":
+            assert nl == hi - lo  # every key is a candidate: the list is the whole slice
+        if dist == "normal":
+            assert nl < (hi - lo) // 8  # a bin's share: the compaction compacts
+
+
+def test_only_the_first_two_passes_read_the_scores():
+    """Declared reads (the scheduler's and the layout's input): sel_h2.. and sel_out read the
+    lists, never the scores region; sel_h1 writes the lists, each job its own slice's."""
+    stages = sel.select_stages(CFG, scores="region")
+    lk = CFG.max_slice_keys()
+    for st in stages:
+        names = {u.region for j in range(CFG.rows * CFG.max_slices) for u in st.reads(j)}
+        assert (CFG.names.scores in names) == (st.q <= 1), st.name
+        assert (CFG.list_keys in names) == (st.q >= 2), st.name
+        assert (CFG.list_pos in names) == st.is_out, st.name
+    h1 = stages[1]
+    spans = [(u.lo, u.hi) for j in range(CFG.rows * CFG.max_slices) for u in h1.writes(j)
+             if u.region == CFG.list_keys]
+    assert spans == [(j * lk, (j + 1) * lk) for j in range(CFG.rows * CFG.max_slices)]
