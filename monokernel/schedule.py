@@ -5,14 +5,16 @@ Input is a generic job graph, independent of the IR: one `JobNode` per job, keye
 the jobs it waits for. The output is a `Schedule`: for every CTA the ordered list of jobs it
 runs, each job's CTA and position, and estimated start/end times under a `CostModel`.
 
-Algorithm (list scheduling, critical path first, "HLFET"):
+Algorithm (list scheduling: earliest start first, then critical path, "ETF"/"HLFET"):
 
 1. Every job gets a duration from the cost model and a *rank*: the longest path, by duration,
    from the start of the job to the end of the graph (its own duration included).
-2. Repeatedly take, among the jobs whose dependencies have all been placed, the one of
-   highest rank (ties: stage order, then index), and append it to the CTA that can start it
-   earliest: start = max(CTA free, latest end of its dependencies). Among the CTAs that can
-   start it at that time the one that became free last is taken (best fit), so CTAs that
+2. Repeatedly take, among the jobs whose dependencies have all been placed, the one that
+   can start earliest, and among those the one of highest rank (ties: stage order, then
+   index) -- policy "earliest_start", the default; "critical_path" takes the highest rank
+   whatever its start, which queued cheap early jobs behind long late ones on the H200 --
+   and append it to the CTA that can start it earliest: start = max(CTA free, latest end
+   of its dependencies). Among the CTAs that can start it at that time the one that became free last is taken (best fit), so CTAs that
    fell idle early stay available for jobs that are ready early.
 3. The order in which jobs are taken is ONE global topological order of the graph; every
    CTA's list is a subsequence of it.
@@ -383,11 +385,17 @@ def ranks(graph: JobGraph, durations: Mapping[Key, float]) -> dict[Key, float]:
 
 def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
                   cost: CostModel | None = None, lds_budget: int | None = None,
-                  policy: str = "critical_path") -> Schedule:
+                  policy: str = "earliest_start") -> Schedule:
     """Place `graph`'s jobs on `ctas` persistent CTAs (an int, or a Target: its CU count, its
     LDS per CTA as the default budget and its cost model).
 
-    policy "critical_path" (the default) takes ready jobs by longest remaining path;
+    policy "critical_path" takes ready jobs by longest remaining path; "earliest_start"
+    (the default) takes the ready job that can START first (the earliest-free CTA or its
+    dependencies' end, whichever is later), longest remaining path among those that can start
+    then: a CTA's list then follows time, so a cheap job that is ready early is never queued
+    behind a long job that only becomes runnable later (on the H200, kind `index` under
+    critical_path ran the front's kv projection jobs after the scoring jobs that waited on
+    the index projections: 380 us for a launch whose parts take ~100; bench/NOTES.md);
     "stage_order" takes them by (stage, index) only: a baseline to compare against.
     Raises ValueError for a dependency on an unknown job, a cyclic graph, or a job whose LDS
     bytes exceed the per-CTA budget (naming the job).
@@ -407,7 +415,7 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
         raise ValueError(f"CTA count {num_ctas!r} must be an int >= 1")
     if cost is None:
         cost = DEFAULT_COST
-    if policy not in ("critical_path", "stage_order"):
+    if policy not in POLICIES:
         raise ValueError(f"unknown scheduling policy {policy!r}")
     if lds_budget is not None:
         for n in graph:
@@ -419,21 +427,26 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
     rank = ranks(graph, dur)
 
     def prio(k):
-        if policy == "critical_path":
+        if policy != "stage_order":
             return (-rank[k],) + graph.sort_key(k)
         return graph.sort_key(k)
 
     missing = {k: len(set(n.deps)) for k, n in graph.nodes.items()}
-    ready = [prio(k) + (k,) for k, m in missing.items() if m == 0]
-    heapq.heapify(ready)
     # CTAs by (free time, index); best fit = the latest-free CTA that is free by `ready_at`.
     free = [(0.0, c) for c in range(num_ctas)]
     cta_jobs: list[list[Key]] = [[] for _ in range(num_ctas)]
     start: dict[Key, float] = {}
     end: dict[Key, float] = {}
     order: list[Key] = []
-    while ready:
-        k = heapq.heappop(ready)[-1]
+    if policy == "earliest_start":
+        take = _EarliestStart(graph, prio, end, free)
+    else:
+        take = _ByPriority(prio)
+    for k, m in missing.items():
+        if m == 0:
+            take.push(k)
+    while take:
+        k = take.pop()
         node = graph.nodes[k]
         ready_at = max((end[d] for d in node.deps), default=0.0)
         i = bisect.bisect_right(free, (ready_at, math.inf)) - 1
@@ -454,9 +467,56 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
         for sk in graph.succs[k]:
             missing[sk] -= 1
             if missing[sk] == 0:
-                heapq.heappush(ready, prio(sk) + (sk,))
+                take.push(sk)
     assert len(order) == len(graph)
     return Schedule(num_ctas, cta_jobs, start, end, order, cost, policy)
+
+
+POLICIES = ("critical_path", "earliest_start", "stage_order")
+
+
+class _ByPriority:
+    """Ready jobs by priority alone (critical_path, stage_order)."""
+
+    def __init__(self, prio):
+        self.prio, self.heap = prio, []
+
+    def push(self, k):
+        heapq.heappush(self.heap, self.prio(k) + (k,))
+
+    def pop(self):
+        return heapq.heappop(self.heap)[-1]
+
+    def __bool__(self):
+        return bool(self.heap)
+
+
+class _EarliestStart:
+    """Ready jobs by earliest possible start, then priority. A job's start is max(its
+    dependencies' end, the earliest CTA free time); every job whose dependencies end by that
+    CTA time starts then, so those compete by priority alone (`now`), the others wait by
+    their dependencies' end (`later`). Jobs are pushed once all their dependencies are placed,
+    so the order taken is still one topological order (the deadlock-freedom argument)."""
+
+    def __init__(self, graph, prio, end, free):
+        self.graph, self.prio, self.end, self.free = graph, prio, end, free
+        self.now, self.later = [], []
+
+    def push(self, k):
+        at = max((self.end[d] for d in self.graph.nodes[k].deps), default=0.0)
+        heapq.heappush(self.later, (at,) + self.prio(k) + (k,))
+
+    def pop(self):
+        cta_free = self.free[0][0]
+        while self.later and self.later[0][0] <= cta_free:
+            e = heapq.heappop(self.later)
+            heapq.heappush(self.now, e[1:])
+        if self.now:
+            return heapq.heappop(self.now)[-1]
+        return heapq.heappop(self.later)[-1]
+
+    def __bool__(self):
+        return bool(self.now or self.later)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A tensor-core projection tile: partial sums of Y = Wdq A^T for up to 8 activation rows.
 
     W    fp8 [n_out, K] (the chip's e4m3 format), fp32 block scales [ceil(n_out/128), K/128]:
-         Wdq[n, k] = W[n, k] * scale[n // 128, k // 128]
+         Wdq[n, k] = W[n, k] * scale[n // 128, k // 128]; or bf16 [n_out, K] unscaled (the
+         loaded words are the MMA's A registers as they are: 4 loads a row a block)
     A    R <= 8 rows of K activations, f32 values handed to `stage` by the caller
     out  for a tile of `tile_m` outputs x `blocks` 128-wide K blocks, each
          sum_{k in the blocks} Wdq[n, k] * A[r, k]  through a callback (`emit`)
@@ -181,8 +182,12 @@ class ProjTiling:
         return self.parts * self.rows
 
     @property
-    def loads_per_block(self):  # 16-byte weight loads a lane issues per block
-        return len(self.a_rows) * self.lane_k // LOAD_BYTES
+    def loads_per_block(self):  # 16-byte weight loads a lane issues per block (fp8 weights)
+        return self.loads_per_block_of(1)
+
+    def loads_per_block_of(self, w_bytes: int) -> int:
+        """16-byte weight loads a lane issues per block of weights of `w_bytes` a value."""
+        return len(self.a_rows) * self.lane_k * w_bytes // LOAD_BYTES
 
     @staticmethod
     def of(atom_name: str, rows: int, parts: int = 2) -> "ProjTiling":
@@ -351,11 +356,17 @@ def load_activations(k, T: ProjTiling, chunk: int, load8):
 def store_activations(k, T: ProjTiling, lds, chunk: int, pending, value8):
     """Phase 2: `value8(pieces)` -> the f32 x 8 values; stored as the MMA's B: column
     f = part * R + r holds the hi (part 0) or lo (part 1) bf16 half of row r's values (module
-    doc). The caller puts CTA barriers around the staging (before: the previous job's reads
+    doc). With parts=1, `value8` may return the bf16 x 8 values themselves (stored as they
+    are). The caller puts CTA barriers around the staging (before: the previous job's reads
     are done; after: the stores are visible to every wave)."""
     R, stride = T.rows, act_row_words(chunk)
     for r, kk, m, pieces in pending:
         a = value8(pieces)
+        if a.dtype == bf16:
+            if T.parts != 1:
+                raise ValueError("mma_tile: bf16 activations are staged unsplit (parts=1)")
+            k.store(lds, r * stride + kk / 2, k.bitcast(a, u32), mask=m)
+            continue
         if T.parts == 1:
             k.store(lds, r * stride + kk / 2, k.vec(*_pack_bf16_exact(k, a)), mask=m)
             continue
@@ -387,13 +398,19 @@ class WaveSplit:
 
 
 def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride: int, row0, k0,
-            kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None):
+            kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None,
+            w_rows: int | None = None):
     """The tile's partial sums (module doc).
 
     w, scale      weight and block-scale pointers; w_stride = K (elements a weight row),
-                  scale_stride = K / 128
+                  scale_stride = K / 128. w_dtype: the chip's fp8 (converted to bf16, exact)
+                  or bf16 (fed as loaded); scale None: unscaled weights (the blocks' MMA
+                  sums are added in block order)
     row0          uniform i32: the tile's first output row (a multiple of 16)
-    k0, kb0       uniform i32: the job's first k, and its first scale-block column (k0 / 128)
+    k0, kb0       uniform i32: the job's first k, and its first scale-block column (k0 / 128;
+                  any offset of the tile's scales in `scale` may be added)
+    w_rows        static: weight rows that exist from row0 (None: all of the tile); rows of
+                  the tile past them read row w_rows - 1 (their outputs: the caller masks)
     blocks        static: 128-wide blocks of the job (its chunk = blocks * 128)
     lds           the staged activations (act_lds_words(T, chunk) u32 words)
     stage()       starts staging them (load_activations) and returns `finish()`, which
@@ -414,7 +431,13 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     lane, wave = k.lane_id(), k.wave_id()
     stride = act_row_words(chunk)
     nbw = -(-blocks // KP)  # blocks per wave (the last part may have fewer)
-    per = T.loads_per_block
+    wb = w_dtype.bytes
+    if wb not in (1, 2) or (wb == 2 and w_dtype != bf16):
+        raise ValueError(f"mma_tile: weights of {w_dtype}; fp8 or bf16")
+    per = T.loads_per_block_of(wb)
+    epl = LOAD_BYTES // wb  # weight values a load
+    nl = T.lane_k // epl  # loads a row a block
+    clamp = w_rows is not None and w_rows < tile_m
     depth = max(1, min(nbw, LOADS_IN_FLIGHT // per))
     kp = wave / sp.mtiles if KP > 1 else None
     count = (blocks - kp + KP - 1) / KP if KP > 1 and blocks % KP else nbw
@@ -433,9 +456,16 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
         ahead, so neither the weights nor the scale is waited on in the block's own turn."""
         m = i < count if masked else None
         base = k0 + block_of(i) * BLOCK + win
-        ws = [k.bitcast(k.load(w, (mrow0 + rows_l[h]) * w_stride + base + u * LOAD_BYTES,
-                               w_dtype, LOAD_BYTES, nontemporal=True, mask=m), u32)
-              for h in range(len(rows_l)) for u in range(T.lane_k // LOAD_BYTES)]
+
+        def row(h):
+            if clamp:
+                return row0 + k.min(mrow0 - row0 + rows_l[h], w_rows - 1)
+            return mrow0 + rows_l[h]
+        ws = [k.bitcast(k.load(w, row(h) * w_stride + base + u * epl,
+                               w_dtype, epl, nontemporal=True, mask=m), u32)
+              for h in range(len(rows_l)) for u in range(nl)]
+        if scale is None:
+            return ws
         sc = k.load(scale, (mrow0 / BLOCK) * scale_stride + kb0 + block_of(i), f32, mask=m)
         return ws + [sc]
 
@@ -456,11 +486,13 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
 
     def block(i, cur, total):
         """One block: convert the weights, 'chunks' x 'passes' MMAs, scale, accumulate."""
-        nl = T.lane_k // LOAD_BYTES
         wwords = []
         for h in range(len(rows_l)):
             ws = []
             for u in range(nl):
+                if wb == 2:  # bf16: the loaded words are the MMA's (low half first)
+                    ws += [cur[h * nl + u][x] for x in range(4)]
+                    continue
                 f = k.cast(k.bitcast(cur[h * nl + u], w_dtype, LOAD_BYTES), f32)
                 ws += _pack_bf16_exact(k, f)
             wwords.append(ws)
@@ -471,7 +503,7 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
             for p in range(T.passes):
                 B = k.bitcast(k.vec(*[bw[p][x] for x in T.b_words[c]]), bf16, at.b_slots)
                 acc = k.mma(at, A, B, acc)
-        return k.fma(acc, cur[-1], total)
+        return acc + total if scale is None else k.fma(acc, cur[-1], total)
 
     for j in range(sp.per_wave):
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W

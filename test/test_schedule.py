@@ -241,3 +241,28 @@ def test_deadlock_check_agrees_with_simulation_on_arbitrary_hand_orders(sizes, s
     except DeadlockError:
         ran = False
     assert proven == ran
+
+
+def test_earliest_start_runs_ready_cheap_jobs_before_long_jobs_that_start_later():
+    """Kind `index` in miniature: a short job a feeds two long jobs b0, b1 (the scoring, one
+    per CTA) and three cheap jobs c0..c2 (the front's kv projection) feed a tail d. By rank
+    alone (critical_path) both b's are taken before any c and every c queues behind a b,
+    as the front's jobs did on the H200; earliest_start runs c's in the time before the b's
+    can start, and finishes no later."""
+    nodes = [J("a", 0, cost=4)] + [J("b", i, cost=50, deps=[("a", 0)]) for i in range(2)]
+    nodes += [J("c", i, cost=2) for i in range(3)] + \
+        [J("d", 0, cost=1, deps=[("c", i) for i in range(3)])]
+    g = JobGraph(nodes)
+    etf = list_schedule(g, 2, UNIT)
+    cp = list_schedule(g, 2, UNIT, policy="critical_path")
+    assert etf.policy == "earliest_start"
+
+    def cs_before_bs(s):
+        return sum(1 for lst in s.cta_jobs for i, k in enumerate(lst)
+                   if k[0] == "c" and all(x[0] != "b" for x in lst[:i]))
+    assert cs_before_bs(cp) == 0
+    assert cs_before_bs(etf) == 2
+    assert etf.makespan < cp.makespan
+    for s in (etf, cp):
+        check_deadlock_free(s, g)
+        assert simulate(s, g) == s.makespan
