@@ -21,8 +21,9 @@ request sit at consecutive positions and share a block-table row):
 
 Precision (a stated choice): the queries are FP8 as the reference model quantizes them
 (scale folded into w), the dot products run on the chip's FP8 MMA (exact products, f32
-sums), the head sum and the scale multiply in f32. Projections: bf16 activations x FP8
-weights dequantized in f32 (exact), f32 accumulation; rope, LayerNorm, Hadamard in f32.
+sums), the head sum and the scale multiply in f32. Projections: the chip's bf16 MMA, FP8
+weights converted to bf16 (exact), every product exact, f32 accumulation, each 128-block's
+sum times its block scale; rope, LayerNorm, Hadamard in f32.
 From the front (kind `index`): h = x * g * rs(x) is never rounded (the partial sums are of
 W (x * g), scaled by the row's rs in ix_key, the front's algebra); qr is the front's bf16 qr.
 
@@ -30,18 +31,21 @@ Stages (each job's work is declared; the scheduler places jobs):
 
     ix_qr[r]     (kind index only) qr = RMSNorm(q_a) from the front's partial sums (front_q's
                  math and helpers) into the bulk region ix_qr the q heads acquire.
-    ix_proj[j]   partial sums (stages/proj_tile.py: every weight load of a job in flight at once,
-                 16-byte nontemporal loads, the chunk's activations staged once in LDS and
-                 shared by all the job's rows of weights, 8 lanes a row reduced by a
-                 reduce-scatter). j = h * QS + s < heads * QS: W_qb_idx rows of head h over
-                 q_lora split s (QS = q_splits) -> ix_qpart [QS, R, heads*128]; j = heads * QS +
-                 s: W_k (128 rows) and W_w (heads rows) over hidden split s, one staging of x
-                 for both -> ix_kpart [KS, R, 128 + heads]. Plain stores, then (CTA barrier,
-                 device release) the job's pair in ix_pdone. Split counts (proj_splits): a job
-                 holds at most LOADS_IN_FLIGHT (12) loads a lane (48 KB at 256 threads); QS the
-                 smallest q_lora split that fits and gives heads * QS >= grid / 2 jobs, KS the
-                 smallest hidden split that fits. GLM-5: 256 q jobs of 32 KB + 24 key jobs of
-                 48 KB (12 loads a lane, not 16: ptxas spills at 8 rows with the selection).
+    ix_proj[j]   partial sums on the tensor cores (stages/mma_tile.py, the front's tile: the
+                 chip's bf16 MMA, 16 weight rows as A, every weight load of a wave's m-tile in
+                 flight before its first MMA, 16-byte nontemporal loads, the chunk's
+                 activations staged once in LDS as B). j = h * QS + s < heads * QS: W_qb_idx
+                 rows of head h over q_lora split s (QS = q_splits) -> ix_qpart [QS, R,
+                 heads*128]; j = heads * QS + s: W_k (128 rows, fp8) then W_w (heads rows, bf16
+                 fed as loaded, no scale) over hidden split s, one staging of the activations
+                 for both -> ix_kpart [KS, R, 128 + heads]. qr and the buffers' h are bf16
+                 (staged as they are, parts=1); from the front, x * g is fed as exact bf16
+                 halves (parts=2). Plain stores, then (CTA barrier, device release) the job's
+                 pair in ix_pdone. Split counts (proj_splits): a wave's loads of an m-tile at
+                 most mma_tile.LOADS_IN_FLIGHT (all in flight at once); QS the smallest q_lora
+                 split that fits and gives heads * QS >= grid jobs of at least Q_MIN_BLOCKS
+                 128-blocks, KS the smallest hidden split that fits with a key job at most
+                 1.5 q jobs' bytes. GLM-5: 256 q jobs of 32 KB + 24 key jobs of 48 KB.
     ix_q[h]      q head h for all rows: waits for its QS pairs (threads in parallel; barrier;
                  acquire), sums the partials in split order (the same bits on every run and
                  schedule), rope, Hadamard, quantize -> ix_qb, bulk (32 fp8 words and the
@@ -127,8 +131,7 @@ from spec.config import FP8_SCALE_BLOCK, KEY_PAGE_TOKENS
 from .base import Buffer, Job, Stage, Use
 from .index_tiling import SCORE_ATOMS, SM90, KeyTiling, tiling
 from .launch import Launch
-from .proj_tile import LOADS_IN_FLIGHT, Group, loads_per_block, rows_per_pass, stage_acts, \
-    tile_partials
+from . import mma_tile
 
 HD = 128  # index head dim
 PAGE = KEY_PAGE_TOKENS
@@ -136,7 +139,8 @@ PAGE_BYTES = PAGE * (HD + 4)  # 8448
 PAGE_WORDS = PAGE_BYTES // 4  # 2112
 SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
 BLOCK = FP8_SCALE_BLOCK
-Q_FILL = 0.5  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)
+Q_FILL = 1.0  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)
+Q_MIN_BLOCKS = 2  # 128-blocks of q_lora a q job takes at least (32 KB of W_qb_idx)
 QW = 36  # ix_qb words a (head, row): 32 fp8 words, the scale's bits, pad to 16 bytes
 NW0 = 36  # ix_nb: a row's 32 key words, its scale's bits, pad; then its head weights
 DEPTH = 2  # key groups a scoring wave keeps in flight ahead of the one it computes
@@ -191,22 +195,28 @@ class IndexPlan:
     @property
     def lanes(self): return 32 if self.wgmma else 64  # the wave size the kernel runs with
     @property
-    def rpp(self): return rows_per_pass(self.waves * self.lanes)  # weight rows a tile pass
-    @property
-    def q_passes(self): return HD // self.rpp  # passes of a head's (and W_k's) 128 rows
-    @property
-    def w_passes(self): return -(-self.heads // self.rpp)  # passes of W_w's rows
-    @property
     def q_jobs(self): return self.heads * self.q_splits  # job h * q_splits + s: head h, split s
     @property
     def proj_jobs(self): return self.q_jobs + self.k_splits
     @property
-    def q_loads(self):  # 16-byte weight loads a lane holds in a q job / a key job
-        return self.q_passes * (self.qchunk // BLOCK) * loads_per_block(self.fp8)
+    def proj_atom(self):  # the bf16 MMA of the projections (stages/mma_tile.py)
+        return mma_tile.proj_atom_name(self.target, self.lanes, self.chip)
+    @property
+    def w_tile(self): return -(-self.heads // 16) * 16  # W_w's rows, whole 16-row m-tiles
+    @property
+    def q_tiling(self):  # qr is bf16: staged unsplit
+        return mma_tile.tiling(self.proj_atom, self.rows, 1)
+    @property
+    def k_tiling(self):  # h (buffers) is bf16; x * g (front) is fed as hi + lo halves
+        return mma_tile.tiling(self.proj_atom, self.rows, 1 if self.source == "buffers" else 2)
+    @property
+    def q_loads(self):  # 16-byte weight loads a lane holds for an m-tile of a q / key job
+        return _mtile_loads(self.proj_atom, self.waves, HD, self.qchunk // BLOCK, 1)
     @property
     def k_loads(self):
-        return (self.q_passes * loads_per_block(self.fp8) + self.w_passes * loads_per_block(bf16)) \
-            * (self.kchunk // BLOCK)
+        kb = self.kchunk // BLOCK
+        return max(_mtile_loads(self.proj_atom, self.waves, HD, kb, 1),
+                   _mtile_loads(self.proj_atom, self.waves, self.w_tile, kb, 2))
     @property
     def wgmma(self): return self.chip == SM90
     @property
@@ -250,9 +260,8 @@ class IndexPlan:
                 self.q_splits * self.qchunk != c.q_lora_rank:
             raise ValueError(f"index: q_lora {c.q_lora_rank} / {self.q_splits} splits and hidden "
                              f"{c.hidden} / {self.k_splits} splits must be whole {BLOCK}-blocks")
-        if HD % self.rpp:
-            raise ValueError(f"index: {self.waves} waves of {self.lanes} lanes give "
-                             f"{self.rpp} weight rows a pass, which does not divide {HD}")
+        for tm in (HD, self.w_tile):
+            mma_tile.WaveSplit.of(tm, 16, self.waves)  # the projection tiles split over the waves
         if self.capacity % self.segment or self.segment % PAGE:
             raise ValueError(f"index: capacity {self.capacity} must be whole segments of "
                              f"{self.segment} keys, a segment whole pages of {PAGE}")
@@ -270,18 +279,32 @@ def _divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def proj_splits(cfg, rpp: int, grid: int, fp8) -> tuple:
-    """(q_splits, k_splits) of ix_proj (module doc): a job's weight loads all in flight, at
-    most LOADS_IN_FLIGHT 16-byte loads a lane. q: the smallest split of q_lora that fits and
-    gives heads * q_splits >= Q_FILL * grid jobs (else the largest that fits); key: the
-    smallest split of hidden whose W_k + W_w loads fit (else one 128-block a job)."""
-    qp, wp = HD // rpp, -(-cfg.index_heads // rpp)
+def _mtile_loads(atom_name: str, waves: int, tile_m: int, blocks: int, w_bytes: int) -> int:
+    """16-byte weight loads a lane issues for one m-tile of a projection tile of `tile_m`
+    rows over `blocks` 128-blocks (stages/mma_tile.py's work split)."""
+    sp = mma_tile.WaveSplit.of(tile_m, 16, waves)
+    return -(-blocks // sp.kparts) * mma_tile.tiling(atom_name, 1, 1).loads_per_block_of(w_bytes)
+
+
+def proj_splits(cfg, atom_name: str, waves: int, grid: int) -> tuple:
+    """(q_splits, k_splits) of ix_proj (module doc): every weight load of a wave's m-tile in
+    flight at once (at most mma_tile.LOADS_IN_FLIGHT 16-byte loads a lane). q: the smallest
+    split of q_lora that fits and gives heads * q_splits >= Q_FILL * grid jobs of at least
+    Q_MIN_BLOCKS blocks (else the largest such split that fits); key: the smallest split of
+    hidden whose W_k and W_w loads fit and whose job is at most 1.5 q jobs' bytes."""
+    H = cfg.index_heads
     qb, kb = cfg.q_lora_rank // BLOCK, cfg.hidden // BLOCK
-    fit = [d for d in _divisors(qb) if qp * (qb // d) * loads_per_block(fp8) <= LOADS_IN_FLIGHT]
-    fill = [d for d in fit if cfg.index_heads * d >= Q_FILL * grid]
-    qs = fill[0] if fill else (fit[-1] if fit else qb)
-    per_block = qp * loads_per_block(fp8) + wp * loads_per_block(bf16)
-    ks = next((d for d in _divisors(kb) if per_block * (kb // d) <= LOADS_IN_FLIGHT), kb)
+    lim = mma_tile.LOADS_IN_FLIGHT
+    wt = -(-H // 16) * 16
+    fit = [d for d in _divisors(qb) if _mtile_loads(atom_name, waves, HD, qb // d, 1) <= lim]
+    big = [d for d in fit if qb // d >= min(Q_MIN_BLOCKS, qb)]
+    fill = [d for d in big if H * d >= Q_FILL * grid]
+    qs = fill[0] if fill else (big[-1] if big else (fit[0] if fit else qb))
+    qbytes = HD * cfg.q_lora_rank // qs
+    ks = next((d for d in _divisors(kb)
+               if _mtile_loads(atom_name, waves, HD, kb // d, 1) <= lim and
+               _mtile_loads(atom_name, waves, wt, kb // d, 2) <= lim and
+               (HD + 2 * H) * (cfg.hidden // d) <= 1.5 * qbytes), kb)
     return qs, ks
 
 
@@ -303,8 +326,9 @@ def plan(spec, *, grid=None, waves=None, chip=None, capacity=None, cache_pages=N
     if segment is None:
         segment = INTERP_SEGMENT if spec.target == "interp" else GPU_SEGMENT
     lanes = 32 if chip == SM90 else 64
-    if cfg.index_head_dim == HD and waves * lanes % 8 == 0:
-        qs, ks = proj_splits(cfg, rows_per_pass(waves * lanes), grid, fp8)
+    if cfg.index_head_dim == HD and (q_splits is None or k_splits is None):
+        atom_name = mma_tile.proj_atom_name(spec.target, lanes, chip)
+        qs, ks = proj_splits(cfg, atom_name, waves, grid)
         q_splits = q_splits or qs
         k_splits = k_splits or ks
     if cache_pages is None:
@@ -546,10 +570,11 @@ def wait_flags(k, io, lo, n: int):
 # ------------------------------------------------------------------------------------ stages
 
 class IndexProj(Stage):
-    """Partial sums of the three index projections (module doc, stages/proj_tile.py): job
-    h * q_splits + s: W_qb_idx rows of head h over q_lora split s -> ix_qpart; job q_jobs + s:
-    W_k (128 rows) and W_w (heads rows) over hidden split s, sharing the split's staged
-    activations -> ix_kpart. Each job then releases and publishes its ix_pdone pair."""
+    """Partial sums of the three index projections on the tensor cores (module doc,
+    stages/mma_tile.py): job h * q_splits + s: W_qb_idx rows of head h over q_lora split s ->
+    ix_qpart; job q_jobs + s: W_k (128 rows) then W_w (heads rows) over hidden split s,
+    sharing the split's staged activations -> ix_kpart. Each job then releases and publishes
+    its ix_pdone pair."""
     name = "ix_proj"
     rel_tol = 1e-5
     flat_mailbox = True  # local_io: region accesses through the arena pointer
@@ -569,8 +594,20 @@ class IndexProj(Stage):
                        cost_flops=2 * (HD + p.heads) * p.kchunk * R, lds_bytes=self._lds())
                    for s in range(p.k_splits)])
 
+    def _act_words(self):  # u32 words of the staged activations (q and key jobs share them)
+        p = self.p
+        return max(mma_tile.act_lds_words(p.q_tiling, p.qchunk),
+                   mma_tile.act_lds_words(p.k_tiling, p.kchunk))
+
+    def _red_words(self, lanes: int):  # f32 words of the K-parts' sums (0: no tile has parts)
+        p = self.p
+        at = get_atom(p.proj_atom)
+        if max(mma_tile.WaveSplit.of(tm, at.m, p.waves).kparts for tm in (HD, p.w_tile)) == 1:
+            return 0
+        return p.waves * lanes * at.c_slots
+
     def _lds(self):
-        return 4 * self.p.rows * max(self.p.qchunk, self.p.kchunk)
+        return 4 * (self._act_words() + self._red_words(self.p.lanes))
 
     def regions(self):
         p = self.p
@@ -619,12 +656,14 @@ class IndexProj(Stage):
     @stage_body
     def body(self, k, job, io):
         p = self.p
-        act = k.lds("ix_act", f32, self._lds() // 4)
+        act = k.lds("ix_act", u32, self._act_words())
+        nred = self._red_words(k.L)
+        red = k.lds("ix_red", f32, nred) if nred else None
         with k.if_else(job < p.q_jobs) as (qj, kj):
             with qj:
-                self._q_part(k, io, act, job)
+                self._q_part(k, io, act, red, job)
             with kj:
-                self._k_part(k, io, act, job - p.q_jobs)
+                self._k_part(k, io, act, red, job - p.q_jobs)
         # publish: every wave's stores, the CTA's release, then this job's pair (one a job:
         # no counter that a hundred jobs would contend for)
         k.fence("release", "cta")
@@ -633,11 +672,20 @@ class IndexProj(Stage):
             k.fence("release", "device")
             io.publish("ix_pdone", job, k.cast(job, u32), mask=_lane(k).eq(0))
 
-    def _q_part(self, k, io, act, j):
+    def _tile(self, k, T, *, w, w_dtype, scale, scale_stride, row0, k0, kb0, chunk, tile_m,
+              lds, red, stage, emit, w_rows=None, stride):
+        mma_tile.project(k, T, w=w, w_stride=stride, w_dtype=w_dtype, scale=scale,
+                         scale_stride=scale_stride, row0=row0, k0=k0, kb0=kb0,
+                         blocks=chunk // BLOCK, tile_m=tile_m, lds=lds, chunk=chunk,
+                         stage=stage, emit=emit, red=red, w_rows=w_rows)
+
+    def _q_part(self, k, io, act, red, j):
         """Head h = j / q_splits, split s: W_qb_idx[h*128 : h*128+128, chunk s] qr[:, chunk s]
-        (the head's 128 rows share one row of 128x128 block scales)."""
+        (the head's 128 rows share one row of 128x128 block scales). qr is bf16: staged as
+        it is. From the front, the wait for ix_qr comes after the weight loads are issued."""
         p = self.p
         a = io.args
+        T = p.q_tiling
         R, NQ, QC = p.rows, p.heads * HD, p.qchunk
         h, s = j / p.q_splits, j % p.q_splits
         k0 = s * QC
@@ -647,45 +695,91 @@ class IndexProj(Stage):
         else:
             xq = a.qr
 
-        def stage():  # after the weight loads are issued: they travel while qr is awaited
+        def load8(r, kk, m):
+            return k.load(xq, r * p.q_lora + k0 + kk, bf16, 8, mask=m)
+
+        def stage():
+            k.barrier()  # the CTA's previous job is done reading the activations
             if p.source == "front":
-                io.acquire("ix_qr")
-            stage_acts(k, act, _tid(k), R, QC,
-                       lambda r, kk: k.cast(k.load(xq, r * p.q_lora + k0 + kk, bf16, 4), f32))
+                def finish():  # the weights travel while qr is awaited
+                    io.acquire("ix_qr")
+                    pending = mma_tile.load_activations(k, T, QC, load8)
+                    mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
+                    k.barrier()
+                return finish
+            pending = mma_tile.load_activations(k, T, QC, load8)
 
-        def emit(n, r, v, m):
-            io.store("ix_qpart", (s * R + r) * NQ + h * HD + n, v, mask=m)
-        g = Group(a.ix_wq, p.fp8, p.q_lora, HD, p.q_passes, h * HD, emit,
-                  lambda prow, kb: k.load(a.ix_ws, h * (p.q_lora // BLOCK) + kb, f32))
-        tile_partials(k, _lane(k), [g], act, k0, QC, R, stage)
+            def finish():
+                mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
+                k.barrier()
+            return finish
 
-    def _k_part(self, k, io, act, s):
+        def emit(m, r, v, mask):  # ix_qpart[s, r, m ..] (m: the W_qb_idx row)
+            io.store("ix_qpart", (s * R + r) * NQ + m, v, mask=mask)
+
+        self._tile(k, T, w=a.ix_wq, w_dtype=p.fp8, scale=a.ix_ws, scale_stride=p.q_lora // BLOCK,
+                   row0=h * HD, k0=k0, kb0=s * (QC // BLOCK), chunk=QC, tile_m=HD, lds=act,
+                   red=red, stage=stage, emit=emit, stride=p.q_lora)
+
+    def _k_part(self, k, io, act, red, s):
         """Split s of W_k h and W_w h. From the front, h = x * g * rs(x) is never formed: the
-        sums are of W (x * g) (exact f32 products of two bf16) and the key job multiplies
-        them by the row's rs (the front's exact algebra)."""
+        sums are of W (x * g) (exact f32 products of two bf16, fed as bf16 halves hi + lo)
+        and the key job multiplies them by the row's rs (the front's exact algebra)."""
         p = self.p
         a = io.args
-        R, KC, PW_ = p.rows, p.kchunk, HD + p.heads
+        T = p.k_tiling
+        R, KC, PW_, H = p.rows, p.kchunk, HD + p.heads, p.heads
         k0 = s * KC
         if p.source == "front":
-            def load4(r, kk):
-                return k.cast(k.load(a.x, r * p.hidden + k0 + kk, bf16, 4), f32) * \
-                    k.cast(k.load(a.attn_norm_w, k0 + kk, bf16, 4), f32)
+            def load8(r, kk, m):
+                return (k.load(a.x, r * p.hidden + k0 + kk, bf16, 8, mask=m),
+                        k.load(a.attn_norm_w, k0 + kk, bf16, 8, mask=m))
+
+            def value8(xg):  # a = x * g, exact in f32
+                return k.cast(xg[0], f32) * k.cast(xg[1], f32)
         else:
-            def load4(r, kk):
-                return k.cast(k.load(a.h, r * p.hidden + k0 + kk, bf16, 4), f32)
+            def load8(r, kk, m):
+                return k.load(a.h, r * p.hidden + k0 + kk, bf16, 8, mask=m)
 
-        def emit_k(n, r, v, m):
-            io.store("ix_kpart", (s * R + r) * PW_ + n, v, mask=m)
+            def value8(v):
+                return v
 
-        def emit_w(n, r, v, m):
-            io.store("ix_kpart", (s * R + r) * PW_ + HD + n, v, mask=m)
-        ws0 = p.heads * p.q_lora // BLOCK
-        gk = Group(a.ix_wk, p.fp8, p.hidden, HD, p.q_passes, 0, emit_k,
-                   lambda prow, kb: k.load(a.ix_ws, ws0 + kb, f32))
-        gw = Group(a.ix_ww, bf16, p.hidden, p.heads, p.w_passes, 0, emit_w)
-        tile_partials(k, _lane(k), [gk, gw], act, k0, KC, R,
-                      lambda: stage_acts(k, act, _tid(k), R, KC, load4))
+        def stage():
+            k.barrier()  # the CTA's previous job is done reading the activations
+            pending = mma_tile.load_activations(k, T, KC, load8)
+
+            def finish():
+                mma_tile.store_activations(k, T, act, KC, pending, value8)
+                k.barrier()
+            return finish
+
+        def store(off, m, v, mask, limit=None):  # ix_kpart[s, r, off + m ..]
+            n = v.n
+            if PW_ % n == 0 and (limit is None or limit % n == 0):
+                io.store("ix_kpart", off + m, v, mask=mask if limit is None else mask & (m < limit))
+                return
+            for i in range(n):  # rows not in whole vectors (heads not a multiple of n)
+                x = v[i] if n > 1 else v
+                mi = mask if limit is None else mask & (m + i < limit)
+                io.store("ix_kpart", off + m + i, x, mask=mi)
+
+        def emit_k(m, r, v, mask):
+            store((s * R + r) * PW_, m, v, mask)
+
+        def emit_w(m, r, v, mask):
+            store((s * R + r) * PW_ + HD, m, v, mask, limit=H)
+
+        def after_k():  # the activations are staged; `red` is free again once W_k read it
+            if mma_tile.WaveSplit.of(HD, 16, k.W).kparts > 1:
+                k.barrier()
+        kb0 = s * (KC // BLOCK)
+        ws0 = p.heads * p.q_lora // BLOCK  # W_k's block scales follow W_qb_idx's
+        self._tile(k, T, w=a.ix_wk, w_dtype=p.fp8, scale=a.ix_ws, scale_stride=p.hidden // BLOCK,
+                   row0=0, k0=k0, kb0=ws0 + kb0, chunk=KC, tile_m=HD, lds=act, red=red,
+                   stage=stage, emit=emit_k, stride=p.hidden)
+        self._tile(k, T, w=a.ix_ww, w_dtype=bf16, scale=None, scale_stride=0, row0=0, k0=k0,
+                   kb0=kb0, chunk=KC, tile_m=p.w_tile, lds=act, red=red, stage=after_k,
+                   emit=emit_w, w_rows=H, stride=p.hidden)
 
     def reference(self, env):
         return {}

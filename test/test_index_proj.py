@@ -1,9 +1,10 @@
-"""The index projections' partial-sum jobs (stages/index.py `ix_proj`, stages/proj_tile.py):
+"""The index projections' partial-sum jobs (stages/index.py `ix_proj`, stages/mma_tile.py):
 the job geometry derived from the config and the grid, every partial sum against float64
 (from the kernel's own activations), and bit-identical results under other interleavings.
 
-Tolerance of a partial sum (max-norm relative over a region): 1e-5, f32 accumulation of at
-most 1024 exact products (FP8 x block scale x bf16 is exact in f32; x * g of two bf16 too).
+Tolerance of a partial sum (max-norm relative over a region): 1e-5, f32 accumulation (the
+bf16 MMA's) of at most 1024 exact products (FP8 -> bf16 is exact, bf16 x bf16 products are
+exact in f32; x * g of two bf16 is fed as exact bf16 halves), block scales applied per block.
 """
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from monokernel import numerics
 from spec import BuildSpec
 from stages.index import HD, _index_inputs, index_launch, index_scoring_launch
 from stages.index_ref import dec_bf16, dec_fp8, make_inputs
-from stages.proj_tile import LOADS_IN_FLIGHT, act_slot
+from stages.mma_tile import LOADS_IN_FLIGHT
 
 PART_TOL = 1e-5
 PAGES = 80
@@ -57,8 +58,8 @@ def check_partials(L, inp, res, qr, h):
 @pytest.mark.parametrize("target", ["gfx950", "gfx942", "sm_90a"])
 def test_glm5_job_geometry_from_config_and_grid(target):
     """GLM-5: q jobs 32-64 KB of W_qb_idx each, ~100-300 of them, at least half the grid; key
-    jobs <= 64 KB; every job's loads in flight at once within LOADS_IN_FLIGHT; the costs add
-    up to the weights."""
+    jobs <= 64 KB; every load of a wave's m-tile in flight at once within LOADS_IN_FLIGHT; the
+    costs add up to the weights."""
     for rows in (2, 8):
         L = index_launch(BuildSpec.make("glm5", rows=rows, target=target))
         p = L.plan
@@ -72,22 +73,6 @@ def test_glm5_job_geometry_from_config_and_grid(target):
         assert len(jobs) == p.proj_jobs
         weights = sum(st.bytes_moved()[n] for n in ("ix_wq", "ix_wk", "ix_ww", "ix_ws"))
         assert weights <= sum(j.cost_bytes for j in jobs) <= 1.5 * weights  # + L2-hot x, partials
-
-
-class _I(int):
-    """An int whose '/' divides as an i32 DSL value does (act_slot's arithmetic)."""
-    def __truediv__(self, o): return _I(int(self) // o)
-    def __mod__(self, o): return _I(int(self) % o)
-    def __sub__(self, o): return _I(int(self) - o)
-    def __add__(self, o): return _I(int(self) + o)
-    def __mul__(self, o): return _I(int(self) * o)
-
-
-def test_act_slot_is_a_permutation_of_each_block():
-    slots = [int(act_slot(_I(w))) for w in range(0, 256, 4)]
-    assert sorted(slots) == list(range(0, 256, 4))
-    # lane j8's piece q of block b sits at b*128 + q*32 + j8*4 (what the compute reads)
-    assert int(act_slot(_I(128 + 16 * 3 + 4 * 2))) == 128 + 2 * 32 + 3 * 4
 
 
 # ------------------------------------------------------------------------- the partial sums
@@ -136,3 +121,31 @@ def test_partials_from_the_front():
                          "bf16").reshape(p.rows, p.q_lora)
     xg = dec_bf16(inp["x"]).reshape(p.rows, -1) * dec_bf16(inp["attn_norm_w"])[None, :]
     check_partials(L, inp, res, qr, xg)
+
+
+# ------------------------------------------------------------------------- the chips' code
+
+@pytest.mark.parametrize("chip,mnemonic", [("gfx950", "v_mfma_f32_16x16x32_bf16"),
+                                           ("gfx942", "v_mfma_f32_16x16x16_bf16")])
+def test_projections_run_on_the_bf16_mfma(chip, mnemonic):
+    """index_scoring's only bf16 MFMAs are ix_proj's: as many as the tiles imply (q: 128 rows;
+    key: W_k's 128 rows and W_w's heads rows, K parts over the waves), and no spills."""
+    pytest.importorskip("elftools", reason="pyelftools reads the code objects' notes")
+    from monokernel.backend.toolchain import compile_amdgcn_asm
+    from monokernel.build import build_many
+    from stages import mma_tile as MT
+    L = index_scoring_launch(BuildSpec.make("glm5", rows=8, target=chip))
+    p = L.plan
+    a = build_many([L.kernel(chip)])[0]
+    asm = compile_amdgcn_asm(a.llvm_ir, chip)
+    T = p.q_tiling
+
+    def mfmas(tile_m, blocks):
+        sp = MT.WaveSplit.of(tile_m, 16, p.waves)
+        return sp.per_wave * -(-blocks // sp.kparts) * T.chunks * T.passes
+    want = mfmas(HD, p.qchunk // 128) + mfmas(HD, p.kchunk // 128) + \
+        mfmas(p.w_tile, p.kchunk // 128)
+    body = [s.split(";")[0].strip() for s in asm.splitlines()]
+    assert sum(s.startswith(mnemonic + " ") for s in body) == want
+    f = a.figures()
+    assert f["vgpr_spill"] == 0 and f["sgpr_spill"] == 0 and f["scratch"] == 0, f

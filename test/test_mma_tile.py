@@ -8,6 +8,8 @@
   summed through LDS with an uneven block count, several m-tiles a wave, the runtime ring):
   partial sums against float64 within max-norm relative 1e-5 (f32 accumulation; every
   product exact), the same bits in every interpreter mode.
+* bf16 weights (unscaled, fed as loaded) and bf16 activations (parts=1) on a tile with
+  more rows than the weights (clamped loads, masked outputs), every atom and work split.
 * Negative control: the same activations fed unsplit (bf16-truncated, `parts=1`) miss that
   tolerance by far, so the test sees a dropped lo half.
 * The gfx950 / gfx942 code objects of the front run the chip's bf16 MFMA, as many as the
@@ -179,6 +181,65 @@ def test_unsplit_activations_miss_the_tolerance(name):
     """parts=1 keeps only the bf16 head of x * g (truncated): ~2^-9 relative per value."""
     _, err = run_tile(name, 4, waves=4, parts=1)
     assert err > 30 * REL_TOL, err
+
+
+# ------------------------------------------------- bf16 weights, bf16 activations, short tiles
+
+ABI_BF = ABI(w=Ptr(bf16), x=Ptr(bf16), out=Ptr(f32, readonly=False))
+
+
+def bf16_body(k, *, N, K, R, tile_m, atom_name):
+    """One CTA: out[r, n] = sum_k W[n, k] x[r, k], W bf16 [N, K] unscaled (N <= tile_m: the
+    tile's rows past N read row N - 1, their outputs masked), x bf16 staged as it is."""
+    a = k.args
+    T = MT.tiling(atom_name, R, 1)
+    act = k.lds("act", u32, MT.act_lds_words(T, K))
+    split = MT.WaveSplit.of(tile_m, T.atom.m, k.W)
+    red = k.lds("red", f32, k.W * k.L * T.atom.c_slots) if split.kparts > 1 else None
+
+    def stage():
+        pending = MT.load_activations(k, T, K, lambda r, kk, m: k.load(a.x, r * K + kk, bf16, 8,
+                                                                          mask=m))
+
+        def finish():
+            MT.store_activations(k, T, act, K, pending, lambda v: v)
+            k.barrier()
+        return finish
+
+    def emit(m, r, v, mask):
+        for i in range(v.n):
+            k.store(a.out, r * N + m + i, v[i] if v.n > 1 else v, mask=mask & (m + i < N))
+
+    MT.project(k, T, w=a.w, w_stride=K, w_dtype=bf16, scale=None, scale_stride=0, row0=0,
+               k0=0, kb0=0, blocks=K // MT.BLOCK, tile_m=tile_m, lds=act, chunk=K, stage=stage,
+               emit=emit, red=red, w_rows=N)
+
+
+@pytest.mark.parametrize("name", ATOMS)
+@pytest.mark.parametrize("rows,waves,N,K,tile_m", [(8, 4, 4, 384, 16), (2, 2, 32, 512, 32),
+                                                   (4, 8, 20, 256, 32)])
+def test_bf16_weights_and_activations(name, rows, waves, N, K, tile_m):
+    """bf16 W (no scale; loaded words fed as they are), bf16 x (parts=1, exact), a tile wider
+    than the weights (rows clamped, outputs masked): within REL_TOL of float64, every output
+    written, the same bits in every interpreter mode."""
+    L = get_atom(name).group
+    kern = build_kernel("tile_bf16", bf16_body, abi=ABI_BF, target="interp", waves=waves,
+                        wave_size=L, N=N, K=K, R=rows, tile_m=tile_m, atom_name=name)
+    rng = np.random.default_rng(N + K)
+    cv = numerics.convert
+    w = cv(rng.standard_normal((N, K)) * 0.05, "f64", bf16)
+    x = cv(rng.standard_normal((rows, K)) * 3.0, "f64", bf16)
+    ref = numerics.to_f64(x, bf16) @ numerics.to_f64(w, bf16).T
+    outs = []
+    for mode in ("inorder", "random", "relaxed"):
+        inp = dict(w=w, x=x, out=np.full((rows, N), np.nan, np.float32))
+        interp.run(kern, inp, grid=1, mode=mode, seed=3)
+        out = inp["out"]
+        assert not np.isnan(out).any(), "unwritten sums"
+        err = np.abs(out - ref).max() / np.abs(ref).max()
+        assert err <= REL_TOL, (mode, err)
+        outs.append(out)
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
 
 
 # ------------------------------------------------------------------------- the chips' code

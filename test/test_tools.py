@@ -288,3 +288,12 @@ def test_gpu_backends_move_inputs_with_their_shape_and_bits():
         assert tuple(t.shape) == v.shape and t.element_size() == v.itemsize
         back = common.from_device(t, v)
         assert back.dtype == v.dtype and np.array_equal(back, v)
+
+
+def test_time_layers_rejects_a_position_past_the_cache_with_a_clear_error(capsys):
+    from tools import time_layers
+    rc = time_layers.main(["--kind", "index_scoring", "--config", "tiny", "--rows", "2",
+                           "--pos", "9000", "--backend", "interp", "--timeline"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "9000" in err

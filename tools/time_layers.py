@@ -488,9 +488,13 @@ def main(argv=None) -> int:
     if args.per_graph < 1 or args.reps < 1:
         ap.error("--per-graph and --reps must be at least 1")
     tp = common.resolve_tp(ap, args.config, args.tp)
-    if args.backend == "interp":
-        return run_interp(args, ap, tp)
-    return run_gpu(args, ap, tp)
+    try:
+        if args.backend == "interp":
+            return run_interp(args, ap, tp)
+        return run_gpu(args, ap, tp)
+    except ValueError as e:  # bad input the kind rejects, e.g. a position past its cache
+        print(f"python -m tools.time_layers: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
