@@ -297,3 +297,30 @@ def test_time_layers_rejects_a_position_past_the_cache_with_a_clear_error(capsys
     assert rc == 2
     err = capsys.readouterr().err
     assert "error:" in err and "9000" in err
+
+
+def test_time_layers_jobs_csv_lists_every_job_with_its_times(tmp_path, capsys):
+    import csv
+    from tools import time_layers
+    path = tmp_path / "jobs.csv"
+    rc = time_layers.main(["--kind", "synthetic", "--config", "tiny", "--rows", "4",
+                           "--backend", "interp", "--timeline", "--jobs-csv", str(path)])
+    assert rc == 0
+    rows = list(csv.DictReader(path.open()))
+    from stages import kinds
+    from tools import common
+    L = kinds.kind("synthetic").launch(common.make_spec("tiny", 1, 4, "fp8", "interp"))
+    assert len(rows) == len(L.graph)  # every job once
+    assert {(r["stage"], int(r["job"])) for r in rows} == set(L.graph.nodes)
+    assert min(float(r["start_ticks"]) for r in rows) == 0.0
+    assert all(float(r["end_ticks"]) >= float(r["start_ticks"]) for r in rows)
+    # each CTA's rows follow its schedule list
+    for c, lst in enumerate(L.schedule.cta_jobs):
+        mine = sorted((int(r["position"]), (r["stage"], int(r["job"])))
+                      for r in rows if int(r["cta"]) == c)
+        assert [k for _, k in mine] == list(lst)
+    assert "--jobs-csv:" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:  # the records come from --timeline
+        time_layers.main(["--kind", "synthetic", "--config", "tiny", "--backend", "interp",
+                          "--jobs-csv", str(path)])
+    assert e.value.code == 2

@@ -42,7 +42,9 @@ Kinds with a key cache (index, index_scoring; DESIGN.md section 8):
 `--timeline` links the kernel with per-job timestamps (monokernel.link: lane 0 of wave 0
 stores the clock at each job's start and end), runs it once more and prints per stage: jobs,
 first start and last end (from the launch's earliest start) and the median job time;
-`--plot FILE.png` draws the jobs as a Gantt chart (one row per CTA) with matplotlib, if it is
+`--jobs-csv FILE.csv` writes every job's record (CTA, position in its list, stage, job, start,
+end) to find the job a stage's last end belongs to. `--plot FILE.png` draws the jobs as a
+Gantt chart (one row per CTA) with matplotlib, if it is
 installed. Clocks: globaltimer ns on NVIDIA (shown in us), s_memrealtime on AMD (100 MHz,
 shown in us), and with `--backend interp` (for testing, --timeline only) the interpreter's
 tick counter (memory accesses, shown in ticks).
@@ -85,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--timeline", action="store_true", help="per-stage timeline from the kernel")
     ap.add_argument("--plot", default=None, metavar="FILE.png",
                     help="with --timeline: a Gantt chart of the jobs (needs matplotlib)")
+    ap.add_argument("--jobs-csv", default=None, metavar="FILE.csv",
+                    help="with --timeline: every job's record (cta, position, stage, job, start, "
+                         "end, from the launch's first start) as CSV, to find stragglers")
     ap.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     ap.add_argument("--per-graph", type=int, default=20, help="launches per graph (default 20)")
     ap.add_argument("--reps", type=int, default=15, help="graph replays timed (default 15)")
@@ -149,12 +154,32 @@ def _print_timeline(L, stamps, scale, unit, args, title):
                        ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
                         f"median job ({unit})"]))
     if args.plot:
-        path = args.plot
-        if getattr(args, "_n_plots", 0):
-            stem, dot, ext = path.rpartition(".")
-            path = f"{stem}.{args._n_plots}.{ext}" if dot else f"{path}.{args._n_plots}"
-        args._n_plots = getattr(args, "_n_plots", 0) + 1
-        print(plot(recs, path, title, scale, unit))
+        print(plot(recs, _numbered(args, "plot"), title, scale, unit))
+    if args.jobs_csv:
+        print(write_jobs_csv(recs, _numbered(args, "jobs_csv"), scale, unit))
+
+
+def _numbered(args, opt: str) -> str:
+    """The file option `opt`'s path, numbered from the second timeline of the run on."""
+    path, n = getattr(args, opt), getattr(args, f"_n_{opt}", 0)
+    setattr(args, f"_n_{opt}", n + 1)
+    if not n:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{n}.{ext}" if dot else f"{path}.{n}"
+
+
+def write_jobs_csv(records, path: str, scale: float, unit: str) -> str:
+    """One row per job, times from the launch's earliest start, in `unit`."""
+    import csv
+    t0 = min(r.start for r in records)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["cta", "position", "stage", "job", f"start_{unit}", f"end_{unit}"])
+        for r in sorted(records, key=lambda r: (r.cta, r.position)):
+            w.writerow([r.cta, r.position, r.stage, r.job, (r.start - t0) * scale,
+                        (r.end - t0) * scale])
+    return f"--jobs-csv: {len(records)} jobs -> {path}"
 
 
 # ----------------------------------------------------------------------------------- interp
@@ -481,8 +506,8 @@ FLOOR_NOTE = ("floor = max(keys us, flops us) + rest us: key bytes read once (W2
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
-    if args.plot and not args.timeline:
-        ap.error("--plot draws the timeline: add --timeline")
+    if (args.plot or args.jobs_csv) and not args.timeline:
+        ap.error("--plot and --jobs-csv write the timeline: add --timeline")
     if args.backend == "interp" and not args.timeline:
         ap.error("--backend interp has no microseconds: use it with --timeline (ticks)")
     if args.per_graph < 1 or args.reps < 1:
