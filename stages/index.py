@@ -1726,6 +1726,9 @@ class IndexQR(_front_post()):
         return {}
 
 
+INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE  # keys the interpreter's `index` cache holds past K
+
+
 def index_launch(spec, **kw) -> IndexLaunch:
     """Kind `index`: the front (stages.front: RMSNorm, q_a | kv_a, qr, the MLA cache), the
     indexer (qr from the front's partial sums, the key/weight projections from x * g with
@@ -1741,7 +1744,10 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fw = pk.get("waves") or (4 if chip == SM90 and spec.target == "interp" else None)
     if "cache_pages" not in fk:  # every page of a row's context mapped (the scoring reads them)
         cap = -(-spec.config.max_context // PAGE)
-        fk["cache_pages"] = 4 * spec.rows + (8 if spec.target == "interp" else cap)
+        # interp: room for a context past the selection's K = 2048 keys (check_topk --through
+        # index checks rows that have more keys than they select)
+        interp_pages = -(-(INTERP_TOPK_CONTEXT) // PAGE)
+        fk["cache_pages"] = 4 * spec.rows + (interp_pages if spec.target == "interp" else cap)
     fp = front_plan(spec, grid=pk.get("grid"), waves=fw, fp8=fp8, **fk)
     seg = pk.pop("segment", None) or max(GPU_SEGMENT if spec.target != "interp" else INTERP_SEGMENT,
                                          fp.capacity // 32)

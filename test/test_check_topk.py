@@ -40,6 +40,32 @@ def test_cli_checks_and_dumps_digests_comparable_with_check_layer(tmp_path, caps
     assert check_layer.compare(a, c) == 1
 
 
+def test_through_index_checks_the_fused_launchs_own_scores_end_to_end(tmp_path, capsys):
+    """--through index: kind index (front + indexer + selection) on its own inputs, rows with
+    fewer and with more keys than K = 2048, W1 and W2; every row exact, digests repeatable,
+    another seed gives other digests; a wrong workload is refused."""
+    def cli(d, *extra):
+        return check_topk.main(["--through", "index", "--rows", "2", "--pos", "64,2049",
+                                "--workload", "W1,W2", "--dump", str(d), *extra])
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert cli(a) == 0
+    out = capsys.readouterr().out
+    assert "4 of 4 cases exact" in out
+    d = json.loads((a / "tiny" / "r2" / "index.json").read_text())
+    assert d["kind"] == "index" and all(r["exact"] for r in d["launches"])
+    assert [(r["pos"], r["workload"]) for r in d["launches"]] == \
+        [(p, w) for p in (64, 2049) for w in ("W1", "W2")]
+    assert cli(b) == 0
+    capsys.readouterr()
+    assert check_layer.compare(a, b) == 0
+    assert cli(c, "--seed", "1") == 0
+    capsys.readouterr()
+    assert check_layer.compare(a, c) == 1
+    with pytest.raises(SystemExit):
+        cli(tmp_path / "d", "--workload", "W3")
+    assert "W3" in capsys.readouterr().err
+
+
 def test_cli_rejects_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit):
         check_topk.main(["--dist", "normal,bogus"])

@@ -5,6 +5,7 @@
                                [--chip gfx950] [--mode inorder|random|relaxed] [--seed 0]
                                [--first-digits local|buffer|stage] [--max-slices S]
                                [--waves W] [--grid G] [--dump DIR]
+                               [--through select|index] [--workload W1,W2]
 
 For every rows R (--rows) it builds the `select` launch (stages/select.py) of the config for
 the backend's target, and for every context position P (--pos) and distribution (--dist)
@@ -31,6 +32,12 @@ Distributions (each row drawn separately):
     nan        NaNs (several payloads, sign set or not) at random and in a run, normal elsewhere
     zeros      -0.0 / +0.0 / the smallest denormals: -0.0 == +0.0, ties by position
     extreme    +-inf, NaN, +-FLT_MAX, denormals, +-0 and normals mixed
+
+`--through index` checks the selection end to end instead: launch kind `index` (front +
+indexer + selection in one kernel) runs on its own seeded inputs with the request's last row
+at each --pos (workloads --workload W1,W2), and each row's top-k is checked the same way
+against an exact top-k of the scores the kernel itself wrote (its `scores` region): --dist
+does not apply there (the scores are the indexer's), digests go to DIR/<config>/r<R>/index.json.
 
 Digests: DIR/<config>/r<R>/select.json in check_layer's format ({"format":
 "monokernel-digests/1", "launches": [{"launch", "digests": {"output/topk": sha256, ...}}]},
@@ -233,6 +240,11 @@ def _parser():
     ap.add_argument("--waves", type=int, default=None, help="waves per CTA (default the kind's)")
     ap.add_argument("--grid", type=int, default=None, help="CTAs (default the kind's)")
     ap.add_argument("--dump", default="topk_digests", help="output folder")
+    ap.add_argument("--through", choices=("select", "index"), default="select",
+                    help="select (default): the selection launch on injected distributions; "
+                    "index: end to end through launch kind index, on the kernel's own scores")
+    ap.add_argument("--workload", default="W1",
+                    help="with --through index: comma list of W1, W2 (default W1)")
     return ap
 
 
@@ -314,9 +326,69 @@ def run(args, ap) -> int:
     return 1 if bad else 0
 
 
+def run_index(args, ap) -> int:
+    """--through index: the fused launch's top-k on the scores it computed (module doc)."""
+    from stages import kinds
+    from tools import common
+    try:
+        be = common.backend(args.backend, chip=args.chip, mode=args.mode, seed=args.seed)
+    except Exception as e:  # noqa: BLE001 - a missing GPU stack: say which and stop
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
+    bad_wl = [w for w in workloads if w not in common.WORKLOADS]
+    if bad_wl or not workloads:
+        ap.error(f"--workload {args.workload!r}: choose from {', '.join(common.WORKLOADS)}")
+    kind = kinds.kind("index")
+    root = Path(args.dump)
+    bad, lines = 0, []
+    for R in args.rows:
+        spec = common.make_spec(args.config, common.resolve_tp(ap, args.config, None), R,
+                                args.kv, be.target)
+        L = kind.launch(spec)
+        c = L.select_cfg
+        arena = be.new_arena(L)
+        records = []
+        for step, (P, wl) in enumerate((P, wl) for P in (args.pos or [64, 2049])
+                                       for wl in workloads):
+            try:
+                inputs, _ = common.workload_inputs(kind, L, spec,
+                                                   np.random.default_rng([args.seed, P, R]), P, wl)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            prepared = be.prepare(inputs)
+            t0 = time.time()
+            res = be.run(L, prepared, arena, step)
+            secs = time.time() - t0
+            outs = be.outputs(L, res, prepared, inputs)
+            n = c.n_of(np.asarray(inputs[c.names.n_keys]).reshape(-1))
+            bt = np.asarray(inputs[c.names.block_table]).reshape(R, -1)
+            scores = np.asarray(res.regions[c.names.scores], np.float32)
+            problems = check_rows(scores, n, bt, outs[c.names.out], outs[c.names.diag], c.topk)
+            bad += bool(problems)
+            records.append(dict(launch=step, step=step, tag=int(res.tag), pos=P, workload=wl,
+                                seconds=round(secs, 3), exact=not problems,
+                                problems=problems[:8],
+                                digests={f"output/{nm}": sha(v) for nm, v in sorted(outs.items())}))
+            status = "exact" if not problems else "WRONG: " + problems[0]
+            lines.append(f"index r{R} pos {P:>7} {wl} {secs:8.2f}s  "
+                         f"{records[-1]['digests']['output/' + c.names.out][:16]}  {status}")
+            print(lines[-1], flush=True)
+        path = root / args.config / f"r{R}" / "index.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dict(format=FORMAT, kind="index", spec=spec.to_json(),
+                                        backend=be.name, seed=args.seed, launches=records),
+                                   indent=1, sort_keys=True) + "\n")
+    print(f"\n{len(lines) - bad} of {len(lines)} cases exact; digests in {root.resolve()}/")
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
+    if args.through == "index":
+        return run_index(args, ap)
     return run(args, ap)
 
 
