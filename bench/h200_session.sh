@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One H200 call that re-checks and re-times every launch kind, logs under $OUT (default
+# ./h200-logs). Sized for one device call (< 10 min): about 7-8 min measured piecewise
+# (bench/NOTES.md v5/v6). Each step has its own time limit so a slow step cannot eat the rest.
+#   run:  bash bench/h200_session.sh            (on the device machine)
+set -uo pipefail
+OUT=${OUT:-h200-logs}
+mkdir -p "$OUT"
+step() {  # step NAME SECONDS COMMAND...: run, keep its log, print its tail
+    local name=$1 secs=$2; shift 2
+    timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name (rc $?)"; grep -v "it/s" "$OUT/$name.log" | tail -n 14 | cut -c1-200
+}
+step gpu_tests 150 python3 -m pytest -q -m gpu test/
+step front_check 60 python3 -m tools.check_layer --kind front --config glm5 --rows 2,4,8 --backend cuda
+step front_time 60 python3 -m tools.time_layers --kind front --config glm5 --rows 2,4,8 --backend cuda --timeline
+step topk_select 90 python3 -m tools.check_topk --config glm5 --pos 8191,65535,524287 --rows 2,8 --backend cuda
+step topk_index 90 python3 -m tools.check_topk --through index --config glm5 --pos 8191,524287 --rows 2,8 --workload W1,W2 --backend cuda
+step select_time 60 python3 bench/select_h200.py --rows 2,8 --pos 65535,524287
+step index_jobs 60 python3 -m tools.time_layers --kind index --config glm5 --rows 8 --pos 524287 --backend cuda --timeline --reps 5 --jobs-csv "$OUT/index_jobs.csv"
+step index_matrix 200 python3 bench/index_h200.py --reps 5
