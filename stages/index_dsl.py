@@ -1,0 +1,208 @@
+"""The DSL helpers the index stages share (stages/index.py): lane values (`_lane`, `_tid`,
+`_scan`), rope angles (`_rope_freqs`, `_sincos`), `rotate` (rope, Hadamard), `quantize`,
+`pack_words`, `ordered_digit`, `wait_flags` (the ix_pdone pairs), and the stage-body
+wrappers (`stage_body`, `reloaded`, `local_io`).
+
+Registers (a persistent kernel holds every stage): each stage reads its pointers, the arena
+and the tag again at its start (DSL reload_arg, `local_io`), derives lane values from an
+opaque zero of the job index (`_lane`), and keeps per-row facts in LDS or VGPRs, so LLVM does
+not hoist them out of the job loop into scalar registers held across all stages; the
+front's stages get the same reload in kind `index` (`reloaded`). Zero spills on gfx950 and
+gfx942 at 2, 4 and 8 rows (test/test_index.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from layouts.scores import FIRST_DIGIT_SHIFT
+from monokernel.types import f32, i32, u32, u64
+
+from .index_plan import HD, SCALE_FLOOR, IndexPlan
+
+
+# ----------------------------------------------------------------------------- DSL helpers
+
+_CUR_LANE: list = [None, None]
+
+
+def _lane(k):
+    """This lane's index, as the current stage body made it (local_io): lane_id plus an
+    opaque zero from the job index, so lane-derived values (predicates, offsets) are computed
+    per job instead of hoisted out of the persistent job loop into registers held across
+    every stage."""
+    if _CUR_LANE[0] is k:
+        return _CUR_LANE[1]
+    return k.lane_id()
+
+
+def _tid(k):
+    return k.wave_id() * k.L + _lane(k)
+
+
+def _rope_freqs(cfg):
+    """round(inv_freq_i / 2pi * 2^64) for the 32 rope frequencies (revolutions a position):
+    stages.front's exact fixed-point angles."""
+    out = []
+    for i in range(32):
+        inv = cfg.rope_theta ** (-(2.0 * i) / 64)
+        out.append(int(round(math.ldexp(inv / (2.0 * math.pi), 64))) % (1 << 64))
+    return out
+
+
+def _sincos(k, pos, freq):
+    from .front import _sincos as f
+    return f(k, pos, freq)
+
+
+def _scan(k, x, n):
+    """Inclusive prefix sum over lanes 0..n-1 (lane order), per-lane i32; lanes >= n may
+    hold anything. Range tests are arithmetic (no lane predicate held in registers)."""
+    lane = _lane(k)
+    off = 1
+    while off < n:
+        src = lane - off
+        inr = (src >> 31) + 1  # 1 if lane >= off else 0
+        x = x + k.shuffle(x, k.max(src, 0)) * inr
+        off *= 2
+    return x
+
+
+def ordered_digit(k, score):
+    """layouts.scores.ordered_key(score) >> 26 (integer operations on the bits)."""
+    u = k.bitcast(score, u32)
+    mag = u & 0x7FFFFFFF
+    key = k.select((u >> 31).eq(1), ~u, u | 0x80000000)
+    key = k.select(mag.eq(0), 0x80000000, key)
+    bad = (mag > 0x7F800000) | u.eq(0xFF800000)
+    return k.select(bad, 0, key) >> FIRST_DIGIT_SHIFT
+
+
+def stage_body(fn):
+    """A stage body with local_io's mailbox and lane (reset when the body is emitted)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(self, k, job, io):
+        try:
+            return fn(self, k, job, local_io(k, io, job, getattr(self, "flat_mailbox", False)))
+        finally:
+            _CUR_LANE[0] = _CUR_LANE[1] = None
+    return wrapped
+
+
+def reloaded(stage):
+    """A copy of another module's stage whose body gets local_io's mailbox (the arena, tag
+    and pointers read again at the job's start), so composing it into a long persistent
+    kernel does not keep its region bases in scalar registers across every stage."""
+    cls = type(stage)
+
+    def body(self, k, job, io):
+        return cls.body(self, k, job, local_io(k, io))
+    sub = type(f"Reloaded{cls.__name__}", (cls,), {"body": body, "__module__": cls.__module__})
+    out = object.__new__(sub)
+    out.__dict__.update(stage.__dict__)
+    return out
+
+
+def local_io(k, io, job=None, flat=False):
+    """The stage's mailbox and arguments with every pointer (and the tag) read again from
+    the kernel's argument memory at the stage's start (DSL reload_arg): a persistent kernel
+    otherwise keeps every stage's pointers, and the region bases LLVM hoists out of the job
+    loop, in scalar registers across all stages (SGPR spills). `flat`: the mailbox forms
+    every region access through the arena pointer (layouts.protocol), one 64-bit base
+    instead of one per region (the projection stages touch five regions)."""
+    import copy
+    from types import SimpleNamespace
+    from layouts.protocol import Mailbox
+    env = copy.copy(io.env)
+    env.arena = k.reload_arg("arena")
+    env.tag = k.reload_arg("tag")
+    env.args = SimpleNamespace(**{n: k.reload_arg(n) for n in vars(io.env.args)})
+    if job is not None:
+        _CUR_LANE[0], _CUR_LANE[1] = k, k.lane_id() + k.bitcast(k.bitcast(job, u32) >> 31, i32)
+    return Mailbox(env, io.arena, getattr(io, "scope", "device"), flat=flat)
+
+
+def rotate(k, p: IndexPlan, xs, pos, freq):
+    """rope on dims [0, 64) then (cfg.index_hadamard) the 128-point Hadamard / sqrt(128), on
+    the lane's elements xs[t] = x[lane * ne + t]."""
+    ne = len(xs)
+    lane = _lane(k)
+    cfg = p.config
+    out = []
+    for t in range(ne):
+        e = lane * ne + t
+        x = xs[t]
+        if cfg.index_rope_interleaved:
+            fi = (e >> 1) & 31
+            partner = xs[t ^ 1]
+            first = (e & 1).eq(0)
+        else:
+            fi = e & 31
+            partner = k.lane_swap(x, 32 // ne)
+            first = (e & 32).eq(0)
+        sn, cs = _sincos(k, pos, k.load(freq, fi, u64))
+        ps = partner * sn
+        y = k.fma(x, cs, k.select(first, -ps, ps))
+        out.append(k.select(e < 64, y, x))
+    if cfg.index_hadamard:
+        d = 1
+        while d < HD:
+            if d < ne:
+                out = [(out[t ^ d] - out[t]) if t & d else (out[t] + out[t ^ d]) for t in range(ne)]
+            else:
+                m = d // ne
+                hi = (lane & m).ne(0)
+                nxt = []
+                for t in range(ne):
+                    px = k.lane_swap(out[t], m)
+                    nxt.append(k.select(hi, px - out[t], out[t] + px))
+                out = nxt
+            d *= 2
+        c = float(np.float32(HD ** -0.5))
+        out = [x * c for x in out]
+    return out
+
+
+def quantize(k, p: IndexPlan, ys):
+    """(fp8 elements, scale): s = the smallest power of two with s * fp8_max >= max(amax,
+    1e-4) over the whole 128-vector (the wave), x8 = fp8(y / s) (exact division)."""
+    am = k.abs(ys[0])
+    for y in ys[1:]:
+        am = k.max(am, k.abs(y))
+    am = k.max(k.wave_max(am), SCALE_FLOOR)
+    fmax = p.fp8_max
+    est = am * (1.0 / fmax)
+    sc = k.bitcast(k.bitcast(est, u32) & 0x7F800000, f32)
+    for _ in range(2):
+        sc = k.select(sc * fmax < am, sc * 2.0, sc)
+    inv = 1.0 / sc
+    return [k.cast(y * inv, p.fp8) for y in ys], sc
+
+
+def pack_words(k, q8):
+    """The lane's fp8 elements as the 128-vector's u32 words: (word, word index, is a word
+    lane). ne = 2 (wave64): even lanes hold word lane/2; ne = 4 (warp32): every lane."""
+    lane = _lane(k)
+    if len(q8) == 4:
+        return k.bitcast(k.vec(*q8), u32), lane, lane >= 0
+    if len(q8) != 2:
+        raise ValueError(f"index: {len(q8)} elements a lane")
+    lo = k.cast(k.bitcast(k.vec(*q8), "u16"), u32)
+    other = k.lane_swap(lo, 1)
+    return lo | (other << 16), lane >> 1, (lane & 1).eq(0)
+
+
+def wait_flags(k, io, lo, n: int):
+    """Wait for ix_pdone pairs [lo, lo + n) (lo uniform i32 or int): every thread polls its
+    share in parallel, a CTA barrier (every wave's polls have succeeded, or the CTA failed),
+    then a device acquire: the jobs' plain partial sums are visible to every wave."""
+    nthr = k.W * k.L
+    tid = _tid(k)
+    for it in range(-(-n // nthr)):
+        i = it * nthr + tid
+        io.wait("ix_pdone", lo + k.min(i, n - 1), mask=i < n if n % nthr else None)
+    io.env.cta_ok()
+    k.fence("acquire", "device")

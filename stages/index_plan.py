@@ -1,0 +1,273 @@
+"""The long-context indexer's plan (stages/index.py): IndexPlan (every number the index
+stages use, from the build spec), plan(), the constants the stages share, and the host-side
+plan helpers (groups_of, score_runs: the scoring's run map on the host).
+
+Split counts of ix_proj (proj_splits): a wave's loads of an m-tile at most
+mma_tile.LOADS_IN_FLIGHT (all in flight at once); QS the smallest q_lora split that fits and
+gives heads * QS >= grid jobs of at least Q_MIN_BLOCKS 128-blocks, KS the smallest hidden
+split that fits with a key job at most 1.5 q jobs' bytes. GLM-5: 256 q jobs of 32 KB + 24
+key jobs of 48 KB.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from layouts.scores import ScoresLayout
+from monokernel import numerics
+from monokernel.atoms import atom as get_atom
+from monokernel.atoms.nvidia import wgmma_e4m3
+from monokernel.types import dtype as as_dtype
+from spec.config import FP8_SCALE_BLOCK, KEY_PAGE_TOKENS
+
+from .index_tiling import SCORE_ATOMS, SM90, KeyTiling, tiling
+from . import mma_tile
+
+
+HD = 128  # index head dim
+PAGE = KEY_PAGE_TOKENS
+PAGE_BYTES = PAGE * (HD + 4)  # 8448
+PAGE_WORDS = PAGE_BYTES // 4  # 2112
+SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
+BLOCK = FP8_SCALE_BLOCK
+Q_FILL = 1.0  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)
+Q_MIN_BLOCKS = 2  # 128-blocks of q_lora a q job takes at least (32 KB of W_qb_idx)
+QW = 36  # ix_qb words a (head, row): 32 fp8 words, the scale's bits, pad to 16 bytes
+NW0 = 36  # ix_nb: a row's 32 key words, its scale's bits, pad; then its head weights
+DEPTH = 2  # key groups a scoring wave keeps in flight ahead of the one it computes
+SCALE_FLOOR = float(np.float32(1e-4))
+DEFAULT_WAVES = {"interp": 2, "amd": 4, "nvidia": 8}
+INTERP_GRID = 8
+GPU_SEGMENT = 1024
+INTERP_SEGMENT = 256
+INTERP_CAPACITY = 4096
+
+
+# ------------------------------------------------------------------------------------ plan
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """Every number the index stages use, from the build spec."""
+    config: object  # spec.ModelConfig
+    rows: int
+    target: str  # the build target
+    chip: str  # whose atoms and fp8 format the scoring uses (== target unless interp)
+    fp8: object  # DType of the weights, queries and the key cache
+    grid: int
+    waves: int
+    capacity: int  # positions a row may have (block-table width x 64)
+    cache_pages: int
+    segment: int
+    score_jobs: int
+    k_splits: int  # K-splits of the key jobs (W_k and W_w over hidden)
+    q_splits: int = 1  # K-splits of each q head's job (W_qb_idx over q_lora)
+    source: str = "buffers"  # "buffers": h, qr inputs (index_scoring); "front": the front's
+    front: object = None  # FrontPlan (source "front")
+
+    @property
+    def heads(self): return self.config.index_heads
+    @property
+    def hidden(self): return self.config.hidden
+    @property
+    def q_lora(self): return self.config.q_lora_rank
+    @property
+    def max_pages(self): return self.capacity // PAGE
+    @property
+    def segments(self): return self.capacity // self.segment
+    @property
+    def fp8_max(self): return numerics.FP8_MAX[self.fp8.name]
+    @property
+    def weight_scales(self):  # W_qb_idx's 128x128 block scales, then W_k's
+        return self.heads * self.q_lora // BLOCK + self.hidden // BLOCK
+    @property
+    def kchunk(self): return self.hidden // self.k_splits
+    @property
+    def qchunk(self): return self.q_lora // self.q_splits
+    @property
+    def lanes(self): return 32 if self.wgmma else 64  # the wave size the kernel runs with
+    @property
+    def q_jobs(self): return self.heads * self.q_splits  # job h * q_splits + s: head h, split s
+    @property
+    def proj_jobs(self): return self.q_jobs + self.k_splits
+    @property
+    def proj_atom(self):  # the bf16 MMA of the projections (stages/mma_tile.py)
+        return mma_tile.proj_atom_name(self.target, self.lanes, self.chip)
+    @property
+    def w_tile(self): return -(-self.heads // 16) * 16  # W_w's rows, whole 16-row m-tiles
+    @property
+    def q_tiling(self):  # qr is bf16: staged unsplit
+        return mma_tile.tiling(self.proj_atom, self.rows, 1)
+    @property
+    def k_tiling(self):  # h (buffers) is bf16; x * g (front) is fed as hi + lo halves
+        return mma_tile.tiling(self.proj_atom, self.rows, 1 if self.source == "buffers" else 2)
+    @property
+    def q_loads(self):  # 16-byte weight loads a lane holds for an m-tile of a q / key job
+        return _mtile_loads(self.proj_atom, self.waves, HD, self.qchunk // BLOCK, 1)
+    @property
+    def k_loads(self):
+        kb = self.kchunk // BLOCK
+        return max(_mtile_loads(self.proj_atom, self.waves, HD, kb, 1),
+                   _mtile_loads(self.proj_atom, self.waves, self.w_tile, kb, 2))
+    @property
+    def wgmma(self): return self.chip == SM90
+    @property
+    def halves(self): return -(-self.heads // 16)  # AMD: 16-head MMA columns
+    @property
+    def heads_pad(self): return -(-self.heads // 8) * 8  # Hopper: columns of a row
+    @property
+    def pairs(self): return -(-self.rows // 2)
+    @property
+    def nb_words(self): return NW0 + -(-self.heads // 4) * 4  # ix_nb words a row
+    @property
+    def scores_layout(self) -> ScoresLayout:
+        return ScoresLayout(self.rows, self.capacity, self.segment)
+
+    @property
+    def hist_slots(self) -> int:
+        """(row, segment) histograms one scoring job may hold: a job's units cost at most
+        C/J + R/2 pairs (C <= R * segments), a unit of n rows costs >= n/2 pairs."""
+        return -(-2 * self.rows * self.segments // self.score_jobs) + self.rows
+
+    @property
+    def atom(self):
+        if self.wgmma:
+            return wgmma_e4m3(2 * self.heads_pad)
+        return get_atom(SCORE_ATOMS[self.chip])
+
+    @property
+    def tiling(self) -> KeyTiling:
+        return tiling(self.atom.name) if not self.wgmma else KeyTiling.of(self.atom)
+
+    def check(self):
+        c = self.config
+        if c.index_head_dim != HD:
+            raise ValueError(f"index: head dim {c.index_head_dim}; the scoring tiles 128")
+        if self.rows not in (1, 2, 4, 8):
+            raise ValueError(f"index: {self.rows} rows; built widths are 2, 4, 8")
+        if self.heads > 64 or self.heads < 1:
+            raise ValueError(f"index: {self.heads} heads (1..64)")
+        if c.q_lora_rank % BLOCK or c.hidden % BLOCK or self.kchunk % BLOCK or \
+                self.qchunk % BLOCK or self.k_splits * self.kchunk != c.hidden or \
+                self.q_splits * self.qchunk != c.q_lora_rank:
+            raise ValueError(f"index: q_lora {c.q_lora_rank} / {self.q_splits} splits and hidden "
+                             f"{c.hidden} / {self.k_splits} splits must be whole {BLOCK}-blocks")
+        for tm in (HD, self.w_tile):
+            mma_tile.WaveSplit.of(tm, 16, self.waves)  # the projection tiles split over the waves
+        if self.capacity % self.segment or self.segment % PAGE:
+            raise ValueError(f"index: capacity {self.capacity} must be whole segments of "
+                             f"{self.segment} keys, a segment whole pages of {PAGE}")
+        if self.cache_pages < 1 or self.cache_pages * PAGE_BYTES > 2**31 - 1:
+            raise ValueError(f"index: {self.cache_pages} cache pages overflow int32 byte offsets")
+        if self.chip not in (*SCORE_ATOMS, SM90):
+            raise ValueError(f"index: no scoring tiling for chip {self.chip!r}")
+        if self.wgmma and self.waves % 4:
+            raise ValueError(f"index: wgmma scoring needs whole warpgroups, got {self.waves} warps")
+        self.scores_layout  # the selection's limits
+        return self
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _mtile_loads(atom_name: str, waves: int, tile_m: int, blocks: int, w_bytes: int) -> int:
+    """16-byte weight loads a lane issues for one m-tile of a projection tile of `tile_m`
+    rows over `blocks` 128-blocks (stages/mma_tile.py's work split)."""
+    sp = mma_tile.WaveSplit.of(tile_m, 16, waves)
+    return -(-blocks // sp.kparts) * mma_tile.tiling(atom_name, 1, 1).loads_per_block_of(w_bytes)
+
+
+def proj_splits(cfg, atom_name: str, waves: int, grid: int) -> tuple:
+    """(q_splits, k_splits) of ix_proj (module doc): every weight load of a wave's m-tile in
+    flight at once (at most mma_tile.LOADS_IN_FLIGHT 16-byte loads a lane). q: the smallest
+    split of q_lora that fits and gives heads * q_splits >= Q_FILL * grid jobs of at least
+    Q_MIN_BLOCKS blocks (else the largest such split that fits); key: the smallest split of
+    hidden whose W_k and W_w loads fit and whose job is at most 1.5 q jobs' bytes."""
+    H = cfg.index_heads
+    qb, kb = cfg.q_lora_rank // BLOCK, cfg.hidden // BLOCK
+    lim = mma_tile.LOADS_IN_FLIGHT
+    wt = -(-H // 16) * 16
+    fit = [d for d in _divisors(qb) if _mtile_loads(atom_name, waves, HD, qb // d, 1) <= lim]
+    big = [d for d in fit if qb // d >= min(Q_MIN_BLOCKS, qb)]
+    fill = [d for d in big if H * d >= Q_FILL * grid]
+    qs = fill[0] if fill else (big[-1] if big else (fit[0] if fit else qb))
+    qbytes = HD * cfg.q_lora_rank // qs
+    ks = next((d for d in _divisors(kb)
+               if _mtile_loads(atom_name, waves, HD, kb // d, 1) <= lim and
+               _mtile_loads(atom_name, waves, wt, kb // d, 2) <= lim and
+               (HD + 2 * H) * (cfg.hidden // d) <= 1.5 * qbytes), kb)
+    return qs, ks
+
+
+def plan(spec, *, grid=None, waves=None, chip=None, capacity=None, cache_pages=None,
+         segment=None, score_jobs=None, k_splits=None, q_splits=None) -> IndexPlan:
+    t = spec.target_info
+    if grid is None:
+        grid = INTERP_GRID if spec.target == "interp" else t.num_ctas
+    chip = chip or (spec.target if spec.target != "interp" else "gfx950")
+    if waves is None:
+        waves = DEFAULT_WAVES[t.vendor] if spec.target != "interp" else \
+            (4 if chip == SM90 else DEFAULT_WAVES["interp"])
+    fp8 = as_dtype("fp8e4m3fnuz" if chip == "gfx942" else "fp8e4m3fn")
+    cfg = spec.config
+    if capacity is None:  # the interpreter's launches stay small (4096 keys a row)
+        capacity = -(-cfg.max_context // PAGE) * PAGE
+        if spec.target == "interp":
+            capacity = min(capacity, INTERP_CAPACITY)
+    if segment is None:
+        segment = INTERP_SEGMENT if spec.target == "interp" else GPU_SEGMENT
+    lanes = 32 if chip == SM90 else 64
+    if cfg.index_head_dim == HD and (q_splits is None or k_splits is None):
+        atom_name = mma_tile.proj_atom_name(spec.target, lanes, chip)
+        qs, ks = proj_splits(cfg, atom_name, waves, grid)
+        q_splits = q_splits or qs
+        k_splits = k_splits or ks
+    if cache_pages is None:
+        cache_pages = 4 * spec.rows + capacity // PAGE if spec.target != "interp" else 48
+    return IndexPlan(cfg, spec.rows, spec.target, chip, fp8, grid, waves, capacity, cache_pages,
+                     segment, score_jobs or grid, k_splits or 1, q_splits or 1).check()
+
+
+# ----------------------------------------------------------------------- host-side plan
+
+def groups_of(positions, block_table):
+    """[(first row, rows)] of the launch: row r joins row r-1 iff pos[r] == pos[r-1] + 1 and
+    block_table[r, pos[r-1] // 64] == block_table[r-1, pos[r-1] // 64]."""
+    pos = np.asarray(positions).reshape(-1)
+    bt = np.asarray(block_table)
+    out = []
+    for r in range(len(pos)):
+        if r and pos[r] == pos[r - 1] + 1 and \
+                bt[r, pos[r - 1] // PAGE] == bt[r - 1, pos[r - 1] // PAGE]:
+            out[-1][1] += 1
+        else:
+            out.append([r, 1])
+    return [tuple(g) for g in out]
+
+
+def score_runs(p: IndexPlan, positions, block_table) -> list:
+    """The run map: per scoring job j, [(first row, rows, first segment, end segment)] it
+    scores (the kernel's formula). A row's scores are at scores[r, 0 .. pos[r]], its
+    histograms at score_hist[r, 0 .. pos[r] // S]."""
+    pos = np.asarray(positions).reshape(-1)
+    S, J = p.segment, p.score_jobs
+    gs = groups_of(pos, block_table)
+    cost, prefix, C = [], [], 0
+    for f, n in gs:
+        segs = (int(pos[f + n - 1]) // S) + 1
+        c = segs * ((n + 1) // 2)
+        prefix.append(C)
+        cost.append((segs, (n + 1) // 2))
+        C += c
+    runs = []
+    for j in range(J):
+        mine = []
+        for (f, n), P, (segs, pairs) in zip(gs, prefix, cost):
+            den = pairs * J
+            lo = min(-(-max(j * C - P * J, 0) // den), segs)
+            hi = min(-(-max((j + 1) * C - P * J, 0) // den), segs)
+            if lo < hi:
+                mine.append((f, n, lo, hi))
+        runs.append(mine)
+    return runs

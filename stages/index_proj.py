@@ -1,0 +1,496 @@
+"""The index projections (stages/index.py): the stages that turn qr and h into the FP8 q
+heads (ix_qb), the new keys (the paged cache, ix_nb) and the head weights. Stages (each
+job's work is declared; the scheduler places jobs):
+
+    ix_qr[r]     (kind index only) qr = RMSNorm(q_a) from the front's partial sums (front_q's
+                 math and helpers) into the bulk region ix_qr the q heads acquire.
+    ix_proj[j]   partial sums on the tensor cores (stages/mma_tile.py, the front's tile: the
+                 chip's bf16 MMA, 16 weight rows as A, every weight load of a wave's m-tile in
+                 flight before its first MMA, 16-byte nontemporal loads, the chunk's
+                 activations staged once in LDS as B). j = h * QS + s < heads * QS: W_qb_idx
+                 rows of head h over q_lora split s (QS = q_splits) -> ix_qpart [QS, R,
+                 heads*128]; j = heads * QS + s: W_k (128 rows, fp8) then W_w (heads rows, bf16
+                 fed as loaded, no scale) over hidden split s, one staging of the activations
+                 for both -> ix_kpart [KS, R, 128 + heads]. qr and the buffers' h are bf16
+                 (staged as they are, parts=1); from the front, x * g is fed as exact bf16
+                 halves (parts=2). Plain stores, then (CTA barrier, device release) the job's
+                 pair in ix_pdone. Split counts: proj_splits (stages/index_plan.py).
+    ix_q[h]      q head h for all rows: waits for its QS pairs (threads in parallel; barrier;
+                 acquire), sums the partials in split order (the same bits on every run and
+                 schedule), rope, Hadamard, quantize -> ix_qb, bulk (32 fp8 words and the
+                 scale's bits a (head, row); a release counter of `heads` publishers): a
+                 scoring job acquires it once and loads its query operands straight into
+                 registers.
+    ix_key[0]    waits for the KS key jobs' pairs, sums their partials in split order,
+                 LayerNorm, rope, Hadamard, quantize: the new
+                 keys -> the cache and ix_nb (bulk: a row's key words, scale bits, then its
+                 head weights w = W_w h * s_q * consts).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
+from monokernel.atoms import atom as get_atom
+from monokernel.types import bf16, f32, i32, u8, u32, u64
+
+from .base import Buffer, Job, Stage, Use
+from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
+from .index_dsl import _lane, stage_body, rotate, quantize, pack_words, wait_flags
+from . import mma_tile
+
+
+# ------------------------------------------------------------------------------------ stages
+
+class IndexProj(Stage):
+    """Partial sums of the three index projections on the tensor cores (module doc,
+    stages/mma_tile.py): job h * q_splits + s: W_qb_idx rows of head h over q_lora split s ->
+    ix_qpart; job q_jobs + s: W_k (128 rows) then W_w (heads rows) over hidden split s,
+    sharing the split's staged activations -> ix_kpart. Each job then releases and publishes
+    its ix_pdone pair."""
+    name = "ix_proj"
+    rel_tol = 1e-5
+    flat_mailbox = True  # local_io: region accesses through the arena pointer
+
+    def __init__(self, p: IndexPlan):
+        self.p = p
+
+    def jobs(self):
+        p = self.p
+        R = p.rows
+        qw = HD * p.qchunk + 4 * p.qchunk // BLOCK  # weights + the head's block scales
+        kw = (HD + 2 * p.heads) * p.kchunk + 4 * p.kchunk // BLOCK
+        return ([Job(j, cost_bytes=qw + 2 * R * p.qchunk + 4 * R * HD,
+                     cost_flops=2 * HD * p.qchunk * R, lds_bytes=self._lds())
+                 for j in range(p.q_jobs)]
+                + [Job(p.q_jobs + s, cost_bytes=kw + 4 * R * p.kchunk + 4 * R * (HD + p.heads),
+                       cost_flops=2 * (HD + p.heads) * p.kchunk * R, lds_bytes=self._lds())
+                   for s in range(p.k_splits)])
+
+    def _act_words(self):  # u32 words of the staged activations (q and key jobs share them)
+        p = self.p
+        return max(mma_tile.act_lds_words(p.q_tiling, p.qchunk),
+                   mma_tile.act_lds_words(p.k_tiling, p.kchunk))
+
+    def _red_words(self, lanes: int):  # f32 words of the K-parts' sums (0: no tile has parts)
+        p = self.p
+        at = get_atom(p.proj_atom)
+        if max(mma_tile.WaveSplit.of(tm, at.m, p.waves).kparts for tm in (HD, p.w_tile)) == 1:
+            return 0
+        return p.waves * lanes * at.c_slots
+
+    def _lds(self):
+        return 4 * (self._act_words() + self._red_words(self.p.lanes))
+
+    def regions(self):
+        p = self.p
+        R = p.rows
+        return [PlainBuffer("ix_qpart", f32, (p.q_splits, R, p.heads * HD)),
+                PlainBuffer("ix_kpart", f32, (p.k_splits, R, HD + p.heads)),
+                TaggedPairs("ix_pdone", (p.proj_jobs,), u32)]
+
+    def buffers(self):
+        p = self.p
+        src = ({"h": Buffer(bf16, (p.rows, p.hidden)), "qr": Buffer(bf16, (p.rows, p.q_lora))}
+               if p.source == "buffers" else
+               {"x": Buffer(bf16, (p.rows, p.hidden)), "attn_norm_w": Buffer(bf16, (p.hidden,))})
+        return {**src,
+                "ix_wq": Buffer(p.fp8, (p.heads * HD, p.q_lora)),
+                "ix_wk": Buffer(p.fp8, (HD, p.hidden)),
+                "ix_ws": Buffer(f32, (p.weight_scales,)),
+                "ix_ww": Buffer(bf16, (p.heads, p.hidden))}
+
+    def bytes_moved(self):
+        p = self.p
+        out = {"ix_wq": p.heads * HD * p.q_lora, "ix_wk": HD * p.hidden,
+               "ix_ws": 4 * p.weight_scales, "ix_ww": 2 * p.heads * p.hidden}
+        if p.source == "buffers":  # from the front, x is the front's (counted there)
+            out.update(h=2 * p.rows * p.hidden, qr=2 * p.rows * p.q_lora)
+        return out
+
+    def reads(self, j):
+        p = self.p
+        if p.source == "front" and j < p.q_jobs:
+            return [Use("ix_qr", 0, p.rows * p.q_lora)]
+        return []
+
+    def writes(self, j):
+        p = self.p
+        R, NQ, PW_ = p.rows, p.heads * HD, HD + p.heads
+        if j < p.q_jobs:
+            h, s = divmod(j, p.q_splits)
+            out = [Use("ix_qpart", (s * R + r) * NQ + h * HD, (s * R + r) * NQ + (h + 1) * HD)
+                   for r in range(R)]
+        else:
+            s = j - p.q_jobs
+            out = [Use("ix_kpart", (s * R + r) * PW_, (s * R + r + 1) * PW_) for r in range(R)]
+        return out + [Use("ix_pdone", j, j + 1)]
+
+    @stage_body
+    def body(self, k, job, io):
+        p = self.p
+        act = k.lds("ix_act", u32, self._act_words())
+        nred = self._red_words(k.L)
+        red = k.lds("ix_red", f32, nred) if nred else None
+        with k.if_else(job < p.q_jobs) as (qj, kj):
+            with qj:
+                self._q_part(k, io, act, red, job)
+            with kj:
+                self._k_part(k, io, act, red, job - p.q_jobs)
+        # publish: every wave's stores, the CTA's release, then this job's pair (one a job:
+        # no counter that a hundred jobs would contend for)
+        k.fence("release", "cta")
+        ok = io.env.cta_ok()  # a barrier when the CTA has several waves
+        with k.if_(ok & k.wave_id().eq(0)):
+            k.fence("release", "device")
+            io.publish("ix_pdone", job, k.cast(job, u32), mask=_lane(k).eq(0))
+
+    def _tile(self, k, T, *, w, w_dtype, scale, scale_stride, row0, k0, kb0, chunk, tile_m,
+              lds, red, stage, emit, w_rows=None, stride):
+        mma_tile.project(k, T, w=w, w_stride=stride, w_dtype=w_dtype, scale=scale,
+                         scale_stride=scale_stride, row0=row0, k0=k0, kb0=kb0,
+                         blocks=chunk // BLOCK, tile_m=tile_m, lds=lds, chunk=chunk,
+                         stage=stage, emit=emit, red=red, w_rows=w_rows)
+
+    def _q_part(self, k, io, act, red, j):
+        """Head h = j / q_splits, split s: W_qb_idx[h*128 : h*128+128, chunk s] qr[:, chunk s]
+        (the head's 128 rows share one row of 128x128 block scales). qr is bf16: staged as
+        it is. From the front, the wait for ix_qr comes after the weight loads are issued."""
+        p = self.p
+        a = io.args
+        T = p.q_tiling
+        R, NQ, QC = p.rows, p.heads * HD, p.qchunk
+        h, s = j / p.q_splits, j % p.q_splits
+        k0 = s * QC
+        if p.source == "front":
+            from layouts.protocol import region_base
+            xq = region_base(k, io.env.arena, io.arena, "ix_qr")
+        else:
+            xq = a.qr
+
+        def load8(r, kk, m):
+            return k.load(xq, r * p.q_lora + k0 + kk, bf16, 8, mask=m)
+
+        def stage():
+            k.barrier()  # the CTA's previous job is done reading the activations
+            if p.source == "front":
+                def finish():  # the weights travel while qr is awaited
+                    io.acquire("ix_qr")
+                    pending = mma_tile.load_activations(k, T, QC, load8)
+                    mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
+                    k.barrier()
+                return finish
+            pending = mma_tile.load_activations(k, T, QC, load8)
+
+            def finish():
+                mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
+                k.barrier()
+            return finish
+
+        def emit(m, r, v, mask):  # ix_qpart[s, r, m ..] (m: the W_qb_idx row)
+            io.store("ix_qpart", (s * R + r) * NQ + m, v, mask=mask)
+
+        self._tile(k, T, w=a.ix_wq, w_dtype=p.fp8, scale=a.ix_ws, scale_stride=p.q_lora // BLOCK,
+                   row0=h * HD, k0=k0, kb0=s * (QC // BLOCK), chunk=QC, tile_m=HD, lds=act,
+                   red=red, stage=stage, emit=emit, stride=p.q_lora)
+
+    def _k_part(self, k, io, act, red, s):
+        """Split s of W_k h and W_w h. From the front, h = x * g * rs(x) is never formed: the
+        sums are of W (x * g) (exact f32 products of two bf16, fed as bf16 halves hi + lo)
+        and the key job multiplies them by the row's rs (the front's exact algebra)."""
+        p = self.p
+        a = io.args
+        T = p.k_tiling
+        R, KC, PW_, H = p.rows, p.kchunk, HD + p.heads, p.heads
+        k0 = s * KC
+        if p.source == "front":
+            def load8(r, kk, m):
+                return (k.load(a.x, r * p.hidden + k0 + kk, bf16, 8, mask=m),
+                        k.load(a.attn_norm_w, k0 + kk, bf16, 8, mask=m))
+
+            def value8(xg):  # a = x * g, exact in f32
+                return k.cast(xg[0], f32) * k.cast(xg[1], f32)
+        else:
+            def load8(r, kk, m):
+                return k.load(a.h, r * p.hidden + k0 + kk, bf16, 8, mask=m)
+
+            def value8(v):
+                return v
+
+        def stage():
+            k.barrier()  # the CTA's previous job is done reading the activations
+            pending = mma_tile.load_activations(k, T, KC, load8)
+
+            def finish():
+                mma_tile.store_activations(k, T, act, KC, pending, value8)
+                k.barrier()
+            return finish
+
+        def store(off, m, v, mask, limit=None):  # ix_kpart[s, r, off + m ..]
+            n = v.n
+            if PW_ % n == 0 and (limit is None or limit % n == 0):
+                io.store("ix_kpart", off + m, v, mask=mask if limit is None else mask & (m < limit))
+                return
+            for i in range(n):  # rows not in whole vectors (heads not a multiple of n)
+                x = v[i] if n > 1 else v
+                mi = mask if limit is None else mask & (m + i < limit)
+                io.store("ix_kpart", off + m + i, x, mask=mi)
+
+        def emit_k(m, r, v, mask):
+            store((s * R + r) * PW_, m, v, mask)
+
+        def emit_w(m, r, v, mask):
+            store((s * R + r) * PW_ + HD, m, v, mask, limit=H)
+
+        def after_k():  # the activations are staged; `red` is free again once W_k read it
+            if mma_tile.WaveSplit.of(HD, 16, k.W).kparts > 1:
+                k.barrier()
+        kb0 = s * (KC // BLOCK)
+        ws0 = p.heads * p.q_lora // BLOCK  # W_k's block scales follow W_qb_idx's
+        self._tile(k, T, w=a.ix_wk, w_dtype=p.fp8, scale=a.ix_ws, scale_stride=p.hidden // BLOCK,
+                   row0=0, k0=k0, kb0=ws0 + kb0, chunk=KC, tile_m=HD, lds=act, red=red,
+                   stage=stage, emit=emit_k, stride=p.hidden)
+        self._tile(k, T, w=a.ix_ww, w_dtype=bf16, scale=None, scale_stride=0, row0=0, k0=k0,
+                   kb0=kb0, chunk=KC, tile_m=p.w_tile, lds=act, red=red, stage=after_k,
+                   emit=emit_w, w_rows=H, stride=p.hidden)
+
+    def reference(self, env):
+        return {}
+
+
+class IndexQ(Stage):
+    """q head h for all rows: the head's q_splits partial sums in split order, rope,
+    Hadamard, quantize -> ix_qb (bulk: 32 fp8 words and the scale's bits a (head, row); a
+    release counter of `heads` publishers)."""
+    name = "ix_q"
+    rel_tol = 1e-5
+    flat_mailbox = True  # local_io: region accesses through the arena pointer
+
+    def __init__(self, p: IndexPlan):
+        self.p = p
+
+    def jobs(self):
+        p = self.p
+        return [Job(h, cost_bytes=p.rows * HD * (4 * p.q_splits + 1) + 8 * p.q_splits,
+                    cost_flops=p.rows * HD * 64) for h in range(p.heads)]
+
+    def regions(self):
+        p = self.p
+        return [BulkBuffer("ix_qb", u32, (p.heads, p.rows, QW), publishers=p.heads)]
+
+    def buffers(self):
+        p = self.p
+        return {"positions": Buffer(i32, (p.rows,)), "ix_rope_freq": Buffer(u64, (32,))}
+
+    def bytes_moved(self):
+        return {"ix_rope_freq": 256}
+
+    def reads(self, h):
+        p = self.p
+        R, NQ, S = p.rows, p.heads * HD, p.q_splits
+        return [Use("ix_pdone", h * S, (h + 1) * S)] + \
+            [Use("ix_qpart", (s * R + r) * NQ + h * HD, (s * R + r) * NQ + (h + 1) * HD)
+             for s in range(S) for r in range(R)]
+
+    def writes(self, h):
+        R = self.p.rows
+        return [Use("ix_qb", h * R * QW, (h + 1) * R * QW)]
+
+    @stage_body
+    def body(self, k, hq, io):
+        p = self.p
+        a = io.args
+        R, NQ = p.rows, p.heads * HD
+        wait_flags(k, io, hq * p.q_splits, p.q_splits)
+        ne = HD // k.L
+        for r in k.range(k.wave_id(), R, k.W):
+            xv = None
+            for s in range(p.q_splits):  # the fixed split order: the same bits every run
+                v = io.load("ix_qpart", (s * R + r) * NQ + hq * HD + _lane(k) * ne, ne)
+                xv = v if xv is None else xv + v
+            xs = [xv[t] for t in range(ne)] if ne > 1 else [xv]
+            pos = k.load(a.positions, r, i32)
+            ys = rotate(k, p, xs, k.max(pos, 0), a.ix_rope_freq)
+            q8, sc = quantize(k, p, ys)
+            word, widx, wl = pack_words(k, q8)
+            io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
+            io.store("ix_qb", (hq * R + r) * QW + 32, k.bitcast(sc, u32), mask=_lane(k).eq(0))
+        io.release("ix_qb")
+
+    def reference(self, env):
+        from .index_ref import proj_reference
+        return proj_reference(self.p, env)
+
+
+class IndexKey(Stage):
+    """The new keys (LayerNorm, rope, Hadamard, FP8) -> pairs and the paged cache; the head
+    weights w = W_w h * heads^-0.5 * s_q * 128^-0.5 -> pairs."""
+    name = "ix_key"
+    rel_tol = 1e-5
+    flat_mailbox = True  # local_io: region accesses through the arena pointer
+
+    def __init__(self, p: IndexPlan):
+        self.p = p
+
+    def jobs(self):
+        p = self.p
+        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2),
+                    cost_flops=p.rows * HD * 64)]
+
+    def regions(self):
+        p = self.p
+        return [BulkBuffer("ix_nb", u32, (p.rows, p.nb_words), publishers=1)]
+
+    def buffers(self):
+        p = self.p
+        extra = {"x": Buffer(bf16, (p.rows, p.hidden))} if p.source == "front" else {}
+        return {**extra, "positions": Buffer(i32, (p.rows,)),
+                "block_table": Buffer(i32, (p.rows, p.max_pages)),
+                "ix_kn": Buffer(f32, (2, HD)), "ix_rope_freq": Buffer(u64, (32,)),
+                "index_cache": Buffer(u8, (p.cache_pages, PAGE_BYTES), output=True)}
+
+    def reads(self, j):
+        p = self.p
+        return [Use("ix_pdone", p.q_jobs, p.proj_jobs),
+                Use("ix_kpart", 0, p.k_splits * p.rows * (HD + p.heads)),
+                Use("ix_qb", 0, p.heads * p.rows * QW)]
+
+    def writes(self, j):
+        p = self.p
+        return [Use("ix_nb", 0, p.rows * p.nb_words)]
+
+    @stage_body
+    def body(self, k, job, io):
+        p = self.p
+        a = io.args
+        R, KS, H = p.rows, p.k_splits, p.heads
+        lane = _lane(k)
+        PW_ = HD + H
+        NWR = p.nb_words
+        wait_flags(k, io, p.q_jobs, KS)
+        io.acquire("ix_qb")
+        ne = HD // k.L
+        e0 = lane * ne
+        eps = float(p.config.index_eps)
+        coef = float(np.float32(H ** -0.5 * HD ** -0.5))
+        rs_of = self._row_scales(k, io)
+        for r in k.range(k.wave_id(), R, k.W):
+            rs = rs_of(r)
+            v = None
+            for s in range(KS):  # the fixed split order: the same bits on every run
+                x = io.load("ix_kpart", (s * R + r) * PW_ + e0, ne)
+                v = x if v is None else v + x
+            if rs is not None:
+                v = v * rs
+            xs = [v[t] for t in range(ne)] if ne > 1 else [v]
+            tot = xs[0]
+            for x in xs[1:]:
+                tot = tot + x
+            mean = k.wave_sum(tot) * (1.0 / HD)
+            ds = [x - mean for x in xs]
+            sq = ds[0] * ds[0]
+            for d in ds[1:]:
+                sq = k.fma(d, d, sq)
+            rstd = k.rsqrt(k.wave_sum(sq) * (1.0 / HD) + eps)
+            g = k.load(a.ix_kn, e0, f32, ne)
+            b = k.load(a.ix_kn, HD + e0, f32, ne)
+            ys = [k.fma(ds[t] * rstd, g[t] if ne > 1 else g, b[t] if ne > 1 else b)
+                  for t in range(ne)]
+            pos = k.load(a.positions, r, i32)
+            pc = k.max(pos, 0)
+            ys = rotate(k, p, ys, pc, a.ix_rope_freq)
+            q8, sc = quantize(k, p, ys)
+            word, widx, wl = pack_words(k, q8)
+            io.store("ix_nb", r * NWR + widx, word, mask=wl)
+            io.store("ix_nb", r * NWR + 32, k.bitcast(sc, u32), mask=lane.eq(0))
+            page = k.load(a.block_table, r * p.max_pages + (pc >> 6), i32)
+            ok = io.ok & (pos >= 0) & (page >= 0)
+            base = page * PAGE_WORDS
+            k.store(a.index_cache, base + (pc & (PAGE - 1)) * 32 + widx, word, mask=wl & ok)
+            k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
+                    mask=lane.eq(0) & ok)
+            for h0 in range(0, H, k.L):
+                h = h0 + lane
+                m = h < H
+                wsum = None
+                for s in range(KS):
+                    x = io.load("ix_kpart", (s * R + r) * PW_ + HD + k.min(h, H - 1), mask=m)
+                    wsum = x if wsum is None else wsum + x
+                if rs is not None:
+                    wsum = wsum * rs
+                sq_ = k.bitcast(io.load("ix_qb", (k.min(h, H - 1) * R + r) * QW + 32, mask=m), f32)
+                io.store("ix_nb", r * NWR + NW0 + k.min(h, H - 1), k.bitcast(wsum * sq_ * coef, u32),
+                         mask=m)
+        io.release("ix_nb")
+
+    def bytes_moved(self):
+        p = self.p
+        return {"ix_kn": 2 * HD * 4, "index_cache new keys": p.rows * (HD + 4),
+                "positions": 4 * p.rows}
+
+    def _row_scales(self, k, io):
+        """From the front: rs(x_r) = rsqrt(mean(x_r^2) + eps) of every row (the front's own
+        helper and summation order), by all waves, into LDS; a function of the row index.
+        From the buffers (h is normalized): None."""
+        p = self.p
+        if p.source != "front":
+            return lambda r: None
+        from .front import _row_rs
+        red = k.lds("ix_rs_red", f32, 2 * k.W)
+        rsl = k.lds("ix_rs", f32, p.rows)
+        for r in range(p.rows):
+            rs = _row_rs(k, p.front, io.args, r, red, r % 2)
+            k.store(rsl, r, rs, mask=k.wave_id().eq(0) & _lane(k).eq(0))
+        if k.W > 1:
+            k.barrier()
+        return lambda r: k.load(rsl, r, f32)
+
+    def reference(self, env):
+        from .index_ref import key_reference
+        return key_reference(self.p, env)
+
+
+def _front_post():
+    from .front import _Post
+    return _Post
+
+
+class IndexQR(_front_post()):
+    """From the front (kind `index`): qr[r] = RMSNorm(q_a[r]) * g_q with q_a = rs(x_r) *
+    sum_s front_part[s, r, :q_lora] (the front_q math, the front's helpers), rounded to bf16
+    as the front's qr, into the bulk region `ix_qr` the q heads acquire (the front's `qr`
+    output buffer is no region a later stage can wait on)."""
+    name = "ix_qr"
+    rel_tol = 2.0 ** -8 + 1e-5
+
+    def __init__(self, p: IndexPlan):
+        super().__init__(p.front)
+        self.ip = p
+        self.lo, self.hi = 0, p.q_lora
+
+    def regions(self):
+        ip = self.ip
+        return [BulkBuffer("ix_qr", bf16, (ip.rows, ip.q_lora), publishers=ip.rows)]
+
+    def buffers(self):
+        p = self.p
+        return {"x": Buffer(bf16, (p.rows, p.hidden)), "q_a_norm_w": Buffer(bf16, (p.q_lora,))}
+
+    def writes(self, r):
+        q = self.ip.q_lora
+        return [Use("ix_qr", r * q, (r + 1) * q)]
+
+    @stage_body
+    def body(self, k, job, io):
+        p = self.p
+        a = io.args
+        lds = k.lds("ix_qr_red", f32, 2 * k.W)
+        k.barrier()
+        ys, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
+        qr = self.norm(k, ys, a.q_a_norm_w, lds, 1, p.q_lora)
+        for e, v, m in qr:
+            io.store("ix_qr", job * p.q_lora + e, k.cast(v, bf16), mask=m)
+        io.release("ix_qr")
+
+    def reference(self, env):
+        return {}

@@ -1,0 +1,665 @@
+"""The index scoring (stages/index.py): ix_score, the scores of every visible cached key,
+and the consumer side of its protocol (wait_scored, scored_reads).
+
+    ix_score[j]  J jobs (one a CTA). The plan (wave 0, one row a lane): row r joins row r-1's
+                 group iff it sits at the next position and its page of pos[r-1] is row
+                 r-1's (same request); a group is scored together, read through its last
+                 row's block table. A unit is (group, segment of S keys) and costs the
+                 group's row PAIRS; units are split over the J jobs by cost prefix (even at
+                 every context: a long row's keys are split evenly across CTAs;
+                 `score_runs` is the same map on the host). Scores go to `scores` by logical
+                 position, first-digit counts to an LDS histogram per (row, segment) (LDS
+                 atomics), flushed to `score_hist` after a CTA barrier; each job then
+                 announces itself in `score_done` (release fence, then the pair).
+
+Scoring tilings (stages/index_tiling.py: the head's 128 bytes are permuted onto the atom's K
+so a lane loads 32 contiguous key bytes, two 16-byte nontemporal loads, straight into
+registers as the A operand, DEPTH (2) steps ahead; no LDS copy, no barrier, no branch on the
+key path):
+
+    gfx950  v_mfma_f32_16x16x128_f8f6f4: A = 16 keys x 128 B, B = 16 heads of one row
+            (registers, from ix_qb), one MFMA a head half. A wave scores a row PAIR, at
+            every build width (below 4 rows too: simplest; the pair's second row is masked
+            when a group has an odd row count): per 16 keys 2 rows x ceil(heads/16) MFMAs (4
+            for 32 heads), each key read and converted once for both rows. Waves are spread
+            over the group's pairs with power-of-two strides (P rounded up to P2 = 2^lp: wave
+            w takes pair w % P2 and every (W/P2)-th 16-key group: shifts, no division; a
+            wave idles only for groups of 5-6 rows). relu, the head weights and the head
+            halves in registers; the 16 head lanes are reduced by a reduce-scatter of lane
+            swaps (8, 4, 2, 1: 8 swaps for 2 rows x 4 keys), one score a lane pair.
+    gfx942  v_mfma_f32_16x16x32_fp8 (e4m3fnuz): the same with 4 chained MFMAs a head half
+            (16 per pair and 16 keys).
+    sm_90a  wgmma m64n(2*HP)k32 e4m3: a warpgroup takes 64 keys (one page) as the register
+            A operand, every row pair of the group reads its queries from shared memory as
+            B (staged once a job, K-major), 4 chained wgmmas a pair: all rows of the CTA
+            share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
+
+Keys this launch writes: a row's new key lands in a slot that the group's key loop also
+reads (the key job may be writing it); the loop's value there is discarded: after the CTA
+barrier `_fixup` recomputes exactly those scores from the launch's own new key (ix_nb, f32
+dot products of exact fp8 products) and moves their histogram count from the stale digit to
+the new one. Only the jobs whose range holds such a slot do anything there.
+
+Scores/selection contract (layouts/scores.py; the region protocol is this module's):
+    scores      PlainBuffer f32 [R, capacity]: scores[r, p] for p <= pos[r] (others untouched)
+    score_hist  PlainBuffer u32 [R, capacity / S, 64]: first-digit (ordered_key >> 26)
+                counts of the stored scores of row r in segment s (segments past the row's
+                last key are untouched)
+    score_done  TaggedPairs u32 [J]: job j's pair is published after its scores and
+                histograms (device-scope release fence first). A consumer polls all J pairs,
+                takes an acquire fence (`wait_scored`; declare `scored_reads`), then reads
+                both plain regions. Every scoring job may write any row's scores (the split
+                follows the runtime contexts), so a consumer depends on all of them.
+"""
+from __future__ import annotations
+
+import math
+
+from layouts.regions import PlainBuffer, TaggedPairs
+from layouts.scores import FIRST_DIGIT_BINS
+from monokernel.atoms.nvidia import wgmma_e4m3
+from monokernel.types import f32, i32, u8, u32, u64
+
+from .base import Buffer, Job, Stage, Use
+from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
+from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body
+
+
+class IndexScore(Stage):
+    """Scores of every visible cached key (module doc)."""
+    name = "ix_score"
+    rel_tol = 1e-5
+
+    def __init__(self, p: IndexPlan):
+        self.p = p
+        self.t = p.tiling
+
+    def jobs(self):
+        p = self.p
+        keys = p.capacity * p.rows // max(p.score_jobs, 1)
+        return [Job(j, cost_bytes=keys * (HD + 4) // 2, cost_flops=keys * HD * p.heads * 2,
+                    lds_bytes=p.hist_slots * 256) for j in range(p.score_jobs)]
+
+    keys_read = 8192  # the byte floor's context (kind inputs with `pos` set it)
+
+    def bytes_moved(self):
+        """The visible keys read once (workload W1: one request's keys) and the block table."""
+        p = self.p
+        keys = min(self.keys_read, p.capacity)
+        return {"index_cache keys": keys * (HD + 4), "index block_table": 4 * (-(-keys // PAGE))}
+
+    def regions(self):
+        p = self.p
+        return [PlainBuffer("scores", f32, (p.rows, p.capacity)),
+                PlainBuffer("score_hist", u32, (p.rows, p.segments, FIRST_DIGIT_BINS)),
+                TaggedPairs("score_done", (p.score_jobs,), u32)]
+
+    def buffers(self):
+        p = self.p
+        return {"positions": Buffer(i32, (p.rows,)),
+                "block_table": Buffer(i32, (p.rows, p.max_pages)),
+                "index_cache": Buffer(u8, (p.cache_pages, PAGE_BYTES), output=True)}
+
+    def reads(self, j):
+        p = self.p
+        R = p.rows
+        return [Use("ix_qb", 0, p.heads * R * QW), Use("ix_nb", 0, R * p.nb_words)]
+
+    def writes(self, j):
+        p = self.p
+        return [Use("scores", 0, p.rows * p.capacity),
+                Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS),
+                Use("score_done", j, j + 1)]
+
+    # -- the plan, in LDS -------------------------------------------------------------------
+    PW = 12  # plan words a row
+
+    def _plan(self, k, io, job, tab):
+        """Wave 0, one row a lane (VGPRs, not SGPRs): per row r the words [active, n, s_lo,
+        s_hi, slot_base, pos, btrow] (score_runs' formula; a group is listed at its first
+        row; btrow = its last row, whose block table the group reads). All waves read it
+        after a barrier."""
+        p = self.p
+        a = io.args
+        R, S, J, MP = p.rows, p.segment, p.score_jobs, p.max_pages
+        bt = a.block_table
+        with k.if_(k.wave_id().eq(0)):
+            lane = _lane(k)
+            one, z0 = k.const(1, i32), k.const(0, i32)
+            valid = lane < R
+            li = k.min(lane, R - 1)
+            pos = k.load(a.positions, li, i32)
+            prevl = k.min(k.max(lane - 1, 0), R - 1)
+            ppos = k.shuffle(pos, prevl)
+            pg = k.max(ppos, 0) >> 6
+            same = k.load(bt, li * MP + pg, i32).eq(k.load(bt, prevl * MP + pg, i32))
+            join = (lane > 0) & valid & pos.eq(ppos + 1) & same
+            nxtl = k.min(lane + 1, R - 1)
+            jn = k.shuffle(k.select(join, one, z0), nxtl).eq(1) & ((lane + 1) < R)
+            run = k.select(valid, one, z0)
+            for _ in range(R - 1):
+                run = k.select(jn, k.shuffle(run, nxtl) + 1, one)
+            n = run
+            start = valid & ~join
+            zero = k.select(valid, z0, z0)
+            segs = k.select(start, (pos + n - 1) / S + 1, zero)
+            pairs = (n + 1) >> 1
+            cost = segs * pairs
+            pre = _scan(k, cost, R) - cost
+            C = k.wave_sum(cost)
+            den = pairs * J
+            lo = k.min((k.max(job * C - pre * J, 0) + den - 1) / den, segs)
+            hi = k.min((k.max((job + 1) * C - pre * J, 0) + den - 1) / den, segs)
+            act = start & (lo < hi)
+            nsl = k.select(act, n * (hi - lo), zero)
+            base = _scan(k, nsl, R) - nsl
+            last = li + n - 1
+            vals = [k.select(act, one, z0), n, lo, hi, base, pos, last, zero, zero, zero, zero, zero]
+            for q in range(self.PW // 4):
+                k.store(tab, li * self.PW + 4 * q, k.vec(*vals[4 * q:4 * q + 4]), mask=valid)
+
+    def _row(self, k, tab, gi):
+        out = []
+        for q in range(self.PW // 4):
+            v = k.load(tab, gi * self.PW + 4 * q, i32, 4)
+            out += [v[i] for i in range(4)]
+        return out
+
+    # -- body -------------------------------------------------------------------------------
+    @stage_body
+    def body(self, k, job, io):
+        p = self.p
+        R = p.rows
+        T = k.W * k.L
+        tid = _tid(k)
+        tab = k.lds("ix_plan", i32, R * self.PW)
+        hist = k.lds("ix_hist", u32, p.hist_slots * FIRST_DIGIT_BINS)
+        self._plan(k, io, job, tab)
+        io.acquire("ix_qb")
+        io.acquire("ix_nb")
+        nh = p.hist_slots * FIRST_DIGIT_BINS
+        for i0 in range(0, nh, T):
+            k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
+        stage = self._stage_queries(k, io) if p.wgmma else None
+        if k.W > 1:
+            k.barrier()
+        for gi in k.range(R):
+            g = self._row(k, tab, gi)
+            with k.if_(g[0].eq(1)):
+                if p.wgmma:
+                    self._group_wgmma(k, io, gi, g, hist, stage)
+                else:
+                    self._group_mfma(k, io, gi, g, hist, stage)
+        if k.W > 1:
+            k.barrier()
+        self._fixup(k, io, tab, hist)
+        if k.W > 1:
+            k.barrier()
+        self._flush(k, io, tab, hist)
+        if k.W > 1:
+            k.barrier()
+        w0 = k.wave_id().eq(0)
+        with k.if_(w0 & io.ok):
+            k.fence("release", "device")
+        io.publish("score_done", job, k.const(1, u32), mask=w0 & _lane(k).eq(0))
+
+    def _flush(self, k, io, tab, hist):
+        p = self.p
+        T = k.W * k.L
+        tid = _tid(k)
+        for gi in k.range(p.rows):
+            g = self._row(k, tab, gi)
+            act, n, lo, hi, base, posf = g[0], g[1], g[2], g[3], g[4], g[5]
+            with k.if_(act.eq(1)):
+                tot = (hi - lo) * n * FIRST_DIGIT_BINS
+                for i0 in k.range(0, tot, T):
+                    idx = i0 + tid
+                    sl = idx >> 6
+                    b = idx & (FIRST_DIGIT_BINS - 1)
+                    seg = lo + sl / n
+                    rho = sl % n
+                    # a segment past this row's last key (the group's last row sees further)
+                    # stays untouched
+                    m = (idx < tot) & (seg * p.segment <= posf + rho)
+                    v = k.load(hist, (base + sl) * FIRST_DIGIT_BINS + b, u32, mask=m)
+                    io.store("score_hist", ((gi + rho) * p.segments + seg) * FIRST_DIGIT_BINS + b,
+                             v, mask=m)
+
+    # -- shared pieces ----------------------------------------------------------------------
+    def _fixup(self, k, io, tab, hist):
+        """The scores of keys this launch writes. The key loops read every visible slot from
+        the cache; a slot a row of this launch writes held a stale value there (the key job
+        may be writing it), so its score and its histogram count are redone here, after the
+        CTA barrier, from the launch's own new key (ix_nb): a wave a (row, new key), f32 dot
+        products (fp8 products are exact), one decrement of the stale digit and one increment
+        of the new one. Only jobs whose range holds such a key do anything."""
+        p = self.p
+        a = io.args
+        R, H, S, MP, NB = p.rows, p.heads, p.segment, p.max_pages, p.nb_words
+        lane = _lane(k)
+        for gi in k.range(R):
+            g = self._row(k, tab, gi)
+            act, n, lo, hi, base, posf, btrow = g[0], g[1], g[2], g[3], g[4], g[5], g[6]
+            with k.if_(act.eq(1)):
+                key_lo = lo * S
+                key_hi = k.min(hi * S, posf + n)
+                for u in k.range(R):
+                    pu = k.load(a.positions, u, i32)
+                    pg = k.max(pu, 0) >> 6
+                    same = k.load(a.block_table, btrow * MP + pg, i32).eq(
+                        k.load(a.block_table, u * MP + pg, i32))
+                    with k.if_(same & (pu >= key_lo) & (pu < key_hi)):
+                        for rr in k.range(k.wave_id(), n, k.W):
+                            row = gi + rr
+                            with k.if_(pu <= posf + rr):
+                                score = self._new_dot(k, io, row, u) * k.bitcast(
+                                    io.load("ix_nb", u * NB + 32), f32)
+                                idx = row * p.capacity + pu
+                                old = io.load("scores", idx)
+                                slot = (base + ((pu >> int(math.log2(S))) - lo) * n + rr) * FIRST_DIGIT_BINS
+                                one = lane.eq(0)
+                                k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, old), i32),
+                                         k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
+                                k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, score), i32),
+                                         k.const(1, u32), mask=one, scope="cta")
+                                io.store("scores", idx, score, mask=one)
+
+    def _new_dot(self, k, io, row, u):
+        """sum_h w[row, h] * relu(q8[row, h] . k8[u]) (uniform f32): lanes over (head, part of
+        the 128 bytes), f32 FMAs of exact fp8 products, then lane swaps and a wave sum."""
+        p = self.p
+        R, H, NB = p.rows, p.heads, p.nb_words
+        lane = _lane(k)
+        lph = max(1, k.L // 32)  # lanes a head
+        words = 32 // lph
+        hpb = k.L // lph  # heads a pass
+        part = lane & (lph - 1)
+        tot = None
+        for hb in range(-(-H // hpb)):
+            head = hb * hpb + lane / lph
+            m = head < H
+            hc = k.min(head, H - 1)
+            acc = None
+            for c in range(words // 4):
+                qw = io.load("ix_qb", (hc * R + row) * QW + part * words + 4 * c, 4)
+                kw = io.load("ix_nb", u * NB + part * words + 4 * c, 4)
+                qf = k.cast(k.bitcast(qw, p.fp8, 16), f32)
+                kf = k.cast(k.bitcast(kw, p.fp8, 16), f32)
+                acc = qf * kf if acc is None else k.fma(qf, kf, acc)
+            d = acc[0]
+            for i in range(1, 16):
+                d = d + acc[i]
+            for sh in range(int(math.log2(lph))):
+                d = d + k.lane_swap(d, 1 << sh)
+            w = k.bitcast(io.load("ix_nb", row * NB + NW0 + hc), f32)
+            t = k.select(m & part.eq(0), k.max(d, 0.0) * w, k.const(0.0, f32))
+            s = k.wave_sum(t)
+            tot = s if tot is None else tot + s
+        return tot
+
+    def _store(self, k, io, hist, g, gi, row_rel, kpos, key_lo, score, valid):
+        """One score a lane: scores[row, kpos] and its first digit into the LDS histogram."""
+        p = self.p
+        n, lo, base, posf = g[1], g[2], g[4], g[5]
+        row = gi + row_rel
+        ok = valid & (row_rel < n) & (kpos <= posf + row_rel)
+        io.store("scores", row * p.capacity + kpos, score, mask=ok)
+        slot = base + ((kpos / p.segment) - lo) * n + row_rel
+        k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(ordered_digit(k, score), i32),
+                 k.const(1, u32), mask=ok, scope="cta")
+
+    def _pipeline(self, k, my_n, locate, load, compute):
+        """DEPTH steps in flight: step t + DEPTH's loads issue before step t computes,
+        straight from memory into registers (past the end, loads repeat the last step).
+        `locate(t)` loads step t's cache page from the block table, `load(t, page)` its keys.
+        (Loading the block-table entries a wave-width ahead measured no faster on the H200:
+        bench/NOTES.md, index v2.)"""
+        ring = [[k.lane_var(x) for x in load(k.const(d, i32), locate(k.const(d, i32)))]
+                for d in range(DEPTH)]
+        for t0 in k.range(0, my_n, DEPTH):
+            for d in range(DEPTH):
+                cur = [v.get() for v in ring[d]]
+                t = t0 + d
+                for v, x in zip(ring[d], load(t + DEPTH, locate(t + DEPTH))):
+                    v.set(x)
+                with k.if_(t < my_n):
+                    compute(t, cur)
+
+    # -- AMD: MFMA, a row pair a wave ---------------------------------------------------------
+
+    def _group_mfma(self, k, io, gi, g, hist, stage):
+        p, T = self.p, self.t
+        at = T.atom
+        a = io.args
+        R, H, MP = p.rows, p.heads, p.max_pages
+        n, lo, hi, posf, btrow = g[1], g[2], g[3], g[5], g[6]
+        bound = posf + n - 1
+        key_lo = lo * p.segment
+        key_hi = k.min(hi * p.segment, bound + 1)
+        ngroups = (key_hi - key_lo + 15) >> 4
+        P = (n + 1) >> 1
+        w = k.wave_id()
+        lane = _lane(k)
+        ki, hq = lane & 15, lane >> 4
+        kf = hq * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1)  # key after the reduction
+        rf = (lane >> 3) & 1  # row of the pair after the reduction
+        store_lane = (lane & 1).eq(0)
+        # waves over pairs with power-of-two strides (no runtime division): P2 = 2^lp >= P
+        # pair slots; wave w takes pair w % P2 and every nsub-th 16-key group from w / P2
+        lp = k.cast(P > 1, i32) + k.cast(P > 2, i32) + k.cast(P > 4, i32)
+        lw = int(math.log2(k.W))
+        lns = k.max(lw - lp, 0)
+        nsub = k.const(1, i32) << lns
+        j = w >> lp
+        for pp in k.range(w & ((k.const(1, i32) << lp) - 1), P, k.W):
+            rows = [gi + 2 * pp, gi + 2 * pp + 1]
+            have = [k.const(True, "i1"), (2 * pp + 1) < n]
+            Bq, Wq = [], []
+            zero_u = k.const(0, u32)
+            for rho in range(2):
+                rb, hb = [], []
+                r_ = k.min(rows[rho], R - 1)
+                for eta in range(p.halves):
+                    head = eta * 16 + ki
+                    m = (head < H) & have[rho]
+                    qb = (k.min(head, H - 1) * R + r_) * QW + hq * 8
+                    v0, v1 = io.load("ix_qb", qb, 4), io.load("ix_qb", qb + 4, 4)
+                    wd = [k.select(m, x, zero_u) for x in
+                          [v0[i] for i in range(4)] + [v1[i] for i in range(4)]]
+                    rb.append([k.bitcast(k.vec(*[wd[wi] for wi in T.b_words[c]]), at.b_dtype,
+                                         4 * len(T.b_words[c])) for c in range(T.chunks)])
+                    wt = io.load("ix_nb", r_ * p.nb_words + NW0 + k.min(head, H - 1))
+                    hb.append(k.bitcast(k.select(m, wt, zero_u), f32))
+                Bq.append(rb)
+                Wq.append(hb)
+            my_n = (ngroups - j + nsub - 1) >> lns
+
+            def first_key(t):  # past the end: the last step again
+                return key_lo + (j + k.min(t, my_n - 1) * nsub) * 16
+
+            def locate(t):
+                return k.load(a.block_table, btrow * MP + (first_key(t) >> 6), i32)
+
+            def load(t, page):
+                p0 = first_key(t)
+                base = page * PAGE_WORDS + ((p0 & 63) + ki) * 32 + hq * 8
+                lo4 = k.load(a.index_cache, base, u32, 4, nontemporal=True)
+                hi4 = k.load(a.index_cache, base + 4, u32, 4, nontemporal=True)
+                sc = k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + (p0 & 63) + kf, f32,
+                            nontemporal=True)
+                return [lo4, hi4, sc]
+
+            def compute(t, cur):
+                p0 = key_lo + (j + t * nsub) * 16
+                kw = k.vec(*[cur[0][i] for i in range(4)], *[cur[1][i] for i in range(4)])
+                sc = cur[2]
+                A = [k.bitcast(k.vec(*[kw[wi] for (_, wi) in T.a_words[c]]), at.a_dtype,
+                               4 * len(T.a_words[c])) for c in range(T.chunks)]
+                zero4 = k.vec(*[k.const(0.0, f32)] * 4)
+                vals = []
+                for rho in range(2):
+                    v = None
+                    for eta in range(p.halves):
+                        acc = zero4
+                        for c in range(T.chunks):
+                            acc = k.mma(at, A[c], Bq[rho][eta][c], acc)
+                        term = k.max(acc, 0.0) * Wq[rho][eta]
+                        v = term if v is None else v + term
+                    vals += [v[i] for i in range(4)]
+                for m in (8, 4, 2):
+                    half = len(vals) // 2
+                    bit = (lane & m).ne(0)
+                    keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
+                    send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
+                    vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
+                val = vals[0] + k.lane_swap(vals[0], 1)
+                score = val * sc
+                self._store(k, io, hist, g, gi, 2 * pp + rf, p0 + kf, key_lo, score, store_lane)
+
+            with k.if_(my_n > 0):
+                self._pipeline(k, my_n, locate, load, compute)
+
+    # -- Hopper: wgmma, all row pairs on each key load ----------------------------------------
+    def _stage_queries(self, k, io):
+        """Queries of every row as wgmma B (K-major, per MMA chunk), (R + 1) rows so an odd
+        group's last pair reads zeros, and the head weights in the threads' column order."""
+        p, T = self.p, self.t
+        at = T.atom
+        R, H, HP = p.rows, p.heads, p.heads_pad
+        ncol = (R + 1) * HP
+        cb = ncol // 8 * 256  # bytes a chunk
+        qs = k.lds("ix_qstage", u32, T.chunks * cb // 4)
+        off = k.lds_offset("ix_qstage")
+        tid = _tid(k)
+        Tn = k.W * k.L
+        for c in range(T.chunks):
+            for kk4 in range(8):
+                wsrc = T.perm[c * 32 + 4 * kk4] // 4
+                for n0 in range(0, ncol, Tn):
+                    nn = n0 + tid
+                    row, head = nn / HP, nn % HP
+                    m = (nn < ncol) & (row < R) & (head < H)
+                    v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW + wsrc,
+                                mask=m)
+                    boff = c * cb + (nn >> 3) * 256 + (kk4 >> 2) * 128 + (nn & 7) * 16 + (kk4 & 3) * 4
+                    k.store(qs, boff >> 2, v, mask=nn < ncol)
+        # weights: wl[(row * 4 + t) * NH + jj] = w[row, head of thread t's jj-th column]
+        NH = HP // 4
+        heads_t = self._wg_heads()
+        wl = k.lds("ix_wstage", f32, R * 4 * NH)
+        for i0 in range(0, R * 4 * NH, Tn):
+            i = i0 + tid
+            m = i < R * 4 * NH
+            row = i / (4 * NH)
+            t = (i / NH) % 4
+            jj = i % NH
+            head = self._pick_head(k, heads_t, t, jj)
+            mm = m & (head < H)
+            v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * p.nb_words + NW0 + k.min(head, H - 1),
+                                  mask=mm), f32)
+            k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
+        descs = [at.smem_descriptor(off + c * cb) for c in range(T.chunks)]
+        return dict(wl=wl, descs=descs, NH=NH)
+
+    def _wg_heads(self):
+        """For thread t (lane % 4) of a warp: its columns' heads (row 0 of the pair), in slot
+        order, and for each accumulator slot i: (key h, row rho, column index jj)."""
+        p, at = self.p, self.t.atom
+        HP = p.heads_pad
+        rows, cols = at.c_rows(), at.c_cols()
+        per_t = {}
+        slot_map = None
+        for lane in range(32):
+            t, g = lane % 4, lane // 4
+            hs = []
+            sm = []
+            for i in range(at.c_slots):
+                r, n = int(rows[lane, i]), int(cols[lane, i])
+                h = {g: 0, g + 8: 1}.get(r)
+                if h is None:
+                    raise ValueError(f"{at.name}: accumulator slot {i} of lane {lane} holds row {r}")
+                rho, head = divmod(n, HP)
+                if rho == 0 and head not in hs:
+                    hs.append(head)
+                sm.append((h, rho, head))
+            if t in per_t and per_t[t] != hs:
+                raise ValueError(f"{at.name}: columns of thread {t} differ across groups")
+            per_t[t] = hs
+            smt = [(h, rho, per_t[t].index(head)) for (h, rho, head) in sm]
+            if slot_map is not None and slot_map != smt:
+                raise ValueError(f"{at.name}: accumulator slots differ across lanes")
+            slot_map = smt
+        self._slot_map = slot_map
+        return [per_t[t] for t in range(4)]
+
+    def _wide_atom(self):
+        """The wgmma whose N spans every pair of the plan's rows (None with one pair)."""
+        p = self.p
+        return wgmma_e4m3(2 * p.pairs * p.heads_pad) if p.pairs > 1 else None
+
+    def _wide_slot_maps(self, wide):
+        """Per pair pp: [(slot, key h, row rho of the pair, column index jj)] of the wide
+        accumulator, checked to repeat the narrow atom's per-thread head order (so the staged
+        head weights serve both)."""
+        p = self.p
+        HP = p.heads_pad
+        rows, cols = wide.c_rows(), wide.c_cols()
+        narrow = self._slot_map
+        maps = None
+        for lane in range(32):
+            g = lane // 4
+            per = [[] for _ in range(p.pairs)]
+            for i in range(wide.c_slots):
+                r, n = int(rows[lane, i]), int(cols[lane, i])
+                h = {g: 0, g + 8: 1}.get(r)
+                if h is None:
+                    raise ValueError(f"{wide.name}: accumulator slot {i} of lane {lane} holds row {r}")
+                row, head = divmod(n, HP)
+                per[row // 2].append((i, h, row % 2, head))
+            if maps is None:
+                maps = per
+            elif [[x[:3] for x in m] for m in maps] != [[x[:3] for x in m] for m in per]:
+                raise ValueError(f"{wide.name}: accumulator slots differ across lanes")
+        out = []
+        for m in maps:
+            if [(h, rho) for (_, h, rho, _) in m] != [(h, rho) for (h, rho, _) in narrow]:
+                raise ValueError(f"{wide.name}: a pair's slots do not follow the narrow atom's")
+            out.append([(i, h, rho, jj) for (i, h, rho, _), (_, _, jj) in zip(m, narrow)])
+        return out
+
+    @staticmethod
+    def _pick_head(k, heads_t, t, jj):
+        out = k.const(heads_t[0][0], i32) + 0 * jj
+        for tt in range(4):
+            for q, hd in enumerate(heads_t[tt]):
+                out = k.select(t.eq(tt) & jj.eq(q), k.const(hd, i32), out)
+        return out
+
+    def _group_wgmma(self, k, io, gi, g, hist, stage):
+        p, T = self.p, self.t
+        at = T.atom
+        a = io.args
+        MP, HP = p.max_pages, p.heads_pad
+        n, lo, hi, posf, btrow = g[1], g[2], g[3], g[5], g[6]
+        bound = posf + n - 1
+        key_lo = lo * p.segment
+        key_hi = k.min(hi * p.segment, bound + 1)
+        nblocks = (key_hi - key_lo + 63) >> 6
+        P = (n + 1) >> 1
+        w = k.wave_id()
+        wg, ww, nwg = w >> 2, w & 3, k.W // 4
+        lane = _lane(k)
+        g8, t4 = lane >> 2, lane & 3
+        kf = ww * 16 + g8 + ((t4 >> 1) & 1) * 8
+        rf = t4 & 1
+        NH = stage["NH"]
+        slot_map = self._slot_map
+        my_n = (nblocks - wg + nwg - 1) / nwg
+
+        def locate(t):  # past the end: the last step again
+            b0 = key_lo + (wg + k.min(t, my_n - 1) * nwg) * 64
+            return k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
+
+        def load(t, page):
+            out = []
+            for h in range(2):
+                base = page * PAGE_WORDS + (ww * 16 + g8 + 8 * h) * 32 + t4 * 8
+                out.append(k.load(a.index_cache, base, u32, 4, nontemporal=True))
+                out.append(k.load(a.index_cache, base + 4, u32, 4, nontemporal=True))
+            out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + kf, f32,
+                              nontemporal=True))
+            return out
+
+        def operands(cur):
+            kw = [k.vec(*[cur[2 * h][i] for i in range(4)], *[cur[2 * h + 1][i] for i in range(4)])
+                  for h in range(2)]
+            return [k.bitcast(k.vec(*[kw[h][wi] for (h, wi) in T.a_words[c]]), at.a_dtype,
+                              4 * len(T.a_words[c])) for c in range(T.chunks)]
+
+        def chain(atom, A, ra):
+            """One wgmma per MMA chunk, B = the staged query columns from row ra on."""
+            off = k.cast(ra * (HP // 8) * 256 // 16, u64)
+            k.wgmma_fence()
+            acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
+            for c in range(T.chunks):
+                acc = k.wgmma(atom, A[c], k.const(stage["descs"][c], u64) + off, acc)
+            k.wgmma_commit()
+            k.wgmma_wait(0)
+            return acc
+
+        def finish(acc, smap, pp, b0, sc):
+            """Pair pp's scores from the accumulator slots `smap` lists for it: relu, head
+            weights, the quad's butterfly, the key scale, the store."""
+            ra = gi + 2 * pp
+            wv = []
+            for rho in range(2):
+                b = ((k.min(ra + rho, p.rows - 1)) * 4 + t4) * NH
+                parts = [k.load(stage["wl"], b + c4, f32, min(4, NH - c4)) for c4 in range(0, NH, 4)]
+                wv.append([x[i] if x.n > 1 else x for x in parts for i in range(x.n)])
+            vals = [None] * 4
+            for i, h, rho, jj in smap:  # one fma a head (not a rounded product, then a sum)
+                q = 2 * h + rho
+                r = k.max(acc[i], 0.0)
+                vals[q] = r * wv[rho][jj] if vals[q] is None else k.fma(r, wv[rho][jj], vals[q])
+            for m in (2, 1):
+                half = len(vals) // 2
+                bit = (lane & m).ne(0)
+                keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
+                send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
+                vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
+            self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, key_lo, vals[0] * sc,
+                        k.const(True, "i1"))
+
+        narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(slot_map)]
+
+        def compute(t, cur):
+            """A pair at a time: N = 2 rows x heads."""
+            b0 = key_lo + (wg + t * nwg) * 64
+            A = operands(cur)
+            for pp in k.range(P):
+                finish(chain(at, A, gi + 2 * pp), narrow_map, pp, b0, cur[4])
+
+        wide = self._wide_atom()
+        wide_maps = self._wide_slot_maps(wide) if wide is not None else None
+
+        def compute_wide(t, cur):
+            """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A
+            operand comes from registers once per instruction, so the narrow N = 64 chains ran
+            at about a quarter of the tensor rate (H200: 4 pairs took 4x one pair's time,
+            ~18 us per pair at 512K keys, with or without batching the four chains)."""
+            b0 = key_lo + (wg + t * nwg) * 64
+            acc = chain(wide, operands(cur), gi)
+            for pp in range(p.pairs):
+                finish(acc, wide_maps[pp], pp, b0, cur[4])
+
+        with k.if_(my_n > 0):
+            if wide is None:
+                self._pipeline(k, my_n, locate, load, compute)
+            else:
+                with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
+                    with all_pairs:
+                        self._pipeline(k, my_n, locate, load, compute_wide)
+                    with fewer:
+                        self._pipeline(k, my_n, locate, load, compute)
+
+    def reference(self, env):
+        from .index_ref import score_reference
+        return score_reference(self.p, env)
+
+
+# ------------------------------------------------------------------------------ consumers
+
+def wait_scored(k, io, p: IndexPlan):
+    """For a consumer stage: wait for every scoring job's `score_done` pair, then an acquire
+    fence; `scores` and `score_hist` may then be read with plain loads. Declare
+    `scored_reads(p)` among the consumer's reads."""
+    J = p.score_jobs
+    lane = _lane(k)
+    for j0 in range(0, J, k.L):
+        j = j0 + lane
+        io.wait("score_done", k.min(j, J - 1), mask=j < J)
+    k.fence("acquire", "device")
+
+
+def scored_reads(p: IndexPlan) -> list:
+    return [Use("score_done", 0, p.score_jobs)]
