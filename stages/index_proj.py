@@ -42,18 +42,24 @@ from . import mma_tile
 
 # ------------------------------------------------------------------------------------ stages
 
-class IndexProj(Stage):
+class _ProjStage(Stage):
+    """What the projection stages share: their plan, the f32 tolerance of their outputs
+    against float64, and arena accesses through the one arena pointer (local_io's flat
+    mode: fewer SGPRs held in the fused `index` kernel)."""
+    rel_tol = 1e-5
+    flat_mailbox = True
+
+    def __init__(self, p: IndexPlan):
+        self.p = p
+
+
+class IndexProj(_ProjStage):
     """Partial sums of the three index projections on the tensor cores (module doc,
     stages/mma_tile.py): job h * q_splits + s: W_qb_idx rows of head h over q_lora split s ->
     ix_qpart; job q_jobs + s: W_k (128 rows) then W_w (heads rows) over hidden split s,
     sharing the split's staged activations -> ix_kpart. Each job then releases and publishes
     its ix_pdone pair."""
     name = "ix_proj"
-    rel_tol = 1e-5
-    flat_mailbox = True  # local_io: region accesses through the arena pointer
-
-    def __init__(self, p: IndexPlan):
-        self.p = p
 
     def jobs(self):
         p = self.p
@@ -258,16 +264,11 @@ class IndexProj(Stage):
         return {}
 
 
-class IndexQ(Stage):
+class IndexQ(_ProjStage):
     """q head h for all rows: the head's q_splits partial sums in split order, rope,
     Hadamard, quantize -> ix_qb (bulk: 32 fp8 words and the scale's bits a (head, row); a
     release counter of `heads` publishers)."""
     name = "ix_q"
-    rel_tol = 1e-5
-    flat_mailbox = True  # local_io: region accesses through the arena pointer
-
-    def __init__(self, p: IndexPlan):
-        self.p = p
 
     def jobs(self):
         p = self.p
@@ -322,15 +323,10 @@ class IndexQ(Stage):
         return proj_reference(self.p, env)
 
 
-class IndexKey(Stage):
+class IndexKey(_ProjStage):
     """The new keys (LayerNorm, rope, Hadamard, FP8) -> pairs and the paged cache; the head
     weights w = W_w h * heads^-0.5 * s_q * 128^-0.5 -> pairs."""
     name = "ix_key"
-    rel_tol = 1e-5
-    flat_mailbox = True  # local_io: region accesses through the arena pointer
-
-    def __init__(self, p: IndexPlan):
-        self.p = p
 
     def jobs(self):
         p = self.p

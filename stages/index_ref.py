@@ -158,7 +158,7 @@ def reference(p: IndexPlan, inp: dict) -> dict:
 def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict) -> np.ndarray:
     """float64 scores recomputed from the kernel's OWN quantized operands (ix_q8, ix_w,
     ix_k8, ix_ks) and the input cache: what the scoring stage alone must reproduce."""
-    R, H, fmt = p.rows, p.heads, p.fp8.name
+    R, fmt = p.rows, p.fp8.name
     q8, _, k8, ks, w = kernel_operands(p, regions)
     pos = _np(inp["positions"]).astype(np.int64).reshape(-1)
     bt = _np(inp["block_table"]).astype(np.int64).reshape(R, p.max_pages)

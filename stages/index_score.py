@@ -235,7 +235,7 @@ class IndexScore(Stage):
         of the new one. Only jobs whose range holds such a key do anything."""
         p = self.p
         a = io.args
-        R, H, S, MP, NB = p.rows, p.heads, p.segment, p.max_pages, p.nb_words
+        R, S, MP, NB = p.rows, p.segment, p.max_pages, p.nb_words
         lane = _lane(k)
         for gi in k.range(R):
             g = self._row(k, tab, gi)
@@ -327,17 +327,24 @@ class IndexScore(Stage):
 
     # -- AMD: MFMA, a row pair a wave ---------------------------------------------------------
 
+    def _key_steps(self, k, g, keys_per_step: int):
+        """A group's first key (its job's first segment), its steps of `keys_per_step` keys
+        (the atom's M: one MMA's keys) up to the group's last row's bound, and its row pairs."""
+        p = self.p
+        n, lo, hi, posf = g[1], g[2], g[3], g[5]
+        bound = posf + n - 1
+        key_lo = lo * p.segment
+        key_hi = k.min(hi * p.segment, bound + 1)
+        steps = (key_hi - key_lo + keys_per_step - 1) >> int(math.log2(keys_per_step))
+        return key_lo, steps, (n + 1) >> 1
+
     def _group_mfma(self, k, io, gi, g, hist, stage):
         p, T = self.p, self.t
         at = T.atom
         a = io.args
         R, H, MP = p.rows, p.heads, p.max_pages
-        n, lo, hi, posf, btrow = g[1], g[2], g[3], g[5], g[6]
-        bound = posf + n - 1
-        key_lo = lo * p.segment
-        key_hi = k.min(hi * p.segment, bound + 1)
-        ngroups = (key_hi - key_lo + 15) >> 4
-        P = (n + 1) >> 1
+        n, btrow = g[1], g[6]
+        key_lo, ngroups, P = self._key_steps(k, g, at.m)
         w = k.wave_id()
         lane = _lane(k)
         ki, hq = lane & 15, lane >> 4
@@ -540,12 +547,8 @@ class IndexScore(Stage):
         at = T.atom
         a = io.args
         MP, HP = p.max_pages, p.heads_pad
-        n, lo, hi, posf, btrow = g[1], g[2], g[3], g[5], g[6]
-        bound = posf + n - 1
-        key_lo = lo * p.segment
-        key_hi = k.min(hi * p.segment, bound + 1)
-        nblocks = (key_hi - key_lo + 63) >> 6
-        P = (n + 1) >> 1
+        btrow = g[6]
+        key_lo, nblocks, P = self._key_steps(k, g, at.m)
         w = k.wave_id()
         wg, ww, nwg = w >> 2, w & 3, k.W // 4
         lane = _lane(k)

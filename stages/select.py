@@ -757,7 +757,6 @@ class SelectPass(Stage):
         rounds of 4 keys a lane loaded at once. sel_h1 also appends every selectable key at
         or above the threshold prefix (the candidates and the keys already above) to the
         slice's list, in position order, and stores its length in the state."""
-        q = self.q
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
         T = k.W * k.L

@@ -505,7 +505,7 @@ def test_scoped_atomic_loads_stores_and_fences(scope, sync):
     kern = build_kernel(f"scoped_{scope}", body, abi=ABI(p=Ptr(u32)), target=SM)
     ir = nvptx.emit_llvm(kern)
     s = f' syncscope("{sync}")' if sync else ""
-    assert f"load atomic i32, ptr addrspace(1) %gep" in ir and f"{s} acquire" in ir
+    assert "load atomic i32, ptr addrspace(1) %gep" in ir and f"{s} acquire" in ir
     ptx = nvptx.build_ptx(kern)
     ptx_scope = {"block": "cta", "device": "gpu", "": "sys"}[sync]
     assert re.search(rf"ld\.acquire\.{ptx_scope}\.global\.b32", ptx), ptx

@@ -18,7 +18,7 @@ import pytest
 from spec import BuildSpec
 from stages import kinds
 from stages.index import PAGE, PAGE_BYTES, check_inputs, groups_of
-from stages.index_ref import kernel_operands, make_inputs, reference, request_layout
+from stages.index_ref import kernel_operands, reference, request_layout
 from tools import check_layer, common, peers, time_layers
 
 ROWS = 4

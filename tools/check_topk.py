@@ -61,6 +61,9 @@ from layouts.scores import TOPK, exact_topk_positions
 FORMAT = "monokernel-digests/1"
 F32_MAX = np.finfo(np.float32).max
 DENORM = np.float32(1e-45)
+# --through index default positions: a row within its first page, and a row with one key
+# more than it selects (the interpreter's index cache holds a little over TOPK keys)
+INDEX_POS = [64, TOPK + 1]
 
 
 # ----------------------------------------------------------------------------- distributions
@@ -243,7 +246,8 @@ def _parser():
     ap.add_argument("--through", choices=("select", "index"), default="select",
                     help="select (default): the selection launch on injected distributions; "
                     "index: end to end through launch kind index, on the kernel's own scores")
-    ap.add_argument("--workload", default="W1",
+    from tools import common
+    ap.add_argument("--workload", type=common.workload_list, default=["W1"],
                     help="with --through index: comma list of W1, W2 (default W1)")
     return ap
 
@@ -260,13 +264,20 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
     return spec, cfg, L
 
 
-def run(args, ap) -> int:
-    from stages import select as sel
+def _backend(args):
+    """The runner of --backend, or None after saying why there is none (a missing GPU stack)."""
     from tools import common
     try:
-        be = common.backend(args.backend, chip=args.chip, mode=args.mode, seed=args.seed)
-    except Exception as e:  # noqa: BLE001 - a missing GPU stack: say which and stop
+        return common.backend(args.backend, chip=args.chip, mode=args.mode, seed=args.seed)
+    except Exception as e:  # noqa: BLE001 - say which and stop
         print(f"error: {e}", file=sys.stderr)
+        return None
+
+
+def run(args, ap) -> int:
+    from stages import select as sel
+    be = _backend(args)
+    if be is None:
         return 2
     root = Path(args.dump)
     bad = 0
@@ -330,15 +341,10 @@ def run_index(args, ap) -> int:
     """--through index: the fused launch's top-k on the scores it computed (module doc)."""
     from stages import kinds
     from tools import common
-    try:
-        be = common.backend(args.backend, chip=args.chip, mode=args.mode, seed=args.seed)
-    except Exception as e:  # noqa: BLE001 - a missing GPU stack: say which and stop
-        print(f"error: {e}", file=sys.stderr)
+    be = _backend(args)
+    if be is None:
         return 2
-    workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
-    bad_wl = [w for w in workloads if w not in common.WORKLOADS]
-    if bad_wl or not workloads:
-        ap.error(f"--workload {args.workload!r}: choose from {', '.join(common.WORKLOADS)}")
+    workloads = args.workload
     kind = kinds.kind("index")
     root = Path(args.dump)
     bad, lines = 0, []
@@ -349,7 +355,7 @@ def run_index(args, ap) -> int:
         c = L.select_cfg
         arena = be.new_arena(L)
         records = []
-        for step, (P, wl) in enumerate((P, wl) for P in (args.pos or [64, 2049])
+        for step, (P, wl) in enumerate((P, wl) for P in (args.pos or INDEX_POS)
                                        for wl in workloads):
             try:
                 inputs, _ = common.workload_inputs(kind, L, spec,
