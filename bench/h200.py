@@ -31,7 +31,10 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 
 def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
-               x_in_lds: bool = False, ksplit: int = 1) -> dict:
+               x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None,
+               prefetch: bool = False) -> dict:
+    """probe (gemv_mma.PROBES): time the tensor-core GEMV's grid without loads ("empty") or
+    its loads without the math ("read"), no peers, no error: bounds, not a GEMV."""
     rng = np.random.default_rng(rows)
     inp = gemv.make_inputs(rng, N=N_OUT, K=K_IN, R=rows, ctas=132)
     ref = gemv.reference(inp, N=N_OUT, K=K_IN, R=rows)
@@ -48,7 +51,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
         extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_split.scratch(N_OUT, K_IN).items()}
     elif variant == "mma":
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
-                              x_in_lds=x_in_lds, ksplit=ksplit)
+                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, prefetch=prefetch)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -67,6 +70,11 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     err = float(np.abs(y.cpu().numpy() - ref["y"]).max() / np.abs(ref["y"]).max())
     us = timed_graph(launch)
     floor_us = wbytes / (copy_tbs * 1e12) * 1e6
+    if probe:
+        return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
+                    torch_bf16_us=float("nan"), torch_fp8_scaled_mm_us=float("nan"),
+                    rel_err=float("nan"), regs=ck.regs, waves=waves,
+                    variant=f"PROBE {probe} unroll {unroll}{' x-lds' if x_in_lds else ''}")
     # torch peers: bf16 GEMV on weights dequantized ahead (reads 2x the bytes), and fp8
     # _scaled_mm with one per-tensor scale (rows padded to 16, its smallest M)
     wdq = torch.from_numpy(numerics.to_f32(inp["w"], "fp8e4m3fn")).cuda()
@@ -89,7 +97,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     us_fp8 = timed_graph(torch_fp8)
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
-                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
+                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{' prefetch' if prefetch else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
                                              if variant == "mma" else variant))
 
 
@@ -109,6 +117,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="GEMV variants at 8 rows only, no MMA loops")
+    ap.add_argument("--explore", action="store_true",
+                    help="8 rows: load depth x waves, and the empty / loads-only probes")
     args = ap.parse_args()
     res = dict(device=torch.cuda.get_device_name())
     res["ceilings"] = c = ceilings()
@@ -121,16 +131,26 @@ def main():
         ("mma", 8, 3, 4, False, 4), ("mma", 8, 1, 4, False, 12), ("mma", 8, 2, 4, False, 6),
         ("mma", 8, 3, 8, False, 2), ("mma", 8, 6, 8, True, 1), ("split", 8, 0, 8, False, 1),
         ("cuda-core", 8, 1, 4, False, 1)]
+    plan = [p + (None, False) for p in plan]
     if args.quick:
         plan = plan[3:8]
-    for variant, rows, unroll, waves, xl, ks in plan:
-        g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks)
+    if args.explore:
+        plan = [("mma", 8, 2, 8, False, 1, None, False), ("mma", 8, 2, 8, False, 1, "empty", False)] + \
+            [("mma", 8, u, w, False, 1, pr, False) for pr in ("read_w", "read_flat")
+             for u, w in ((2, 8), (6, 8), (3, 4))]
+    for variant, rows, unroll, waves, xl, ks, probe, pf in plan:
+        try:
+            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf)
+        except Exception as e:  # noqa: BLE001 - a variant that does not build: say so, go on
+            print(f"{rows:>4} {variant} unroll {unroll} w{waves} {probe}: {type(e).__name__}: {e}")
+            continue
         variant = g["variant"] + f" w{waves}"
         res["gemv"].append(g)
         print(f"{rows:>4} {g['us']:8.2f} {g['floor_us']:7.2f} {g['ratio_to_floor']:8.2f} "
-              f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  {variant}", flush=True)
+              f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  "
+              f"{variant} ({g['regs']} regs)", flush=True)
     res["mma"] = []
-    if args.quick:
+    if args.quick or args.explore:
         return
     print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
     for name in mma_loops.BENCH_ATOMS:

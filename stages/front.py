@@ -39,10 +39,13 @@ Three stages, every number from the spec (`FrontPlan`):
                         theta = cfg.rope_theta), and the row's cache token written at
                         slot = block_table[r, pos // 64] * 64 + pos % 64.
 
-K-split S (`k_splits`): the smallest divisor of hidden/128 that is >= cfg.front_k_splits and
-gives T*S >= the grid's CTAs with a balance (T*S/G) / ceil(T*S/G) >= 0.8; else the smallest
-that fills the grid; else hidden/128. GLM-5 (T = 41): gfx950 (256 CUs) S = 12, gfx942 (304)
-S = 12, sm_90a (132) S = 6; tiny (T = 7) on the interpreter's 8 CTAs: S = 2.
+K-split S (`k_splits`): one round of jobs when it can: the smallest divisor of hidden/128
+(>= cfg.front_k_splits) whose T*S jobs fill ONE_ROUND_FILL..1 of the grid with the job's staged
+activations in at most STAGING_LDS_SHARE of the CTA's LDS; else the smallest that gives T*S >=
+the grid's CTAs with a balance (T*S/G) / ceil(T*S/G) >= 0.8; else the smallest that fills the
+grid; else hidden/128. GLM-5 (T = 41): sm_90a (132 SMs) S = 3 (123 jobs of 128 KB, one round),
+gfx950 (256 CUs) S = 6 (246 jobs, one round), gfx942 (304) S = 12; tiny (T = 7) on the
+interpreter's 8 CTAs: S = 2.
 
 MLA cache token (cfg.mla_cache_bytes(kv) bytes, kv_cache is u8 [pages * 64, bytes]):
   fp8  [0, kv_lora)                    e4m3 latent (e4m3fnuz on gfx942, with fmax 240)
@@ -107,18 +110,30 @@ BAD_PAGE = ("invalid input: a row's block-table entry for its page is -1 or past
             "{pages} pages; no output was written")
 
 DEFAULT_WAVES = {"interp": 2, "amd": 4, "nvidia": 8}
+ONE_ROUND_FILL = 0.9  # k_splits: one round of jobs on at least this share of the CTAs
+STAGING_LDS_SHARE = 0.5  # k_splits: the most of a CTA's LDS a job's staged activations take
+# (the fused index launch's scoring and selection stages need the rest)
 INTERP_GRID = 8
 
 
 # ------------------------------------------------------------------------------------ plan
 
-def k_splits(cfg, tiles: int, grid: int) -> int:
-    """The K-split count (module doc)."""
+def k_splits(cfg, tiles: int, grid: int, rows: int = 8, lds_bytes: int | None = None) -> int:
+    """The K-split count (module doc). One round first: the smallest split whose jobs fill
+    at least ONE_ROUND_FILL of the grid without exceeding it, if a job's staged activations
+    (rows x 2 halves x its chunk, mma_tile.act_lds_words) fit `lds_bytes`: on the H200 a
+    round of 123 jobs of 128 KB beat two rounds of 246 jobs of 64 KB by 1.0-1.5 us at 8 and
+    2 rows (bench/NOTES.md v7: every job of a round waits, computes and publishes at the same
+    time, so a second round repeats the idle memory phases)."""
     blocks = cfg.hidden // BLOCK
     divs = [d for d in range(1, blocks + 1) if blocks % d == 0 and d >= max(cfg.front_k_splits, 1)]
     if not divs:
         raise ValueError(f"{cfg.name}: front_k_splits {cfg.front_k_splits} exceeds the "
                          f"{blocks} scale blocks of hidden {cfg.hidden}")
+    for d in divs:
+        staged = 4 * 2 * rows * mma_tile.act_row_words(cfg.hidden // d)
+        if ONE_ROUND_FILL * grid <= tiles * d <= grid and (lds_bytes is None or staged <= STAGING_LDS_SHARE * lds_bytes):
+            return d
     fill = [d for d in divs if tiles * d >= grid]
     for d in fill:
         jobs = tiles * d
@@ -204,7 +219,8 @@ def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
     fp8 = as_dtype(fp8 if fp8 is not None else (t.fp8 or "fp8e4m3fn"))
     cfg = spec.config
     tiles = cfg.front_out // TILE_N
-    S = splits if splits is not None else k_splits(cfg, tiles, grid)
+    S = splits if splits is not None else k_splits(cfg, tiles, grid, spec.rows,
+                                                   None if spec.target == "interp" else t.lds_bytes)
     return FrontPlan(cfg, spec.rows, spec.kv, spec.target, fp8, grid, waves, S,
                      cache_pages if cache_pages is not None else 4 * spec.rows,
                      chip if spec.target == "interp" else None).check()
@@ -262,6 +278,41 @@ def _row_rs(k, p, a, r, lds, slot):
         acc.set(_ss_thread(k, [xv], acc.get()))
     total = _cta_sum(k, lds, slot, k.wave_sum(acc.get()))
     return k.rsqrt(total * (1.0 / H) + p.eps)
+
+
+def _rows_rs(k, p, a, rows, lds):
+    """_row_rs of several rows at once (python ints), bit for bit: every row's loads go out
+    before any sum and the waves' partial sums of all the rows cross one CTA barrier, so a
+    batch costs one L2 round trip and one barrier instead of one each a row. `lds` holds
+    len(rows) * W f32."""
+    H = p.hidden
+    step = k.W * k.L * 8
+    tid = _tid(k)
+    its = -(-H // step)
+    loads = []
+    for r in rows:
+        for it in range(its):
+            e = it * step + tid * 8
+            m = e < H if H % step else None
+            loads.append(k.load(a.x, r * H + e, bf16, 8, mask=m))
+    sums = []
+    for i in range(len(rows)):
+        acc = k.const(0.0, f32)
+        for it in range(its):
+            acc = _ss_thread(k, [k.cast(loads[i * its + it], f32)], acc)
+        sums.append(k.wave_sum(acc))
+    if k.W == 1:
+        return [k.rsqrt(t * (1.0 / H) + p.eps) for t in sums]
+    for i, v in enumerate(sums):
+        k.store(lds, i * k.W + k.wave_id(), v, mask=k.lane_id().eq(0))
+    k.barrier()
+    out = []
+    for i in range(len(rows)):
+        total = k.load(lds, i * k.W, f32)
+        for w in range(1, k.W):
+            total = total + k.load(lds, i * k.W + w, f32)
+        out.append(k.rsqrt(total * (1.0 / H) + p.eps))
+    return out
 
 
 def _row_slot(k, p, a, r):

@@ -184,9 +184,10 @@ def index_launch(spec, **kw) -> IndexLaunch:
         interp_pages = -(-(INTERP_TOPK_CONTEXT) // PAGE)
         fk["cache_pages"] = 4 * spec.rows + (interp_pages if spec.target == "interp" else cap)
     fp = front_plan(spec, grid=pk.get("grid"), waves=fw, fp8=fp8, **fk)
-    seg = pk.pop("segment", None) or max(GPU_SEGMENT if spec.target != "interp" else INTERP_SEGMENT,
-                                         fp.capacity // 32)
-    p = plan(spec, capacity=fp.capacity, cache_pages=fp.cache_pages, segment=seg,
+    # the scoring's segment stays the plan's (GPU_SEGMENT): a job takes whole segments, so a
+    # row of few segments leaves most scoring jobs idle (capacity / 32 had 32 of 132 jobs
+    # score every key of a 512K x 8 launch, 4x the others' time: bench/NOTES.md v7)
+    p = plan(spec, capacity=fp.capacity, cache_pages=fp.cache_pages, segment=pk.pop("segment", None),
              **{**pk, "grid": fp.grid, "waves": fp.waves})
     from dataclasses import replace
     p = replace(p, source="front", front=fp).check()

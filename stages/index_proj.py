@@ -39,6 +39,9 @@ from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW
 from .index_dsl import _lane, stage_body, rotate, quantize, pack_words, wait_flags
 from . import mma_tile
 
+RS_BATCH_ROWS = 4  # rows whose x loads ix_key keeps in flight together for their 1/rms(x)
+# (8 rows x 3 16-byte loads a thread would hold 96 registers; 4 rows: half, two barriers)
+
 
 # ------------------------------------------------------------------------------------ stages
 
@@ -363,13 +366,16 @@ class IndexKey(_ProjStage):
         lane = _lane(k)
         PW_ = HD + H
         NWR = p.nb_words
+        # the rows' 1/rms(x) read only inputs (each row an L2 round trip and CTA barriers):
+        # computed before any wait, while the projection jobs still run
+        rs_of = self._row_scales(k, io)
         wait_flags(k, io, p.q_jobs, KS)
-        io.acquire("ix_qb")
         ne = HD // k.L
         e0 = lane * ne
         eps = float(p.config.index_eps)
         coef = float(np.float32(H ** -0.5 * HD ** -0.5))
-        rs_of = self._row_scales(k, io)
+        # the keys need only the key jobs' partials: they go out before the q heads are
+        # awaited (the head weights below need the q scales of ix_qb)
         for r in k.range(k.wave_id(), R, k.W):
             rs = rs_of(r)
             v = None
@@ -405,6 +411,9 @@ class IndexKey(_ProjStage):
             k.store(a.index_cache, base + (pc & (PAGE - 1)) * 32 + widx, word, mask=wl & ok)
             k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
                     mask=lane.eq(0) & ok)
+        io.acquire("ix_qb")
+        for r in k.range(k.wave_id(), R, k.W):
+            rs = rs_of(r)
             for h0 in range(0, H, k.L):
                 h = h0 + lane
                 m = h < H
@@ -431,12 +440,15 @@ class IndexKey(_ProjStage):
         p = self.p
         if p.source != "front":
             return lambda r: None
-        from .front import _row_rs
-        red = k.lds("ix_rs_red", f32, 2 * k.W)
+        from .front import _rows_rs
+        red = k.lds("ix_rs_red", f32, RS_BATCH_ROWS * k.W)
         rsl = k.lds("ix_rs", f32, p.rows)
-        for r in range(p.rows):
-            rs = _row_rs(k, p.front, io.args, r, red, r % 2)
-            k.store(rsl, r, rs, mask=k.wave_id().eq(0) & _lane(k).eq(0))
+        for r0 in range(0, p.rows, RS_BATCH_ROWS):
+            if r0:
+                k.barrier()  # the previous batch has read `red`
+            rows = list(range(r0, min(p.rows, r0 + RS_BATCH_ROWS)))
+            for r, rs in zip(rows, _rows_rs(k, p.front, io.args, rows, red)):
+                k.store(rsl, r, rs, mask=k.wave_id().eq(0) & _lane(k).eq(0))
         if k.W > 1:
             k.barrier()
         return lambda r: k.load(rsl, r, f32)

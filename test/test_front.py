@@ -280,9 +280,18 @@ def test_k_splits_fill_each_target_and_respect_the_config():
     for t in ("gfx950", "gfx942", "sm_90a"):
         p = launch(8, "fp8", "glm5", t).plan
         got[t] = p.splits
-        assert p.tiles == 41 and p.tiles * p.splits >= p.grid
+        jobs = p.tiles * p.splits
+        # one round filling >= ONE_ROUND_FILL of the grid, else at least the whole grid
+        assert p.tiles == 41 and (F.ONE_ROUND_FILL * p.grid <= jobs <= p.grid or jobs >= p.grid)
         assert p.hidden % (p.splits * F.BLOCK) == 0
-    assert got == {"gfx950": 12, "gfx942": 12, "sm_90a": 6}
+        staged = 4 * 2 * p.rows * F.mma_tile.act_row_words(p.chunk)
+        lds = BuildSpec.make("glm5", rows=8, target=t).target_info.lds_bytes
+        assert staged <= F.STAGING_LDS_SHARE * lds
+    assert got == {"gfx950": 6, "gfx942": 12, "sm_90a": 3}
+    # one round only while the staged activations fit: with a small LDS the balanced rule
+    # (246 jobs of S = 6 on 132 CTAs) again
+    cfg = BuildSpec.make("glm5", rows=8, target="sm_90a").config
+    assert F.k_splits(cfg, 41, 132, 8, lds_bytes=64 * 1024) == 6
     assert launch(2, "fp8").plan.splits == 2  # tiny: at least cfg.front_k_splits
     assert launch(8, "fp8", "tiny", "gfx950").plan.splits == 8  # all of tiny's 128-blocks
     p = launch(4, "fp8", "glm5", "gfx942").plan

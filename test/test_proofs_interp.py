@@ -146,6 +146,27 @@ def test_wgmma_chained_accumulation_completes_in_order(rng):
     assert np.abs(got - expect).max() / np.abs(expect).max() <= mma.tolerance(at.name) * 2
 
 
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_gemv_fp8_tensor_cores_prefetching_weights_over_staged_activations(unroll, rng):
+    """The pipelined variant (next weight group in flight during the MMAs, x in padded LDS)
+    against float64, every output written (poisoned first), every launch the same bits."""
+    from monokernel.proofs import gemv_mma
+    N, K, R = 32, 1024, 8
+    kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, unroll=unroll, x_in_lds=True,
+                          prefetch=True)
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R)
+    ref = gemv_mma.reference(inp, N=N, K=K, R=R)
+    interp.run(kern, inp, grid=N // 16, mode="random", seed=5)
+    assert not np.isnan(inp["y"]).any(), "unwritten outputs"
+    assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL
+    first = inp["y"].copy()
+    inp["y"][:] = np.nan
+    interp.run(kern, inp, grid=N // 16, mode="random", seed=6)
+    assert np.array_equal(first, inp["y"])
+    with pytest.raises(ValueError, match="prefetch keeps x in LDS"):
+        gemv_mma.build("interp", N=N, K=K, R=R, waves=2, prefetch=True)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("R", [1, 8])
 def test_gemv_fp8_on_tensor_cores_matches_float64(mode, R, rng):

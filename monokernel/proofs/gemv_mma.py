@@ -34,7 +34,21 @@ def abi(ksplit=1):
     return ABI(w=Ptr(fp8e4m3fn), ws=Ptr(f32), x=Ptr(bf16), y=Ptr(f32), ctas=Scalar(i32), **extra)
 
 
-def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1):
+PROBES = (None, "empty", "read", "read_w", "read_flat")  # bench-only bounds (body's doc)
+X_PAD = 8  # bf16 of padding a staged x row: rows K * 2 bytes apart (a multiple of 128) would
+# put the 8 rows' reads of one MMA on one bank (8-way conflicts)
+
+
+def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, prefetch=False):
+    """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
+    conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
+    "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
+    (what the same bytes cost in whole 128-byte lines, i.e. with a pre-permuted layout).
+    The probes write y = 0: not a GEMV. prefetch (with x_in_lds): the wave's first `unroll`
+    blocks of weights go out before x is staged, and each group's successor before the
+    group's MMAs (two groups in flight; x from LDS, so registers hold weights only)."""
+    if probe not in PROBES:
+        raise ValueError(f"gemv_mma: probe {probe!r}; one of {PROBES}")
     at = atom(ATOM)
     a = k.args
     blocks = K // BLOCK
@@ -68,9 +82,16 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1):
         for u in range(unroll):
             for chunk in range(BLOCK // CHUNK):
                 kb = (b0 + u) * BLOCK + chunk * CHUNK + q * 16
+                if probe == "read_flat":  # the wave's 2 KB a block, 512 contiguous a load
+                    flat = tile * K + ((b0 - first_block + u) * 4 + chunk * 2) * 512 + \
+                        first_block * TILE_N * BLOCK + lane * 16
+                    w_lo = k.load(a.w, flat, fp8e4m3fn, 16, nontemporal=True)
+                    w_hi = k.load(a.w, flat + 512, fp8e4m3fn, 16, nontemporal=True)
+                    loads.append((w_lo, w_hi, None, kb))
+                    continue
                 w_lo = k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True)
                 w_hi = k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True)
-                xs = None if x_in_lds else \
+                xs = None if x_in_lds or probe == "read_w" else \
                     [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
                 loads.append((w_lo, w_hi, xs, kb))
         return loads
@@ -78,21 +99,32 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1):
     def stage_x():
         # the CTA's activations once in LDS: later x reads are LDS-latency, so only weight
         # loads stay in flight in registers
-        xl = k.lds("x", bf16, MAX_ROWS * K)
+        xl = k.lds("x", bf16, MAX_ROWS * (K + X_PAD))
         per_round = k.W * k.L * 8
         for e0 in k.range(0, R * K, per_round):
             e = e0 + k.thread_id() * 8
-            k.store(xl, e, k.load(a.x, e, bf16, 8, mask=e < R * K), mask=e < R * K)
+            k.store(xl, (e / K) * X_PAD + e, k.load(a.x, e, bf16, 8, mask=e < R * K), mask=e < R * K)
         k.barrier()
         return xl
 
     def compute(b0, loads):
+        if probe in ("read", "read_w", "read_flat"):  # every loaded word folded into one slot: nothing is dead code
+            t = total.get()
+            acc = k.bitcast(t[0], u32)
+            for w_lo8, w_hi8, xs, _ in loads:
+                for v in (w_lo8, w_hi8, *(xs or ())):
+                    words = k.bitcast(v, u32)
+                    for i in range(words.n):
+                        acc = acc ^ words[i]
+            total.set(k.vec(k.bitcast(acc & 1, f32), *[t[i] for i in range(1, at.c_slots)]))
+            return
         for u in range(unroll):
             acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
             for chunk in range(BLOCK // CHUNK):
                 w_lo8, w_hi8, xs, kb = loads[u * (BLOCK // CHUNK) + chunk]
                 if xs is None:
-                    xs = [k.load(xl, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
+                    xs = [k.load(xl, r * (K + X_PAD) + kb + h * 8, bf16, 8, mask=xrow_ok)
+                          for h in range(2)]
                 w_lo = k.cast(k.cast(w_lo8, f32), bf16)
                 w_hi = k.cast(k.cast(w_hi8, f32), bf16)
                 for j in range(4):
@@ -104,7 +136,19 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1):
             scale = k.load(a.ws, (tile // BLOCK) * blocks + b0 + u, f32)
             total.set(k.fma(acc, scale, total.get()))
 
-    if single_round:
+    if prefetch and not x_in_lds:
+        raise ValueError("gemv_mma: prefetch keeps x in LDS (x_in_lds=True)")
+    if probe == "empty":
+        pass
+    elif prefetch:
+        groups = per_wave // unroll
+        loads = issue(first_block)
+        xl = stage_x()
+        for g in range(groups):  # python-unrolled: groups <= per_wave
+            nxt = issue(first_block + (g + 1) * unroll) if g + 1 < groups else None
+            compute(first_block + g * unroll, loads)
+            loads = nxt
+    elif single_round:
         # every weight load of the wave goes out FIRST, then the activations are staged
         # under them: one memory round trip per wave (registers hold weights only)
         b0 = first_block
@@ -150,10 +194,11 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1):
             store_y(s)
 
 
-def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1):
+def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
+          prefetch=False):
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
                         wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit)
+                        ksplit=ksplit, probe=probe, prefetch=prefetch)
 
 
 def scratch(N, ksplit, L=32):
