@@ -27,6 +27,10 @@ max(1, min(S, ceil(n / segment))) of them, exactly layouts.scores.ScoresLayout.s
              the next digit among the keys with the longer prefix; publish message q
     sel_out  the same decision on message P-1 (now exact: 32 bits), then emit
 
+(with the solo finish, below: sel_h1 also decides whether the row finishes solo; from sel_h2
+on a job first reads that from its own slice's rdy1 pair, and for a solo row all but
+sel_h2's slice-0 job return at once.)
+
 Candidate lists. Only sel_h0 (local pass) and sel_h1 read the scores. sel_h1, knowing the
 first threshold digit, appends every selectable key of its slice whose prefix is >= the
 threshold (the candidates and the keys already above: a subsequence of the slice holding
@@ -51,6 +55,41 @@ Early exit. When the threshold bin holds exactly the keys still needed, or fewer
 needed remain (a row with <= K selectable keys), the decision is final before 32 bits:
 the later stages pass the state through without reading keys or other slices. (Never on
 the first digit: the scoring's bin 0 may count key 0; pass 1 recounts without it.)
+
+Solo finish. After the first digit the candidates are few for smooth scores (~2% of a
+row), and the exchange rounds sel_h3, sel_h4 and sel_out cost more than one CTA's passes
+over them. sel_h1, deciding on message 0, knows the row's total list length: Gcum[b] keys
+have a first digit >= the threshold digit b (exactly the lists' keys; for b = 0 an upper
+bound, key 0 being counted there), the same number on every slice. When it is at most
+SelectConfig.solo_max_candidates (None, the default: never; SOLO_MAX_CANDIDATES is the
+bound the H200 was measured with, see below) the row is solo: the
+state's X_SOLO, and the RDY_SOLO bit of every slice's rdy1 value (a tagged pair: no fence
+to read it). Who waits on what, per job of a solo row / of another row:
+
+    sel_h1   as before, both (it computes the flag)
+    sel_h2   slice 0: every slice's rdy1 (as before), decides on message 1, then finishes the
+             row alone: a directory (LDS) of the row's lists laid end to end in slice order,
+             each padded to whole 4-key groups; passes 2..P-1 over all of them (16-byte loads,
+             SOLO_UNROLL groups a lane in flight, the slice by a binary search of the
+             directory), each an LDS histogram and wave 0's decision on it with CTA barriers
+             for the exchange; then the emit (the rounds' emit, over all lists: keys above the
+             final prefix and the first `need` ties, offsets from ballot prefix counts) and
+             the padding and diagnostic row. Other slices: their own rdy1 only, then nothing.
+             Other rows: their own rdy1, then as before.
+    sel_h3.. and sel_out: their own rdy1 (an earlier stage: the topological order holds),
+             then nothing for a solo row; as before otherwise (rdy q-1).
+
+Measured on the H200 (bench/NOTES.md v7), with SOLO_MAX_CANDIDATES: exact on every
+distribution, but SLOWER than the rounds (512K x 8: select_hist 60.0 us vs 44.3; 64K x 8:
+29.5 vs 28.2): one CTA's passes are latency-bound (a round trip per 4K keys), and the
+rounds it replaces overlap across 128 CTAs. Off by default; kept, tested, for a chip or
+a row shape where it pays.
+
+The solo passes make the rounds' decisions on the same counts (the sum over slices of the
+histograms the messages would carry), and the emit walks the same keys in the same order:
+outputs and diagnostics are bit-identical to the rounds' (messages 2.. of a solo row are
+never written). Its reads are the lists (L2) and message 1; LDS holds histograms and the
+directory only, so any distribution within the bound is exact (all ties too).
 
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'
@@ -113,10 +152,28 @@ UNROLL = 8  # message loads in flight per lane while summing the slices' histogr
 SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
 # one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
 
+# Solo finish (module doc): a row whose candidate lists hold at most this many keys in all is
+# finished by ONE CTA. Its remaining passes read the lists from L2 (4 bytes a key a pass, 8
+# in the emit): at 16K keys, three passes and the emit move 16K * (3 * 4 + 8) = 320 KB. A
+# pass has SOLO_UNROLL 4-key groups a lane in flight (4K keys a round trip for 256
+# threads: 4 round trips at 16K keys), the emit one round of 4 keys a lane ahead (16
+# round trips): about 30 L2 round trips in all, against the three grid-wide exchange rounds
+# it replaces (sel_h3, sel_h4, sel_out: each a release / poll / acquire chain over up to 64
+# slices, several microseconds each on the H200). Smooth scores at 512K keys leave ~2% of
+# a row after the first digit (~12K keys for normal scores at K = 2048): solo. A
+# distribution whose threshold sits in a crowded first-digit bin keeps the rounds.
+SOLO_MAX_CANDIDATES = 16384
+SOLO_UNROLL = 4  # 4-key groups a lane loads at once in a solo histogram pass (the solo
+# emit instead loads the next round while it writes one: two rounds' ballots and masks at
+# once would spill SGPRs on AMD)
+RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
+# the low bits are the state's X_DONE + 1, as in every rdy pair
+
 # the state words after a message's histogram (and in LDS); X_NLIST: the slice's candidate
-# list length (sel_h1 on); whole 4-word vectors
+# list length (sel_h1 on); X_SOLO: 1 when the row finishes solo (decided by sel_h1 from
+# message 0); whole 4-word vectors
 X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
-    X_UNSELS, X_NLIST = range(13)
+    X_UNSELS, X_NLIST, X_SOLO = range(14)
 NEXTRA = 16
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
@@ -150,9 +207,17 @@ class SelectConfig:
     # the n_keys buffer holds each row's token position (its keys are 0..pos: n = pos + 1),
     # as the index launch's `positions`
     positions: bool = False
+    # a row whose candidate lists hold at most this many keys in all is finished by one CTA
+    # in sel_h2 (module doc, "Solo finish"); None (default, measured faster on the H200):
+    # every row takes the exchange rounds
+    solo_max_candidates: int | None = None
 
     def __post_init__(self):
         lay = self.layout
+        if self.solo_max_candidates is not None and \
+                not 0 <= self.solo_max_candidates <= MAX_KEYS:
+            raise ValueError(f"solo_max_candidates = {self.solo_max_candidates} must be None "
+                             f"or in 0..{MAX_KEYS}")
         if lay.capacity > MAX_KEYS:
             raise ValueError(f"{lay.capacity} scores per row exceed the selection's limit of "
                              f"{MAX_KEYS} (512K keys)")
@@ -195,6 +260,11 @@ class SelectConfig:
     @property
     def passes(self) -> int:
         return len(self.digits)
+
+    @property
+    def solo(self) -> bool:
+        """Whether rows with few candidates may finish solo (module doc)."""
+        return self.solo_max_candidates is not None
 
     def bins(self, q: int) -> int:
         return 1 << self.digits[q]
@@ -431,6 +501,42 @@ def _pick(k, x, lane_is):
     return k.wave_sum(k.select(lane_is, x, 0))
 
 
+def _suffix_sums(k, hist, B, put):
+    """One wave: put(b, cum[b] = sum of LDS hist[b..B-1], mask) for every bin b, top bin
+    first, L bins a step (put may write hist itself: a step reads its bins before it writes
+    them, and later steps read only lower bins)."""
+    carry = k.uniform_var(0, i32)
+    for ch in range((B + k.L - 1) // k.L):
+        b = (B - 1) - (ch * k.L + k.lane_id())
+        m = b >= 0
+        bb = k.max(b, 0)
+        g = _i(k, k.load(hist, bb, u32, mask=m))
+        incl = _scan(k, g)
+        put(bb, _u(k, carry.get() + incl), m)
+        carry.set(carry.get() + _last(k, incl))
+
+
+def _threshold(k, cum, B, need):
+    """One wave, on the suffix sums cum[0..B-1] (LDS, #(digit >= b)) of the candidates:
+    (takeall, b, has_hi, gb, ga): the threshold bin b, the last with cum[b] >= need
+    (takeall: none is, fewer candidates than needed: take them all, b = 0), whether a bin
+    lies above it, gb = cum[b] and ga = cum[b + 1] (0 past the top)."""
+    L = k.L
+    cnt = k.uniform_var(0, i32)
+    for ch in range((B + L - 1) // L):
+        b = ch * L + k.lane_id()
+        m = b < B
+        g = _i(k, k.load(cum, k.min(b, B - 1), u32, mask=m))
+        cnt.set(cnt.get() + k.wave_sum(k.select(m & (g >= need), k.const(1, i32), 0)))
+    n_ge = cnt.get()
+    takeall = n_ge.eq(0)
+    b = k.max(n_ge - 1, 0)
+    has_hi = (b + 1) < B
+    gb = _i(k, k.load(cum, b, u32))
+    ga = k.select(has_hi, _i(k, k.load(cum, k.min(b + 1, B - 1), u32)), 0)
+    return takeall, b, has_hi, gb, ga
+
+
 def ordered_keys(k, bits, want_nan=False):
     """layouts.scores.ordered_key on u32 bit patterns (any vector width), integer operations
     only: (key, is_nan or None). k0 = bits ^ (sign ? ~0 : 0x80000000); then -0.0 -> +0.0's
@@ -566,6 +672,11 @@ class SelectPass(Stage):
         # candidate list; the later passes and the output read the list, not the scores
         self.compacts = q == 1
         self.from_list = q >= 2
+        # solo rows (module doc, "Solo finish"): sel_h2's slice-0 job finishes them; every
+        # job from sel_h2 on first learns from its own slice's rdy1 pair whether its row is
+        # solo (and then, but for that one, does nothing)
+        self.solo_check = cfg.solo and q >= 2
+        self.solo_runs = cfg.solo and q == 2
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -575,7 +686,11 @@ class SelectPass(Stage):
             keys = keys // FIRST_DIGIT_BINS + c.topk
         xbytes = 0 if self.q == 0 else c.max_slices * c.msg_words(self.q - 1) * 4
         lds = 4 * (2 * 1024 + 64)
-        return [Job(j, cost_bytes=keys * 4 + xbytes, cost_flops=keys * 8, lds_bytes=lds)
+        # a solo finish: at most solo_max_candidates keys read by each remaining pass, keys
+        # and positions by the emit
+        solo = c.solo_max_candidates * (4 * (c.passes - 2) + 8) if self.solo_runs else 0
+        return [Job(j, cost_bytes=keys * 4 + xbytes + (solo if j % c.max_slices == 0 else 0),
+                    cost_flops=keys * 8, lds_bytes=lds)
                 for j in range(c.rows * c.max_slices)]
 
     def regions(self):
@@ -598,7 +713,7 @@ class SelectPass(Stage):
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
                 out.update(self.hist.buffers())
-        if self.is_out:
+        if self.is_out or self.solo_runs:  # (sel_h2 emits the solo rows)
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             out[nm.out] = Buffer(i32, (c.rows, c.topk), output=True)
             out[nm.diag] = Buffer(u32, (c.rows, DIAG_WORDS), output=True)
@@ -613,10 +728,15 @@ class SelectPass(Stage):
 
     def reads(self, j):
         c = self.cfg
-        r, _ = self._row_slice(j)
+        r, s = self._row_slice(j)
         out = [] if self.from_list else list(self.scores.reads(r))
-        if self.from_list:
+        if self.solo_runs and s == 0:  # a solo finish reads every slice's list of its row
+            lk = c.max_slice_keys() * c.max_slices
+            out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
+        elif self.from_list:
             out += self._list_uses(j, [c.list_keys] + ([c.list_pos] if self.is_out else []))
+        if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
+            out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
             if self.ready is not None:
                 out += self.ready.reads(r)
@@ -670,15 +790,39 @@ class SelectPass(Stage):
                 self._histogram(k, io, sl, lds, first=True)
                 self._publish(k, io, sl, lds)
                 return
-            self._consume(k, io, sl, lds)
-            if self.is_out:
-                self._emit(k, io, sl, lds)
+            if not self.solo_check:
+                self._round(k, io, sl, lds)
                 return
-            st = _State.load(k, lds["state"], 0)
-            with k.if_(~st.done):
-                self._histogram(k, io, sl, lds, first=False)
-            _barrier(k)
-            self._publish(k, io, sl, lds)
+            solo = self._row_is_solo(k, io, sl, lds)
+            if not self.solo_runs:  # a solo row was finished by sel_h2: nothing to wait for
+                with k.if_(~solo):
+                    self._round(k, io, sl, lds)
+                return
+            # sel_h2: slice 0 of a solo row decides on message 1 as every slice does, then
+            # finishes the row alone; the other slices of a solo row do nothing
+            with k.if_(~solo | sl.s.eq(0)):
+                self._consume(k, io, sl, lds, solo=solo)
+                with k.if_else(solo) as (alone, shared):
+                    with alone:
+                        self._solo_finish(k, io, sl, lds)
+                    with shared:
+                        self._next_histogram(k, io, sl, lds)
+
+    def _round(self, k, io, sl, lds):
+        """One exchange round: decide on message q-1, then emit (sel_out) or count the next
+        digit and publish message q."""
+        self._consume(k, io, sl, lds)
+        if self.is_out:
+            self._emit(k, io, sl, lds)
+        else:
+            self._next_histogram(k, io, sl, lds)
+
+    def _next_histogram(self, k, io, sl, lds):
+        st = _State.load(k, lds["state"], 0)
+        with k.if_(~st.done):
+            self._histogram(k, io, sl, lds, first=False)
+        _barrier(k)
+        self._publish(k, io, sl, lds)
 
     def _lds(self, k):
         c = self.cfg
@@ -689,10 +833,21 @@ class SelectPass(Stage):
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
-        if self.is_out and k.W > 1:
+        if (self.is_out or self.solo_runs) and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
         if self.compacts and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * k.W)
+        if self.solo_check:
+            out["solo"] = k.lds(f"{nm}_solo", u32, 1)
+        if self.solo_runs:
+            S = c.max_slices
+            # the directory of the row's lists laid end to end (each padded to whole 4-key
+            # groups): where slice s's list starts (and, at [S], their total length), and
+            # its length
+            out["solo_off"] = k.lds(f"{nm}_solo_off", i32, S + 1)
+            out["solo_len"] = k.lds(f"{nm}_solo_len", i32, S)
+            out["solo_hist"] = k.lds(f"{nm}_solo_hist", u32,
+                                     max(4, max(c.bins(q) for q in range(2, c.passes))))
         return out
 
     # -- sel_h0: input checks --------------------------------------------------------------
@@ -741,10 +896,11 @@ class SelectPass(Stage):
             self._scan_scores(k, io, sl, lds, first)
         _barrier(k)
 
-    def _count_digits(self, k, hist, key, d, cand):
+    def _count_digits(self, k, hist, key, d, cand, q=None):
         """LDS hist[digit q of key (bits d .. d + digits[q] from the top)] += 1 for the
-        candidate entries of a 4-vector."""
-        c, q = self.cfg, self.q
+        candidate entries of a 4-vector (q: this stage's pass unless given)."""
+        c = self.cfg
+        q = self.q if q is None else q
         sh_lo = k.cast(32 - d - c.digits[q], u32)
         digit = (key >> sh_lo) & (c.bins(q) - 1)
         one = k.const(1, u32)
@@ -895,24 +1051,21 @@ class SelectPass(Stage):
                 st[X_NAN] = k.extract(cnt, 0)
                 st[X_UNSEL] = k.extract(cnt, 1)
             with k.if_(~st.done):
-                carry = k.uniform_var(0, i32)
-                for ch in range((B + k.L - 1) // k.L):
-                    b = (B - 1) - (ch * k.L + k.lane_id())
-                    m = b >= 0
-                    bb = k.max(b, 0)
-                    g = _i(k, k.load(lds["hist"], bb, u32, mask=m))
-                    incl = _scan(k, g)
-                    io.store(msg, mb + bb, _u(k, carry.get() + incl), mask=m)
-                    carry.set(carry.get() + _last(k, incl))
+                _suffix_sums(k, lds["hist"], B,
+                             lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
             for j, v in enumerate(st.vecs()):
                 io.store(msg, mb + c.state_word + 4 * j, v)
             if self.release:
                 k.fence("release", "device")
-            io.publish(c.rdy(q), sl.r * S + sl.s, st[X_DONE] + 1)
+            flag = st[X_DONE] + 1
+            if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
+                flag = flag + st[X_SOLO] * RDY_SOLO
+            io.publish(c.rdy(q), sl.r * S + sl.s, flag)
 
     # -- consume message q-1: the decision -------------------------------------------------
-    def _consume(self, k, io, sl, lds):
-        """Leave in LDS `state` this slice's state after deciding on message q-1."""
+    def _consume(self, k, io, sl, lds, solo=None):
+        """Leave in LDS `state` this slice's state after deciding on message q-1 (`solo`:
+        uniform i1, the row finishes solo: no placement among the slices)."""
         c = self.cfg
         p = self.q - 1
         S = c.max_slices
@@ -936,7 +1089,7 @@ class SelectPass(Stage):
         with k.if_(~st.done):
             self._global_cum(k, io, sl, lds)
             with _wave0(k):
-                self._decide(k, io, sl, lds)
+                self._decide(k, io, sl, lds, solo)
             _barrier(k)
 
     def _load_msg_state(self, k, io, msg, idx0):
@@ -980,31 +1133,38 @@ class SelectPass(Stage):
                 k.atomic("add", gcum, 4 * cq + e, k.extract(a, e), mask=live, scope="cta")
         _barrier(k)
 
-    def _decide(self, k, io, sl, lds):
-        """Wave 0: threshold digit, new state, and (when final) this slice's placement."""
+    def _decide(self, k, io, sl, lds, solo=None):
+        """Wave 0: threshold digit, new state, and (when final, unless the row is `solo`)
+        this slice's placement. On message 0 it also decides whether the row finishes solo:
+        its lists will hold the keys of first digit >= the threshold digit (key 0 excepted),
+        Gcum[b] of them (at most that when b = 0, where key 0 is counted), the same count
+        on every slice."""
         c = self.cfg
         p = self.q - 1
         Bp = c.bins(p)
-        bits = c.digits[p]
         S = c.max_slices
         mw = c.msg_words(p)
         msg = c.msg(p)
-        L = k.L
-        gcum = lds["gcum"]
         st = _State.load(k, lds["state"], 0)
+        takeall, b, has_hi, gb, ga = _threshold(k, lds["gcum"], Bp, st.i(X_NEED))
+        new, done = self._advance(k, st, p, takeall, b, gb, ga)
+        if p == 0 and c.solo:
+            new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
+        own = (sl.r * S + sl.s) * mw
+        hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
+        new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
+        nst = new
+        nst.store_lds(lds["state"])
+        if p == 0:
+            return
+        with k.if_(done if solo is None else done & ~solo):
+            self._placement(k, io, sl, lds, nst, takeall, b, has_hi)
+
+    def _advance(self, k, st, p, takeall, b, gb, ga):
+        """(new state, done: uniform i1 or None on the first digit) after deciding digit p
+        at bin b of the row's suffix sums (gb = Gcum[b], ga = Gcum[b + 1] or 0)."""
+        bits = self.cfg.digits[p]
         need = st.i(X_NEED)
-        cnt = k.uniform_var(0, i32)
-        for ch in range((Bp + L - 1) // L):
-            b = ch * L + k.lane_id()
-            m = b < Bp
-            g = _i(k, k.load(gcum, k.min(b, Bp - 1), u32, mask=m))
-            cnt.set(cnt.get() + k.wave_sum(k.select(m & (g >= need), k.const(1, i32), 0)))
-        n_ge = cnt.get()
-        takeall = n_ge.eq(0)  # fewer candidates than needed: take them all
-        b = k.max(n_ge - 1, 0)
-        has_hi = (b + 1) < Bp
-        gb = _i(k, k.load(gcum, b, u32))
-        ga = k.select(has_hi, _i(k, k.load(gcum, k.min(b + 1, Bp - 1), u32)), 0)
         d = st.i(X_D)
         Q = st[X_Q]
         new = st.copy()
@@ -1018,15 +1178,7 @@ class SelectPass(Stage):
         else:
             done = takeall | gb.eq(need) | (d + bits).eq(32)
             new[X_DONE] = k.select(done, k.const(1, u32), 0)
-        own = (sl.r * S + sl.s) * mw
-        hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
-        new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
-        nst = new
-        nst.store_lds(lds["state"])
-        if p == 0:
-            return
-        with k.if_(done):
-            self._placement(k, io, sl, lds, nst, takeall, b, has_hi)
+        return new, done
 
     def _placement(self, k, io, sl, lds, st, takeall, b, has_hi):
         """Wave 0, decision final: base, tie base and totals from every slice's counts."""
@@ -1081,102 +1233,250 @@ class SelectPass(Stage):
     # -- sel_out: emit ----------------------------------------------------------------------
     def _emit(self, k, io, sl, lds):
         """Write the slice's selected keys (the list's keys above the final prefix, and its
-        share of the ties, its first ones) at their output offsets: a lane holds 4
-        consecutive list entries, which are in position order."""
+        share of the ties, its first ones) at their output offsets; slice 0 also the padding
+        and the diagnostic row."""
+        c = self.cfg
+        st = _State.load(k, lds["state"], 0)
+        ok = io.env.cta_ok()
+        nl = st.i(X_NLIST)
+        lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
+
+        def fetch(i):
+            m = i < nl
+            key = io.load(c.list_keys, lb + i, 4, mask=m)
+            pos = io.load(c.list_pos, lb + i, 4, mask=m)
+            return key, pos, i, nl  # (a list holds no key 0)
+        with k.if_(nl > 0):
+            self._emit_entries(k, io, sl, lds, st, ok, nl, fetch, st.i(X_BASE),
+                               st.i(X_TIEBASE))
+        with k.if_(sl.s.eq(0)):
+            self._pad_and_diag(k, io, sl, ok, st.i(X_TOTAL), st[X_NANS], st[X_UNSELS])
+
+    def _emit_entries(self, k, io, sl, lds, st, ok, n, fetch, base, tieb, prefetch=False):
+        """Write the selected ones of n entries, in position order, at output offsets from
+        `base` on: the keys above the final prefix, and the ties past the `tieb` taken
+        before these entries, up to `need`. fetch(i): the keys and positions of entries
+        i..i+3 (a lane's 4 consecutive ones) and (j, lim): entry e is valid where j + e <
+        lim, compared only when used (4 masks kept live across the next round's loads would
+        be 4 SGPR pairs on AMD). Rounds of 4 * T entries; with `prefetch`, a round's loads
+        are issued a round early (fetch must then accept any i: entries past n are read,
+        never taken). Returns the number written (uniform i32)."""
         c = self.cfg
         nm = c.names
         K = c.topk
-        st = _State.load(k, lds["state"], 0)
-        ok = io.env.cta_ok()
         out = getattr(io.args, nm.out)
         bt = getattr(io.args, nm.block_table)
         Q, d = st[X_Q], st.i(X_D)
         need = st.i(X_NEED)
-        base = st.i(X_BASE)
-        tieb = st.i(X_TIEBASE)
-        total = st.i(X_TOTAL)
         t = k.thread_id()
         T = k.W * k.L
         w = k.wave_id()
-        nl = st.i(X_NLIST)
-        lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
         run_eq = k.uniform_var(0, i32)
         run_sel = k.uniform_var(0, i32)
-        with k.if_(nl > 0):
-            for pos0 in k.range(0, nl, 4 * T):
-                i = pos0 + 4 * t
-                m = i < nl
-                key = io.load(c.list_keys, lb + i, 4, mask=m)
-                pos = io.load(c.list_pos, lb + i, 4, mask=m)
-                nz = k.vec(i, i + 1, i + 2, i + 3) < nl  # (a list holds no key 0)
-                pre = _prefix(k, key, d)
-                ab_v = k.cast(nz & (pre > Q), i32)  # 0/1 integers: no masks kept live
-                eq_v = k.cast(nz & pre.eq(Q), i32)
-                ab = [k.extract(ab_v, e) for e in range(4)]
-                eq = [k.extract(eq_v, e) for e in range(4)]
-                # keys of lower lanes first (a lane's 4 keys are consecutive positions)
-                own = eq[0] + eq[1] + eq[2] + eq[3] + ((ab[0] + ab[1] + ab[2] + ab[3]) << 16)
-                excl = sum((k.prefix_count(eq[e].ne(0)) for e in range(1, 4)),
-                           k.prefix_count(eq[0].ne(0)))
-                excl = excl + (sum((k.prefix_count(ab[e].ne(0)) for e in range(1, 4)),
-                                   k.prefix_count(ab[0].ne(0))) << 16)
-                tot = _last(k, excl + own)
-                excl_eq = excl & 0xFFFF
-                excl_ab = excl >> 16
-                w_eq, w_ab = tot & 0xFFFF, tot >> 16
-                rem0 = need - tieb - run_eq.get()  # ties still to take before this round
-                if k.W > 1:  # this wave's offsets among the round's waves
-                    em = lds["emit"]
-                    par = (pos0 / (4 * T)) & 1
-                    k.store(em, (par * k.W + w) * 2, w_eq)
-                    k.store(em, (par * k.W + w) * 2 + 1, w_ab)
-                    k.barrier()
-                    off_eq = k.uniform_var(0, i32)
-                    off_ab = k.uniform_var(0, i32)
-                    for w2 in k.range(0, w):
-                        off_eq.set(off_eq.get() + k.load(em, (par * k.W + w2) * 2, i32))
-                        off_ab.set(off_ab.get() + k.load(em, (par * k.W + w2) * 2 + 1, i32))
-                    weq, wab = off_eq.get(), off_ab.get()
-                    round_eq = round_ab = None
-                    for w2 in range(k.W):
-                        e2 = k.load(em, (par * k.W + w2) * 2, i32, 2)
-                        round_eq = k.extract(e2, 0) if round_eq is None else \
-                            round_eq + k.extract(e2, 0)
-                        round_ab = k.extract(e2, 1) if round_ab is None else \
-                            round_ab + k.extract(e2, 1)
-                else:
-                    weq, wab = k.const(0, i32), k.const(0, i32)
-                    round_eq, round_ab = w_eq, w_ab
-                rem_w = rem0 - weq  # ties still to take before this wave's first tie
-                wave_sel_off = wab + k.min(k.max(rem0, 0), weq)
-                lane_rem = rem_w - excl_eq
-                lane_off = base + run_sel.get() + wave_sel_off + excl_ab + \
-                    k.min(k.max(rem_w, 0), excl_eq)
-                ties_before = None
-                sel_before = None
-                for e in range(4):
-                    rank_ok = (lane_rem if ties_before is None else lane_rem - ties_before) > 0
-                    take = ab[e].ne(0) | (eq[e].ne(0) & rank_ok)
-                    at = lane_off if sel_before is None else lane_off + sel_before
-                    p = k.extract(pos, e)
-                    page = k.load(bt, sl.r * c.bt_width
-                                  + k.min(p >> PAGE_SHIFT, c.bt_width - 1), i32, mask=take)
-                    slot = page * PAGE + (p & (PAGE - 1))
-                    k.store(out, sl.r * K + k.min(at, K - 1), slot, mask=take & ok)
-                    tk = ab[e] + eq[e] * k.cast(rank_ok, i32)
-                    ties_before = eq[e] if ties_before is None else ties_before + eq[e]
-                    sel_before = tk if sel_before is None else sel_before + tk
-                run_sel.set(run_sel.get() + round_ab + k.min(k.max(rem0, 0), round_eq))
-                run_eq.set(run_eq.get() + round_eq)
-        # slice 0: padding and the diagnostic row
-        with k.if_(sl.s.eq(0)):
-            for i0 in k.range(0, K, T):
-                i = i0 + t
-                k.store(out, sl.r * K + k.min(i, K - 1), k.const(-1, i32),
-                        mask=(i < K) & (i >= total) & ok)
-            with _wave0(k):
-                diag = k.vec(st[X_NANS], st[X_TOTAL], st[X_UNSELS], _u(k, sl.n))
-                k.store(getattr(io.args, nm.diag), sl.r * DIAG_WORDS, diag, mask=ok)
+        if prefetch:
+            ahead = [k.lane_var(x) for x in fetch(4 * t)]
+        for pos0 in k.range(0, n, 4 * T):
+            if prefetch:
+                got = [v.get() for v in ahead]
+                for v, x in zip(ahead, fetch(pos0 + 4 * T + 4 * t)):
+                    v.set(x)
+            else:
+                got = fetch(pos0 + 4 * t)
+            key, pos, j, lim = got
+            nz = k.vec(j, j + 1, j + 2, j + 3) < lim
+            pre = _prefix(k, key, d)
+            ab_v = k.cast(nz & (pre > Q), i32)  # 0/1 integers: no masks kept live
+            eq_v = k.cast(nz & pre.eq(Q), i32)
+            ab = [k.extract(ab_v, e) for e in range(4)]
+            eq = [k.extract(eq_v, e) for e in range(4)]
+            # keys of lower lanes first (a lane's 4 keys are consecutive positions)
+            own = eq[0] + eq[1] + eq[2] + eq[3] + ((ab[0] + ab[1] + ab[2] + ab[3]) << 16)
+            excl = sum((k.prefix_count(eq[e].ne(0)) for e in range(1, 4)),
+                       k.prefix_count(eq[0].ne(0)))
+            excl = excl + (sum((k.prefix_count(ab[e].ne(0)) for e in range(1, 4)),
+                               k.prefix_count(ab[0].ne(0))) << 16)
+            tot = _last(k, excl + own)
+            excl_eq = excl & 0xFFFF
+            excl_ab = excl >> 16
+            w_eq, w_ab = tot & 0xFFFF, tot >> 16
+            rem0 = need - tieb - run_eq.get()  # ties still to take before this round
+            if k.W > 1:  # this wave's offsets among the round's waves
+                em = lds["emit"]
+                par = (pos0 / (4 * T)) & 1
+                k.store(em, (par * k.W + w) * 2, w_eq)
+                k.store(em, (par * k.W + w) * 2 + 1, w_ab)
+                k.barrier()
+                off_eq = k.uniform_var(0, i32)
+                off_ab = k.uniform_var(0, i32)
+                for w2 in k.range(0, w):
+                    off_eq.set(off_eq.get() + k.load(em, (par * k.W + w2) * 2, i32))
+                    off_ab.set(off_ab.get() + k.load(em, (par * k.W + w2) * 2 + 1, i32))
+                weq, wab = off_eq.get(), off_ab.get()
+                round_eq = round_ab = None
+                for w2 in range(k.W):
+                    e2 = k.load(em, (par * k.W + w2) * 2, i32, 2)
+                    round_eq = k.extract(e2, 0) if round_eq is None else \
+                        round_eq + k.extract(e2, 0)
+                    round_ab = k.extract(e2, 1) if round_ab is None else \
+                        round_ab + k.extract(e2, 1)
+            else:
+                weq, wab = k.const(0, i32), k.const(0, i32)
+                round_eq, round_ab = w_eq, w_ab
+            rem_w = rem0 - weq  # ties still to take before this wave's first tie
+            wave_sel_off = wab + k.min(k.max(rem0, 0), weq)
+            lane_rem = rem_w - excl_eq
+            lane_off = base + run_sel.get() + wave_sel_off + excl_ab + \
+                k.min(k.max(rem_w, 0), excl_eq)
+            ties_before = None
+            sel_before = None
+            for e in range(4):
+                rank_ok = (lane_rem if ties_before is None else lane_rem - ties_before) > 0
+                take = ab[e].ne(0) | (eq[e].ne(0) & rank_ok)
+                at = lane_off if sel_before is None else lane_off + sel_before
+                p = k.extract(pos, e)
+                page = k.load(bt, sl.r * c.bt_width
+                              + k.min(p >> PAGE_SHIFT, c.bt_width - 1), i32, mask=take)
+                slot = page * PAGE + (p & (PAGE - 1))
+                k.store(out, sl.r * K + k.min(at, K - 1), slot, mask=take & ok)
+                tk = ab[e] + eq[e] * k.cast(rank_ok, i32)
+                ties_before = eq[e] if ties_before is None else ties_before + eq[e]
+                sel_before = tk if sel_before is None else sel_before + tk
+            run_sel.set(run_sel.get() + round_ab + k.min(k.max(rem0, 0), round_eq))
+            run_eq.set(run_eq.get() + round_eq)
+        return run_sel.get()
+
+    def _pad_and_diag(self, k, io, sl, ok, total, nans, unsel):
+        """The row's padding (-1 from `total` selected keys to K) and its diagnostic row."""
+        c = self.cfg
+        nm = c.names
+        K = c.topk
+        out = getattr(io.args, nm.out)
+        t = k.thread_id()
+        T = k.W * k.L
+        for i0 in k.range(0, K, T):
+            i = i0 + t
+            k.store(out, sl.r * K + k.min(i, K - 1), k.const(-1, i32),
+                    mask=(i < K) & (i >= total) & ok)
+        with _wave0(k):
+            diag = k.vec(nans, _u(k, total), unsel, _u(k, sl.n))
+            k.store(getattr(io.args, nm.diag), sl.r * DIAG_WORDS, diag, mask=ok)
+
+    # -- solo finish (sel_h2, slice 0 of a solo row) ----------------------------------------
+    def _row_is_solo(self, k, io, sl, lds):
+        """Uniform i1: this job's row finishes solo, from the value of its own slice's rdy1
+        pair (published by sel_h1, an earlier stage, long before: one poll, no fence)."""
+        c = self.cfg
+        flag = lds["solo"]
+        with _wave0(k):
+            v = io.wait(c.rdy(1), sl.r * c.max_slices + sl.s)
+            k.store(flag, 0, v & RDY_SOLO)
+        _barrier(k)
+        return k.load(flag, 0, u32).ne(0)
+
+    def _solo_finish(self, k, io, sl, lds):
+        """All waves, after the decision on message 1 (LDS `state`): the row's remaining
+        passes over every slice's list (LDS histograms, CTA barriers), then the row's whole
+        output and diagnostic row, exactly as the exchange rounds would write them."""
+        c = self.cfg
+        S = c.max_slices
+        L = k.L
+        mw = c.msg_words(1)
+        msg = c.msg(1)
+        off, length = lds["solo_off"], lds["solo_len"]
+        with _wave0(k):  # the directory of the lists, and the row's NaN counts (message 1)
+            carry = k.uniform_var(0, i32)
+            nans = k.uniform_var(0, i32)
+            unsel = k.uniform_var(0, i32)
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                act = s2 < sl.sc
+                ss = k.min(s2, S - 1)
+                mb = (sl.r * S + ss) * mw + c.state_word
+                nl = _i(k, io.load(msg, mb + X_NLIST, mask=act))
+                nan = _i(k, io.load(msg, mb + X_NAN, mask=act))
+                uns = _i(k, io.load(msg, mb + X_UNSEL, mask=act))
+                padded = (nl + 3) & ~3
+                incl = _scan(k, padded)
+                k.store(off, ss, carry.get() + incl - padded, mask=act)
+                k.store(length, ss, nl, mask=act)
+                carry.set(carry.get() + _last(k, incl))
+                nans.set(nans.get() + k.wave_sum(nan))
+                unsel.set(unsel.get() + k.wave_sum(uns))
+            k.store(off, S, carry.get())
+            stp = lds["state"]
+            k.store(stp, X_NANS, _u(k, nans.get()))
+            k.store(stp, X_UNSELS, _u(k, unsel.get()))
+        _barrier(k)
+        nv = k.load(off, S, i32)
+        for q in range(2, c.passes):
+            st = _State.load(k, lds["state"], 0)
+            with k.if_(~st.done):
+                self._solo_pass(k, io, sl, lds, q, st, nv)
+        st = _State.load(k, lds["state"], 0)
+        ok = io.env.cta_ok()
+
+        def fetch(i):
+            return self._solo_fetch(k, io, sl, lds, i, nv)
+        total = self._emit_entries(k, io, sl, lds, st, ok, nv, fetch, k.const(0, i32),
+                                   k.const(0, i32), prefetch=True)
+        self._pad_and_diag(k, io, sl, ok, total, st[X_NANS], st[X_UNSELS])
+
+    def _solo_pass(self, k, io, sl, lds, q, st, nv):
+        """Digit q of the row's candidates (list keys with the prefix found so far) into
+        LDS, then wave 0 decides on it as sel_h(q+1) would on message q."""
+        c = self.cfg
+        B = c.bins(q)
+        hist = lds["solo_hist"]
+        t = k.thread_id()
+        T = k.W * k.L
+        U = SOLO_UNROLL
+        for i in range((B + T - 1) // T):
+            idx = t + i * T
+            k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+        _barrier(k)
+        Q, d = st[X_Q], st.i(X_D)
+        for base in k.range(0, nv, 4 * T * U):
+            got = [self._solo_fetch(k, io, sl, lds, base + u * 4 * T + 4 * t, nv, pos=False)
+                   for u in range(U)]
+            for key, _, j, lim in got:
+                valid = k.vec(j, j + 1, j + 2, j + 3) < lim
+                self._count_digits(k, hist, key, d, valid & _prefix(k, key, d).eq(Q), q=q)
+        _barrier(k)
+        with _wave0(k):
+            _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
+            takeall, b, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
+            new, _ = self._advance(k, st, q, takeall, b, gb, ga)
+            new.store_lds(lds["state"])
+        _barrier(k)
+
+    def _solo_fetch(self, k, io, sl, lds, i, nv, pos=True):
+        """Entries i..i+3 (i a multiple of 4, per lane) of the row's lists laid end to end in
+        slice order (so in position order), each list padded to whole 4-key groups: (keys,
+        positions or None, j, lim: entry e is valid where j + e < lim). The slice is found
+        by a binary search of the LDS directory (the last slice starting at or before i;
+        empty lists start where the next one does, so it is never one of them). The loads
+        are unmasked, at a position clamped into the slice's list room (a mask each would
+        be a live SGPR pair on AMD): entries past nv are read, never counted."""
+        c = self.cfg
+        S = c.max_slices
+        lk = c.max_slice_keys()
+        off = lds["solo_off"]
+        s = k.const(0, i32)
+        start = k.const(0, i32)
+        step = 1 << max(0, (S - 1).bit_length() - 1) if S > 1 else 0
+        while step:
+            cand = s + step
+            at = k.load(off, k.min(cand, S - 1), i32)
+            inside = (cand < sl.sc) & (at <= i)
+            s = k.select(inside, cand, s)
+            start = k.select(inside, at, start)
+            step //= 2
+        lim = k.select(i < nv, k.load(lds["solo_len"], s, i32), 0)
+        j = k.min(i - start, lk - 4)
+        at = (sl.r * S + s) * lk + j
+        key = io.load(c.list_keys, at, 4)
+        p = io.load(c.list_pos, at, 4) if pos else None
+        return key, p, j, lim
 
 
 # ----------------------------------------------------------------------------- producers

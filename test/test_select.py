@@ -2,9 +2,12 @@
 interpreter's three modes at small positions and across slices and pages, the first digits
 from the scoring (tagged pairs or an input) giving bit-identical results, determinism, the
 512K limit and bad inputs, the launch kind, scores from an arena region, several waves and
-warp32, other digit plans, and the AMD / NVIDIA builds (zero spills)."""
+warp32, other digit plans, and the AMD / NVIDIA builds (zero spills). The default configs
+finish these rows solo (stages/select.py, "Solo finish"); the exactness, tie and fence tests
+also run on the exchange rounds alone (`path` "rounds": solo_max_candidates=None)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -27,6 +30,12 @@ SMALL = SelectConfig(ScoresLayout(8, 4096, 512), max_slices=4)  # <= 4 slices of
 WIDE = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4)  # 8K+ keys: 4 slices of 2K+
 SMALL_N = np.array([0, 1, 63, 64, 65, 2047, 2048, 2049])  # rows of 8 requests, mixed
 WIDE_N = np.array([8447, 1300])  # 4 slices of 2048-2560 keys; 3 slices of 276-512
+PATHS = ("solo", "rounds")  # every row here solo (the measured bound), or never (the default)
+
+
+def _on(cfg, path):
+    return dataclasses.replace(cfg, solo_max_candidates=sel.SOLO_MAX_CANDIDATES if path == "solo"
+                               else None)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +46,16 @@ def small():
 @pytest.fixture(scope="module")
 def wide():
     return select_launch(WIDE, grid=3)
+
+
+@pytest.fixture(scope="module")
+def small_paths(small):
+    return {"solo": small, "rounds": select_launch(_on(SMALL, "rounds"), grid=3)}
+
+
+@pytest.fixture(scope="module")
+def wide_paths(wide):
+    return {"solo": wide, "rounds": select_launch(_on(WIDE, "rounds"), grid=3)}
 
 
 def _case(cfg, dist, pos, seed, *, shared=True):
@@ -132,13 +151,14 @@ def test_interpreter_lds_integer_add_is_the_lane_ordered_loop(rng):
 
 # ------------------------------------------------------------------------------ exactness
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dist", list(DISTS))
 @pytest.mark.parametrize("mode", MODES)
-def test_exact_at_small_positions(small, mode, dist):
+def test_exact_at_small_positions(small_paths, mode, dist, path):
     """Rows of 0, 1, 63, 64, 65, 2047, 2048 and 2049 keys (8 requests mixed in one launch;
     2049 keys take 4 slices of 512-1024 keys)."""
     s, n, bt = _case(SMALL, dist, SMALL_N, 1, shared=False)
-    _run(small, SMALL, s, n, bt, mode=mode, seed=3)
+    _run(small_paths[path], _on(SMALL, path), s, n, bt, mode=mode, seed=3)
 
 
 def test_one_request_of_8_rows_steps_on_one_arena(small):
@@ -150,18 +170,20 @@ def test_one_request_of_8_rows_steps_on_one_arena(small):
         _run(small, SMALL, s, n, bt, arena=arena, step=step, mode="random", seed=step)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dist", list(DISTS))
 @pytest.mark.parametrize("mode", MODES)
-def test_exact_across_slices_and_pages(wide, mode, dist):
+def test_exact_across_slices_and_pages(wide_paths, mode, dist, path):
     """8447 keys in 4 slices of 2048-2560 keys, 1300 keys in 3 (a tie, a NaN run or a -inf
     run spans slices; slices and pages cut the keys at different places); rows with their own
     block tables."""
     s, n, bt = _case(WIDE, dist, WIDE_N, 2, shared=False)
     assert [len(WIDE.slices(int(x))) for x in n] == [4, 3]
-    _run(wide, WIDE, s, n, bt, mode=mode, seed=5)
+    _run(wide_paths[path], _on(WIDE, path), s, n, bt, mode=mode, seed=5)
 
 
-def test_ties_straddle_slices_exactly(wide):
+@pytest.mark.parametrize("path", PATHS)
+def test_ties_straddle_slices_exactly(wide_paths, path):
     """Every key equal: the first 2048 positions, taken from slice 0 only; then the tie
     starting in the middle of slice 1: slices 1 and 2 split it."""
     n = request_positions(8447, 2)
@@ -169,7 +191,7 @@ def test_ties_straddle_slices_exactly(wide):
     s[:, :8447] = 1.0
     s[1, :3000] = 0.5  # the 2048 first ties of row 1 start at 3000 (slice 1 at 2048)
     bt = random_block_table(WIDE, np.random.default_rng(3))
-    r = _run(wide, WIDE, s, n, bt)
+    r = _run(wide_paths[path], _on(WIDE, path), s, n, bt)
     pages = bt[1].astype(np.int64)
     got = r.outputs["topk"][1]
     pos = np.array([int(np.flatnonzero(pages == g // 64)[0]) * 64 + g % 64 for g in got])
@@ -222,20 +244,23 @@ def test_digests_are_deterministic_and_an_input_bit_changes_them(wide):
     assert _digest(_run(wide, WIDE, s2, n, bt), WIDE) not in digests
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("variant", [dict(release=False), dict(acquire=False)],
                          ids=["no_release", "no_acquire"])
-def test_messages_without_their_fences_fail_under_relaxed_visibility(variant):
+def test_messages_without_their_fences_fail_under_relaxed_visibility(variant, path):
     """The messages are plain data behind a tagged pair: without the writer's release or the
-    reader's acquire, the relaxed mode shows stale histograms (sequentially: exact)."""
-    L = select_launch(WIDE, grid=3, **variant)
+    reader's acquire, the relaxed mode shows stale histograms or lists (sequentially:
+    exact)."""
+    cfg = _on(WIDE, path)
+    L = select_launch(cfg, grid=3, **variant)
     s, n, bt = _case(WIDE, "normal", WIDE_N, 4)
     for seed in (0, 2):
         try:
-            r = L.run_interp(make_inputs(WIDE, s, n, bt), step=0, mode="relaxed", seed=seed)
+            r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=seed)
         except interp.InterpError:
             continue  # e.g. lanes storing different slots at one index: also a failure
         assert check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"]), seed
-    _run(L, WIDE, s, n, bt, mode="inorder")
+    _run(L, cfg, s, n, bt, mode="inorder")
 
 
 # ------------------------------------------------------------------------ limits and errors

@@ -79,16 +79,35 @@ def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist):
             assert nl < (hi - lo) // 8  # a bin's share: the compaction compacts
 
 
-def test_only_the_first_two_passes_read_the_scores():
+@pytest.mark.parametrize("solo", [True, False], ids=["solo", "rounds_only"])
+def test_only_the_first_two_passes_read_the_scores(solo):
     """Declared reads (the scheduler's and the layout's input): sel_h2.. and sel_out read the
-    lists, never the scores region; sel_h1 writes the lists, each job its own slice's."""
-    stages = sel.select_stages(CFG, scores="region")
-    lk = CFG.max_slice_keys()
+    lists, never the scores region; sel_h1 writes the lists, each job its own slice's. With
+    the solo finish, sel_h2's slice-0 job reads every slice's list of its row (keys and
+    positions: it emits), the other jobs their own slice's keys; sel_h3.. and sel_out also
+    read their own slice's rdy1 pair (whether the row is solo)."""
+    cfg = SelectConfig(CFG.layout, max_slices=CFG.max_slices, topk=CFG.topk,
+                       solo_max_candidates=sel.SOLO_MAX_CANDIDATES if solo else None)
+    stages = sel.select_stages(cfg, scores="region")
+    lk = cfg.max_slice_keys()
+    S = cfg.max_slices
     for st in stages:
-        names = {u.region for j in range(CFG.rows * CFG.max_slices) for u in st.reads(j)}
-        assert (CFG.names.scores in names) == (st.q <= 1), st.name
-        assert (CFG.list_keys in names) == (st.q >= 2), st.name
-        assert (CFG.list_pos in names) == st.is_out, st.name
+        names = {u.region for j in range(cfg.rows * S) for u in st.reads(j)}
+        assert (cfg.names.scores in names) == (st.q <= 1), st.name
+        assert (cfg.list_keys in names) == (st.q >= 2), st.name
+        assert (cfg.list_pos in names) == (st.is_out or (solo and st.q == 2)), st.name
+        if solo and st.q == 2:
+            for j in range(cfg.rows * S):
+                r, s = divmod(j, S)
+                spans = {(u.region, u.lo, u.hi) for u in st.reads(j)
+                         if u.region in (cfg.list_keys, cfg.list_pos)}
+                want = {(n, r * S * lk, (r + 1) * S * lk) for n in (cfg.list_keys,
+                                                                     cfg.list_pos)} \
+                    if s == 0 else {(cfg.list_keys, j * lk, (j + 1) * lk)}
+                assert spans == want, (j, spans)
+        if solo and st.q > 2:  # whether its row is solo: its own slice's rdy1 pair
+            for j in range(cfg.rows * S):
+                assert (cfg.rdy(1), j, j + 1) in {(u.region, u.lo, u.hi) for u in st.reads(j)}
     h1 = stages[1]
     spans = [(u.lo, u.hi) for j in range(CFG.rows * CFG.max_slices) for u in h1.writes(j)
              if u.region == CFG.list_keys]
