@@ -61,14 +61,20 @@ class Wave:
         self.force_timeout = False
         self.wg_seq = 0
         self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
+        self.wg_retired: set[int] = set()  # sequence numbers this wave's waits retired
         self.lane = np.arange(self.L, dtype=np.int32)[:, None]
 
     # --------------------------------------------------------------- value access
     def get(self, v):
         x = self.env[v.id]
         if isinstance(x, Pending):
-            raise InterpError(f"CTA {self.cta} wave {self.wave}: {v!r} is a wgmma result read "
-                              "before wgmma_wait completed it")
+            # a pending result carried through a variable: ready once this wave's own
+            # wgmma_wait has retired its group
+            if x.seq not in self.wg_retired:
+                raise InterpError(f"CTA {self.cta} wave {self.wave}: {v!r} is a wgmma result "
+                                  "read before wgmma_wait completed it")
+            self.put(v, self.run.warpgroup(self.cta, x.group).done[x.seq][self.wave % 4])
+            x = self.env[v.id]
         return x
 
     def put(self, v, x: np.ndarray):
@@ -128,14 +134,24 @@ class Wave:
     def op_yield_cond(self, op):
         self._cond = bool(self.get(op.args[0])[0, 0])
 
+    # a variable may carry a pending wgmma result (a software-pipelined accumulator); reading
+    # it is checked where the value is used (get)
+    def _var_value(self, v):
+        x = self.env[v.id]
+        return x if isinstance(x, Pending) else self.get(v)
+
     def op_var_new(self, op):
-        self.vars[op.attrs["var"].id] = self.get(op.args[0])
+        self.vars[op.attrs["var"].id] = self._var_value(op.args[0])
 
     def op_var_get(self, op):
-        self.put(op.result, self.vars[op.attrs["var"].id])
+        x = self.vars[op.attrs["var"].id]
+        if isinstance(x, Pending):
+            self.env[op.result.id] = x
+        else:
+            self.put(op.result, x)
 
     def op_var_set(self, op):
-        self.vars[op.attrs["var"].id] = self.get(op.args[0])
+        self.vars[op.attrs["var"].id] = self._var_value(op.args[0])
 
     # values
     def op_const(self, op):
@@ -630,6 +646,7 @@ class Wave:
                 for (w, _, _, _, dest, _) in group.issued[seq]:
                     if w == self.wave % 4:
                         self.put(dest, group.done[seq][w])
+                self.wg_retired.add(seq)
         self.wg_groups = committed[len(finish):] + [self.wg_groups[-1]]
 
 

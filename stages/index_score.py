@@ -33,6 +33,10 @@ key path):
             A operand, every row pair of the group reads its queries from shared memory as
             B (staged once a job, K-major), 4 chained wgmmas a pair: all rows of the CTA
             share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
+            A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP);
+            from 4 pairs on as two half chains (N = pairs x HP) that alternate with each
+            other's epilogue (`_pipeline_halves`): one half's wgmmas run on the tensor
+            cores while the other half's relu / weights / butterfly / store run.
 
 Keys this launch writes: a row's new key lands in a slot that the group's key loop also
 reads (the key job may be writing it); the loop's value there is discarded: after the CTA
@@ -325,6 +329,53 @@ class IndexScore(Stage):
                 with k.if_(t < my_n):
                     compute(t, cur)
 
+    def _pipeline_halves(self, k, my_n, locate, load, issue, finish, nacc):
+        """Hopper, all pairs: the chain split in two halves A, B (own accumulators, own
+        commit groups) that alternate, so one half's wgmmas run while the other half's
+        epilogue runs. Step t (t = 0 .. my_n; a wgmma group is at most one in flight):
+
+            wait(0): B(t-1) retired    load step t+1's keys (its ring slot held t-1's)
+            issue A(t)                 epilogue B(t-1)    (t >= 1)
+            wait(0): A(t) retired
+            issue B(t)                 epilogue A(t)      (t < my_n)
+
+        Only wait(0), one group in flight: a deeper pipeline (A(t+1) issued before B(t)
+        is retired, wait_group 1 retiring a group of the previous iteration) made ptxas
+        13.0 serialize every wgmma of the kernel (advisory C7514, "non wgmma instructions
+        reading accumulator registers ... between start and end of the pipeline stage"),
+        also in minimal PTX loops; this schedule assembles without it (test). B's pending
+        accumulator is carried to the next step in a variable. A wgmma's A registers (its ring slot) are not written before the wait
+        that retires it: slot t % 2 is reloaded at step t+1's first wait. Step my_n's
+        chains (and a whole step past it when the step count rounds up to even) run on
+        the repeated last keys, as the loads past the end; the final wait(0) retires them
+        unread. `issue(h, cur)` issues and commits half h on the keys `cur` (pending
+        result; `nacc` accumulator slots), `finish(h, t, acc, scale)` is half h's epilogue
+        of step t."""
+        f32z = k.const(0.0, f32)
+        first = load(k.const(0, i32), locate(k.const(0, i32)))
+        ring = [[k.lane_var(x) for x in first],
+                [k.lane_var(k.vec(*[k.const(0, u32)] * x.n) if x.n > 1 else f32z)
+                 for x in first]]
+        acc_b = k.lane_var(k.vec(*[f32z] * nacc))
+        steps = my_n + 1
+        for t0 in k.range(0, steps, 2):
+            for d in range(2):
+                t = t0 + d
+                page = locate(t + 1)
+                k.wgmma_wait(0)
+                prev_sc = ring[1 - d][4].get()
+                for v, x in zip(ring[1 - d], load(t + 1, page)):
+                    v.set(x)
+                cur = [v.get() for v in ring[d]]
+                acc_a = issue(0, cur)
+                with k.if_((t >= 1) & (t <= my_n)):
+                    finish(1, t - 1, acc_b.get(), prev_sc)
+                k.wgmma_wait(0)
+                acc_b.set(issue(1, cur))
+                with k.if_(t < my_n):
+                    finish(0, t, acc_a, cur[4])
+        k.wgmma_wait(0)
+
     # -- AMD: MFMA, a row pair a wave ---------------------------------------------------------
 
     def _key_steps(self, k, g, keys_per_step: int):
@@ -504,18 +555,38 @@ class IndexScore(Stage):
         p = self.p
         return wgmma_e4m3(2 * p.pairs * p.heads_pad) if p.pairs > 1 else None
 
+    # The all-pairs path may split its chain in two halves (pairs [0, P/2) and [P/2, P))
+    # software-pipelined against each other's epilogue (`_pipeline_halves`) from this many
+    # pairs on (below it the halves' N <= 64 runs the tensor cores at the narrow chains'
+    # rate). Off (None) by default: measured SLOWER on the H200 (512K x 8 W1 97.7 us against
+    # 85.5 with one m64n256k32 chain, 128K 56.1 vs 52.4: bench/NOTES.md v7): a wgmma reads its
+    # register A once per instruction, so two N = 128 chains cost the tensor cores about
+    # twice one N = 256 chain, more than the epilogue overlap returns. PIPELINE_MIN_PAIRS is
+    # the setting that was measured.
+    PIPELINE_MIN_PAIRS = 4
+    pipeline_min_pairs = None
+
+    def _half_atom(self):
+        """The wgmma of half the pairs (None: the all-pairs chain stays one chain)."""
+        p = self.p
+        m = self.pipeline_min_pairs
+        if m is None or p.pairs < max(m, 2) or p.pairs % 2:
+            return None
+        return wgmma_e4m3(p.pairs * p.heads_pad)
+
     def _wide_slot_maps(self, wide):
-        """Per pair pp: [(slot, key h, row rho of the pair, column index jj)] of the wide
-        accumulator, checked to repeat the narrow atom's per-thread head order (so the staged
-        head weights serve both)."""
+        """Per pair pp of the `wide` accumulator (N / (2 x heads) pairs): [(slot, key h, row
+        rho of the pair, column index jj)], checked to repeat the narrow atom's per-thread
+        head order (so the staged head weights serve both)."""
         p = self.p
         HP = p.heads_pad
         rows, cols = wide.c_rows(), wide.c_cols()
         narrow = self._slot_map
+        npairs = wide.n // (2 * HP)
         maps = None
         for lane in range(32):
             g = lane // 4
-            per = [[] for _ in range(p.pairs)]
+            per = [[] for _ in range(npairs)]
             for i in range(wide.c_slots):
                 r, n = int(rows[lane, i]), int(cols[lane, i])
                 h = {g: 0, g + 8: 1}.get(r)
@@ -579,14 +650,19 @@ class IndexScore(Stage):
             return [k.bitcast(k.vec(*[kw[h][wi] for (h, wi) in T.a_words[c]]), at.a_dtype,
                               4 * len(T.a_words[c])) for c in range(T.chunks)]
 
-        def chain(atom, A, ra):
-            """One wgmma per MMA chunk, B = the staged query columns from row ra on."""
+        def issue(atom, A, ra):
+            """One wgmma per MMA chunk, B = the staged query columns from row ra on, committed
+            as one group; the result is pending until a wgmma_wait retires the group."""
             off = k.cast(ra * (HP // 8) * 256 // 16, u64)
             k.wgmma_fence()
             acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
             for c in range(T.chunks):
                 acc = k.wgmma(atom, A[c], k.const(stage["descs"][c], u64) + off, acc)
             k.wgmma_commit()
+            return acc
+
+        def chain(atom, A, ra):
+            acc = issue(atom, A, ra)
             k.wgmma_wait(0)
             return acc
 
@@ -635,13 +711,31 @@ class IndexScore(Stage):
             for pp in range(p.pairs):
                 finish(acc, wide_maps[pp], pp, b0, cur[4])
 
+        half = self._half_atom()
+        if half is not None:
+            hp = p.pairs // 2
+            half_maps = self._wide_slot_maps(half)
+
+            def issue_half(h, cur):
+                """Pairs [h * hp, h * hp + hp) of step `cur`'s keys: one chain, not waited for."""
+                return issue(half, operands(cur), gi + 2 * hp * h)
+
+            def finish_half(h, t, acc, sc):
+                b0 = key_lo + (wg + t * nwg) * 64
+                for q in range(hp):
+                    finish(acc, half_maps[q], hp * h + q, b0, sc)
+
         with k.if_(my_n > 0):
             if wide is None:
                 self._pipeline(k, my_n, locate, load, compute)
             else:
                 with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
                     with all_pairs:
-                        self._pipeline(k, my_n, locate, load, compute_wide)
+                        if half is None:
+                            self._pipeline(k, my_n, locate, load, compute_wide)
+                        else:
+                            self._pipeline_halves(k, my_n, locate, load, issue_half, finish_half,
+                                                  half.c_slots)
                     with fewer:
                         self._pipeline(k, my_n, locate, load, compute)
 

@@ -50,6 +50,9 @@ PTX_SCOPES = {"wave": "cta", "cta": "cta", "device": "gpu", "system": "sys"}
 FULL_MASK = -1
 SHFL_CLAMP = 0x1F  # shfl `c` operand: clamp 31, segment mask 0 (the whole warp)
 BACKOFF_NS = 64  # nanosleep between polls: off the memory path, still prompt
+BARRIER_FENCES = False  # explicit CTA fences around bar.sync (see barrier()): off, measured
+# slower on the H200 (front 13.21 -> 12.39 us at 2 rows, index_scoring 512K x 8 85.4 -> 83.4
+# without them; same digests, top-k exact: bench/NOTES.md v7)
 LDS_ALIGN = 16
 
 
@@ -158,14 +161,19 @@ class NVPTXHooks(TargetHooks):
         e.call("void", "llvm.nvvm.nanosleep", f"i32 {BACKOFF_NS}")
 
     def barrier(self, e: Emitter):
-        # the IR's barrier: a CTA-scope acq_rel fence around bar.sync 0 (shared and global).
-        # In a kernel with wgmma, LDS written by ordinary stores is read next by the tensor
-        # cores (the async proxy): each writer needs a proxy fence before the barrier.
+        # the IR's barrier (a CTA-scope acq_rel fence and a rendezvous, shared and global):
+        # bar.sync 0 alone is both (CUDA's __syncthreads: every shared and global access of
+        # the CTA's threads before it is visible to all of them after it); the explicit
+        # fences around it are emitted only when BARRIER_FENCES asks. In a kernel with
+        # wgmma, LDS written by ordinary stores is read next by the tensor cores (the async
+        # proxy): each writer needs a proxy fence before the barrier.
         if "wgmma" in e.k.uses:
             self._asm_void(e, "fence.proxy.async.shared::cta;")
-        e.emit('fence syncscope("block") release')
+        if BARRIER_FENCES:
+            e.emit('fence syncscope("block") release')
         e.call("void", "llvm.nvvm.barrier.cta.sync.aligned.all", "i32 0")
-        e.emit('fence syncscope("block") acquire')
+        if BARRIER_FENCES:
+            e.emit('fence syncscope("block") acquire')
 
     # atomics ---------------------------------------------------------------------------
     _ATOM_SEM = {"relaxed": "relaxed", "acquire": "acquire", "release": "release",
