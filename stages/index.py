@@ -207,7 +207,9 @@ def select_config(p: IndexPlan, spec):
     return sel.SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment),
                             max_slices=max(1, min(sel.MAX_SLICES, p.grid // p.rows)),
                             topk=spec.config.index_topk, bt_width=p.max_pages, positions=True,
-                            names=sel.Names(n_keys="positions"))
+                            names=sel.Names(n_keys="positions"),
+                            # AMD's fused kernel has no scalar register to spare for it
+                            batched_append=p.wgmma)
 
 
 def fused_select(p: IndexPlan, cfg) -> list:

@@ -211,6 +211,11 @@ class SelectConfig:
     # in sel_h2 (module doc, "Solo finish"); None (default, measured faster on the H200):
     # every row takes the exchange rounds
     solo_max_candidates: int | None = None
+    # sel_h1 appends an iteration's SCAN_UNROLL rounds of candidates after ONE CTA barrier
+    # (`_append`; H200 512K x 8: sel_h1 25 -> 22 us a job); False: a barrier a round
+    # (`_append_round`), fewer registers: the AMD builds keep it (the fused index kernel
+    # sits at its SGPR ceiling, the select kernel would grow from 98 to 130 VGPRs)
+    batched_append: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -836,7 +841,8 @@ class SelectPass(Stage):
         if (self.is_out or self.solo_runs) and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
         if self.compacts and k.W > 1:
-            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * k.W)
+            out["emit"] = k.lds(f"{nm}_emit", i32,
+                                2 * (SCAN_UNROLL if c.batched_append else 1) * k.W)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self.solo_runs:
@@ -927,6 +933,7 @@ class SelectPass(Stage):
                 # pair on AMD): entries past hi are read but never counted
                 last = self.cfg.capacity - 4
                 raws = [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
+                kept = []  # sel_h1: each round's (keys, positions, keep flags)
                 for u, (p, raw) in enumerate(zip(ps, raws)):
                     key, _ = ordered_keys(k, raw)
                     pv = k.vec(p, p + 1, p + 2, p + 3)
@@ -938,8 +945,14 @@ class SelectPass(Stage):
                     nz = valid & key.ne(0)
                     self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
                     nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
-                    par = (((base - sl.lo) / (4 * T * U)) * U + u) & 1
-                    self._append(k, io, sl, lds, key, p, k.cast(nz & (pre >= Q), i32), run, par)
+                    keep = k.cast(nz & (pre >= Q), i32)
+                    if not self.cfg.batched_append:
+                        par = (((base - sl.lo) / (4 * T * U)) * U + u) & 1
+                        self._append_round(k, io, sl, lds, key, p, keep, run, par)
+                    kept.append((key, p, keep))
+                if not first and self.cfg.batched_append:
+                    par = ((base - sl.lo) / (4 * T * U)) & 1
+                    self._append(k, io, sl, lds, kept, run, par)
         if first:
             return
         # a lane counts <= 512K / 64 keys: no carry between its halves
@@ -962,11 +975,12 @@ class SelectPass(Stage):
         cnt = _i(k, valid & (nan | (unsel << 16)))
         return k.extract(cnt, 0) + k.extract(cnt, 1) + k.extract(cnt, 2) + k.extract(cnt, 3)
 
-    def _append(self, k, io, sl, lds, key, p, keep, run, par):
+    def _append_round(self, k, io, sl, lds, key, p, keep, run, par):
         """Append a round's kept keys (keep: 0/1 a key; a lane's 4 keys are consecutive
         positions, lanes then waves in position order) and their positions to the slice's
         list at `run`; offsets from ballot prefix counts and, across waves, the waves'
-        counts through LDS (two buffers by round parity: one barrier a round)."""
+        counts through LDS (two buffers by round parity: one barrier a round). The path of
+        SelectConfig.batched_append=False: fewer scalar registers than `_append`."""
         c = self.cfg
         kp = [k.extract(keep, e) for e in range(4)]
         own = kp[0] + kp[1] + kp[2] + kp[3]
@@ -998,6 +1012,64 @@ class SelectPass(Stage):
             io.store(c.list_pos, i, p + e, mask=m)
             at = at + kp[e]
         run.set(run.get() + rtot)
+
+    def _append(self, k, io, sl, lds, rounds, run, par):
+        """Append the kept keys of an iteration's rounds ([(keys, first position, keep: 0/1
+        a key)]; a lane's 4 keys are consecutive positions, then lanes, waves and rounds in
+        position order) and their positions to the slice's list at `run`. Offsets: ballot
+        prefix counts inside a wave; across waves and rounds, every (round, wave) count goes
+        to LDS (two buffers by iteration parity) and ONE barrier later lane i = u * W + w
+        of every wave holds count i, whose exclusive lane prefix is (round u, wave w)'s
+        offset. One barrier an iteration, not one a round: at 512K keys x 8 rows a slice
+        job ran 32 rounds at ~0.75 us each (bench/NOTES.md v7)."""
+        c = self.cfg
+        W, w, U = k.W, k.wave_id(), len(rounds)
+        per_round = []
+        for key, p, keep in rounds:
+            kp = [k.extract(keep, e) for e in range(4)]
+            own = kp[0] + kp[1] + kp[2] + kp[3]
+            # the lanes' prefix by shuffles, not ballots: a ballot is an SGPR pair on AMD,
+            # and an iteration's rounds of them would be live together
+            incl = _scan(k, own)  # the wave's total: its last lane's, kept per lane (VGPR)
+            per_round.append((key, p, kp, incl - own, k.shuffle(incl, k.const(k.L - 1, i32))))
+        if W > 1:
+            if U * W > k.L:
+                raise ValueError(f"select: {U} rounds x {W} waves of counts exceed a wave of "
+                                 f"{k.L} lanes (SCAN_UNROLL too large for the CTA)")
+            em = lds["emit"]
+            for u, (_, _, _, _, tot) in enumerate(per_round):
+                k.store(em, (par * U + u) * W + w, tot)
+            k.barrier()
+            lane = k.lane_id()
+            cnt = k.load(em, par * U * W + k.min(lane, U * W - 1), i32)
+            cnt = k.select(lane < U * W, cnt, 0)
+            incl = _scan(k, cnt)
+            excl_lanes = incl - cnt
+            # per-lane copies (VGPRs): U uniform offsets held across the stores would each
+            # take an SGPR, which the fused kernel on AMD does not have to spare
+            woffs = [k.shuffle(excl_lanes, k.const(u * W, i32) + w) for u in range(U)]
+            rtot = _last(k, incl)
+        else:
+            woffs, acc = [], k.const(0, i32)
+            for *_, tot in per_round:
+                woffs.append(acc)
+                acc = acc + tot
+            rtot = k.readfirstlane(acc)  # the same on every lane
+        lk = c.max_slice_keys()
+        lb = (sl.r * c.max_slices + sl.s) * lk
+        base = run.get()
+        for (key, p, kp, excl, _), woff in zip(per_round, woffs):
+            at = base + woff + excl
+            for e in range(4):
+                i = lb + k.min(at, lk - 1)
+                # the flag through an opaque copy: LLVM would otherwise reuse the compare
+                # of the prefix count above, a lane mask (an SGPR pair on AMD) held across
+                # the barrier for every key of every round
+                m = k.opaque(kp[e]).ne(0)
+                io.store(c.list_keys, i, k.extract(key, e), mask=m)
+                io.store(c.list_pos, i, p + e, mask=m)
+                at = at + kp[e]
+        run.set(base + rtot)
 
     def _scan_list(self, k, io, sl, lds):
         """A later pass: the next digit of the list's keys with the prefix found so far."""
@@ -1854,8 +1926,11 @@ def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
             max_slices = 4
         else:
             max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
+    # the batched append measured faster on the H200 (bench/NOTES.md v7); on AMD it would
+    # cost ~32 VGPRs and is unmeasured there: the per-round append stays
+    amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
-                        topk=spec.config.index_topk)
+                        topk=spec.config.index_topk, batched_append=not amd)
 
 
 def _waves_for(spec) -> int:

@@ -53,15 +53,22 @@ def _expected_lists(cfg, s, n):
     return out
 
 
+@pytest.mark.parametrize("waves", [1, 3])
+@pytest.mark.parametrize("batched", [True, False], ids=["barrier_an_iteration", "barrier_a_round"])
 @pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
-def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist):
-    L = select_launch(CFG, grid=3)
+def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, waves):
+    """Both append paths of sel_h1 (one barrier an iteration of SCAN_UNROLL rounds, or one a
+    round), with one wave and with several (offsets across waves and rounds through LDS),
+    write exactly these lists, in position order."""
+    import dataclasses
+    cfg = dataclasses.replace(CFG, batched_append=batched)
+    L = select_launch(cfg, grid=3, waves=waves)
     rng = np.random.default_rng([21, list(("normal", "allequal", "fewsel", "above2049"))
                                  .index(dist)])
     n = request_positions(12000, CFG.rows)
     s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
     bt = random_block_table(CFG, rng)
-    r = L.run_interp(make_inputs(CFG, s, n, bt), step=0, mode="random", seed=4)
+    r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="random", seed=4)
     assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
     msg = r.regions[CFG.msg(1)].reshape(CFG.rows, CFG.max_slices, -1)
     lk = CFG.max_slice_keys()
