@@ -15,10 +15,7 @@ while the other half's epilogue runs.
     group is not yet retired (the PTX ISA's rule for wgmma.mma_async), and, where ptxas is
     installed, no serialization advisory (C7514) and no spills.
 """
-import os
 import re
-import subprocess
-import tempfile
 from dataclasses import replace
 
 import numpy as np
@@ -31,6 +28,7 @@ from stages.index import index_scoring_launch
 from stages.index_ref import make_inputs
 from stages.index_score import IndexScore
 
+from conftest import ptxas_report
 from test_index import SENTINEL, _run, check_launch  # noqa: F401  (shared checks)
 
 CAP, PAGES = 4096, 80
@@ -103,14 +101,7 @@ def _carried_kernel(read_early: bool):
     def body(k):
         a = k.args
         lane = k.wave_id() * k.L + k.lane_id()
-        smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
-        for e0 in k.range(0, at.K * at.N, 128):
-            e = e0 + lane
-            k.store(smem, k.load(a.b_idx, e, mma.i32), k.load(a.b, e, at.b_dtype))
-        k.barrier()
-        A = mma._gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
-        C = mma._gather(k, a.c, a.c_idx, lane, at.c_slots, mma.f32)
-        desc = k.const(at.smem_descriptor(0), mma.u64)
+        A, C, desc = mma.wg_operands(k, at)
         acc = k.lane_var(C)
         for it in k.range(2):
             with k.if_(it.eq(1)):
@@ -262,14 +253,7 @@ def test_sm90a_pipelined_ptx(ptx_r8):
     assert "W F M M M M C W F M M M M C W F M M M M C W F M M M M C" in s, s
     bad = inflight_violations(ptx)
     assert not bad, bad[:5]
-    ptxas = next((p for p in ("/usr/local/cuda/bin/ptxas", "/usr/local/bin/ptxas")
-                  if os.path.exists(p)), None)
-    if ptxas:
-        with tempfile.TemporaryDirectory() as d:
-            src = os.path.join(d, "k.ptx")
-            open(src, "w").write(ptx)
-            out = subprocess.run([ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.o")],
-                                 capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        assert "C7514" not in out.stderr and "serialized" not in out.stderr, out.stderr
-        assert "0 bytes spill stores" in out.stderr, out.stderr
+    report = ptxas_report(ptx)
+    if report is not None:
+        assert "C7514" not in report and "serialized" not in report, report
+        assert "0 bytes spill stores" in report, report

@@ -122,14 +122,7 @@ def test_wgmma_chained_accumulation_completes_in_order(rng):
     def chain(k):
         a = k.args
         lane = k.wave_id() * k.L + k.lane_id()
-        smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
-        for e0 in k.range(0, at.K * at.N, 128):
-            e = e0 + lane
-            k.store(smem, k.load(a.b_idx, e, mma.i32), k.load(a.b, e, at.b_dtype))
-        k.barrier()
-        A = mma._gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
-        C = mma._gather(k, a.c, a.c_idx, lane, at.c_slots, mma.f32)
-        desc = k.const(at.smem_descriptor(0), mma.u64)
+        A, C, desc = mma.wg_operands(k, at)
         k.wgmma_fence()
         D = k.wgmma(at, A, desc, k.wgmma(at, A, desc, C))
         k.wgmma_commit()

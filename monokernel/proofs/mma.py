@@ -50,10 +50,12 @@ def body(k, *, at):
         k.store(a.d, k.load(a.c_idx, lane * at.c_slots + s, i32), D[s] if at.c_slots > 1 else D)
 
 
-def wg_body(k, *, at):
+def wg_operands(k, at):
+    """A wgmma's operands from the proof's buffers: B [K, N] staged in LDS in the atom's
+    layout (b_idx[e]: element e's LDS element offset; "b_smem" must be the kernel's first
+    LDS allocation), A and C gathered into registers. Returns (A, C, B descriptor)."""
     a = k.args
     lane = k.wave_id() * k.L + k.lane_id()  # 0..127 over the warpgroup
-    # B [K, N] -> LDS in the atom's layout: b_idx[e] is element e's LDS element offset
     smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) // at.b_smem.elem_bytes + 1)
     for e0 in k.range(0, at.K * at.N, 128):
         e = e0 + lane
@@ -62,7 +64,13 @@ def wg_body(k, *, at):
     k.barrier()
     A = _gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
     C = _gather(k, a.c, a.c_idx, lane, at.c_slots, f32)
-    desc = k.const(at.smem_descriptor(0), u64)  # "b_smem" is the first LDS allocation
+    return A, C, k.const(at.smem_descriptor(0), u64)
+
+
+def wg_body(k, *, at):
+    a = k.args
+    lane = k.wave_id() * k.L + k.lane_id()
+    A, C, desc = wg_operands(k, at)
     k.wgmma_fence()
     D = k.wgmma(at, A, desc, C)
     k.wgmma_commit()
