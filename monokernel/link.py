@@ -28,9 +28,12 @@ The kernel ABI (one `ir.ABI`, never positional sprawl):
     ...               the stages' own buffers and scalars, in stage order
     timeline Ptr(u64) only when linked with timeline=True (off by default), LAST, so every
                       other argument keeps its offset: lane 0 of wave 0 stores k.clock() at
-                      the start and end of table entry e into timeline[2*e] and
-                      timeline[2*e + 1] (globaltimer ns on NVIDIA, s_memrealtime ticks on
-                      AMD, the interpreter's tick counter); `timeline_records` decodes it
+                      the start and end of table entry e into timeline[W*e] and
+                      timeline[W*e + 1], W = TIMELINE_WORDS, and the job's phase marks
+                      (JobEnv.phase(i): where a stage says its waiting, loading or
+                      publishing ends) into timeline[W*e + 2 + i] (globaltimer ns on
+                      NVIDIA, s_memrealtime ticks on AMD, the interpreter's tick counter);
+                      `timeline_records` decodes it
 
 Table layout (int32 words):
 
@@ -81,6 +84,8 @@ from .types import i32, u8, u32, u64
 
 LINK_ARGS = ("arena", "sched", "err", "tag")
 TIMELINE_ARG = "timeline"  # the optional per-entry timestamp buffer (link(timeline=True))
+PHASE_SLOTS = 4  # marks a job may stamp between its start and end (JobEnv.phase)
+TIMELINE_WORDS = 2 + PHASE_SLOTS  # u64 a table entry: start, end, then the phase marks
 TABLE_MAGIC = 0x4D4B4C31  # "MKL1"
 HEADER_WORDS = 4
 ENTRY_WORDS = 4
@@ -211,6 +216,15 @@ class JobEnv:
         # math must not depend on it, which is why k.cta_id() is refused inside a body
         self.cta = linker.cta
 
+    def phase(self, i: int):
+        """Mark the end of the job's phase i (0 .. PHASE_SLOTS-1; wave 0's clock) in a
+        timeline kernel: `time_layers --timeline` prints each stage's median phase ends, so
+        a slow job shows which of its parts is slow. No code otherwise."""
+        if not 0 <= i < PHASE_SLOTS:
+            raise DSLError(f"phase {i}: a job has phase marks 0 .. {PHASE_SLOTS - 1}")
+        if self._l.timeline:
+            self._l.stamp(self._l.entry, 2 + i)
+
     @property
     def ok(self):
         """Uniform i1: this wave has not recorded a failure."""
@@ -266,7 +280,7 @@ class LinkedKernel:
 
     @staticmethod
     def timeline_buffer(table: "ScheduleTable") -> np.ndarray:
-        """A zeroed timestamp buffer for a timeline kernel: 2 u64 per table entry."""
+        """A zeroed timestamp buffer for a timeline kernel: TIMELINE_WORDS u64 per entry."""
         return timeline_buffer(table)
 
     def args(self, *, arena, table, err, tag: int, **buffers) -> dict:
@@ -326,8 +340,8 @@ class LinkedKernel:
 
 
 def timeline_buffer(table: ScheduleTable) -> np.ndarray:
-    """A zeroed timestamp buffer for a timeline kernel: 2 u64 per table entry."""
-    return np.zeros(2 * max(1, int(table.data[3])), np.uint64)
+    """A zeroed timestamp buffer for a timeline kernel: TIMELINE_WORDS u64 per table entry."""
+    return np.zeros(TIMELINE_WORDS * max(1, int(table.data[3])), np.uint64)
 
 
 @dataclass(frozen=True)
@@ -338,6 +352,7 @@ class TimelineRecord:
     job: int
     start: int  # clock ticks (ns on NVIDIA); 0 = never recorded (the job was skipped)
     end: int
+    phases: tuple = ()  # PHASE_SLOTS marks (ticks; 0 = the job stamped none there)
 
 
 def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | None = None
@@ -354,13 +369,15 @@ def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | 
     out = []
     for c in range(G):
         for p, e in enumerate(range(int(starts[c]), int(starts[c + 1]))):
-            if 2 * e + 1 >= ts.size:
+            w = TIMELINE_WORDS * e
+            if w + TIMELINE_WORDS > ts.size:
                 raise ValueError(f"timeline buffer of {ts.size} stamps is too short for entry {e}")
-            t0, t1 = int(ts[2 * e]), int(ts[2 * e + 1])
+            t0, t1 = int(ts[w]), int(ts[w + 1])
             if t0 == 0:
                 continue
             sid, job = int(d[hdr + ENTRY_WORDS * e]), int(d[hdr + ENTRY_WORDS * e + 1])
-            out.append(TimelineRecord(c, p, ids.get(sid, str(sid)), job, t0, t1))
+            out.append(TimelineRecord(c, p, ids.get(sid, str(sid)), job, t0, t1,
+                                      tuple(int(x) for x in ts[w + 2:w + TIMELINE_WORDS])))
     return out
 
 
@@ -376,6 +393,7 @@ class _Builder:
         self.failed = None
         self.lds_flag = None
         self.k = None
+        self.entry = None  # the running job's table entry (timeline kernels only)
 
     def what_code(self, what: str) -> int:
         if not isinstance(what, str) or not what:
@@ -395,11 +413,11 @@ class _Builder:
         k.barrier()
 
     def stamp(self, e, which: int):
-        """Lane 0 of wave 0 stores the clock into timeline[2*e + which]."""
+        """Lane 0 of wave 0 stores the clock into timeline[TIMELINE_WORDS*e + which]."""
         k = self.k
         t = k.clock()
         with k.if_(k.wave_id().eq(0)):
-            k.store(k.args.timeline, e * 2 + which, t, mask=k.lane_id().eq(0))
+            k.store(k.args.timeline, e * TIMELINE_WORDS + which, t, mask=k.lane_id().eq(0))
 
     def kernel(self, k):
         self.k = k
@@ -429,6 +447,7 @@ class _Builder:
                     w = at.get()
                     ent = k.load(a.sched, w, i32, ENTRY_WORDS)
                     e = (w - base) / ENTRY_WORDS if self.timeline else None
+                    self.entry = e
                     sid, job = k.extract(ent, 0), k.extract(ent, 1)
                     prio = k.cast(k.extract(ent, 2), u32)
                     if self.timeline:

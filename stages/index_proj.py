@@ -306,6 +306,7 @@ class IndexQ(_ProjStage):
         a = io.args
         R, NQ = p.rows, p.heads * HD
         wait_flags(k, io, hq * p.q_splits, p.q_splits)
+        io.env.phase(0)  # the head's partial sums are in
         ne = HD // k.L
         for r in k.range(k.wave_id(), R, k.W):
             xv = None
@@ -319,6 +320,7 @@ class IndexQ(_ProjStage):
             word, widx, wl = pack_words(k, q8)
             io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
             io.store("ix_qb", (hq * R + r) * QW + 32, k.bitcast(sc, u32), mask=_lane(k).eq(0))
+        io.env.phase(1)  # wave 0's rows are rotated, quantized and stored
         io.release("ix_qb")
 
     def reference(self, env):
@@ -369,7 +371,9 @@ class IndexKey(_ProjStage):
         # the rows' 1/rms(x) read only inputs (each row an L2 round trip and CTA barriers):
         # computed before any wait, while the projection jobs still run
         rs_of = self._row_scales(k, io)
+        io.env.phase(0)  # the rows' 1/rms(x)
         wait_flags(k, io, p.q_jobs, KS)
+        io.env.phase(1)  # the key jobs' partial sums are in
         ne = HD // k.L
         e0 = lane * ne
         eps = float(p.config.index_eps)
@@ -411,7 +415,9 @@ class IndexKey(_ProjStage):
             k.store(a.index_cache, base + (pc & (PAGE - 1)) * 32 + widx, word, mask=wl & ok)
             k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
                     mask=lane.eq(0) & ok)
+        io.env.phase(2)  # wave 0's new keys are in the cache
         io.acquire("ix_qb")
+        io.env.phase(3)  # the q heads (their scales) are in
         for r in k.range(k.wave_id(), R, k.W):
             rs = rs_of(r)
             for h0 in range(0, H, k.L):

@@ -181,6 +181,7 @@ class IndexScore(Stage):
         self._plan(k, io, job, tab)
         io.acquire("ix_qb")
         io.acquire("ix_nb")
+        io.env.phase(0)  # the q heads and the new keys are in
         nh = p.hist_slots * FIRST_DIGIT_BINS
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
@@ -196,9 +197,11 @@ class IndexScore(Stage):
                     self._group_mfma(k, io, gi, g, hist, stage)
         if k.W > 1:
             k.barrier()
+        io.env.phase(1)  # every key of the job is scored
         self._fixup(k, io, tab, hist)
         if k.W > 1:
             k.barrier()
+        io.env.phase(2)  # the launch's own new keys are rescored
         self._flush(k, io, tab, hist)
         if k.W > 1:
             k.barrier()

@@ -790,9 +790,11 @@ class SelectPass(Stage):
                     with _wave0(k):
                         self.ready.wait(k, io)
                     _barrier(k)
+                io.env.phase(0)  # the scores are ready
                 self._check_inputs(k, io, sl)
                 initial_state(k, c).store_lds(lds["state"])
                 self._histogram(k, io, sl, lds, first=True)
+                io.env.phase(1)  # the first-digit histogram is counted
                 self._publish(k, io, sl, lds)
                 return
             if not self.solo_check:
@@ -817,6 +819,7 @@ class SelectPass(Stage):
         """One exchange round: decide on message q-1, then emit (sel_out) or count the next
         digit and publish message q."""
         self._consume(k, io, sl, lds)
+        io.env.phase(0)  # every slice's message is in and decided on
         if self.is_out:
             self._emit(k, io, sl, lds)
         else:
@@ -827,6 +830,7 @@ class SelectPass(Stage):
         with k.if_(~st.done):
             self._histogram(k, io, sl, lds, first=False)
         _barrier(k)
+        io.env.phase(1)  # the next digit is counted (sel_h1: the scan and the lists)
         self._publish(k, io, sl, lds)
 
     def _lds(self, k):

@@ -4,7 +4,9 @@ different dumps, --perturb changes them; time_layers --timeline prints per-stage
 kernel's own timestamps (interpreter ticks); bad options are clear argparse errors; the HIP
 launcher packs kernargs from the ABI and says clearly when ROCm is absent."""
 import json
+import os
 import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -228,6 +230,50 @@ def test_timeline_records_every_job_in_order_and_leaves_the_plain_abi_alone():
         from monokernel.types import u64
         mlink.link_abi([SimpleNamespace(name="s", kernel_args=lambda: {"timeline": Ptr(u64)})],
                        timeline=True)
+
+
+def test_phase_marks_land_between_a_jobs_start_and_end_in_order():
+    """JobEnv.phase(i) in a timeline kernel: the selection's stages mark when their messages
+    are in (p0) and their histogram is counted (p1); every mark lies inside its job, in
+    order; time_layers' stage table and --jobs-csv carry them. A bad phase index is an
+    error naming it."""
+    import csv
+    from layouts.scores import ScoresLayout
+    from stages.select import (SelectConfig, make_inputs as sel_inputs, random_block_table,
+                               request_positions, select_launch)
+    from tools.check_topk import scores_for
+    cfg = SelectConfig(ScoresLayout(2, 4096, 512), max_slices=2, topk=64)
+    L = select_launch(cfg, grid=3, waves=2)
+    rng = np.random.default_rng(7)
+    n = request_positions(3000, cfg.rows)
+    s = scores_for("normal", rng, n, cfg.capacity, cfg.topk)
+    ts = L.timeline_buffer()
+    L.run_interp(sel_inputs(cfg, s, n, random_block_table(cfg, rng)), step=0, mode="random",
+                 seed=2, timeline=ts)
+    recs = L.timeline(ts)
+    marked = [x for x in recs if any(x.phases)]
+    assert {x.stage for x in marked} == {st.name for st in L.stages}  # every stage marks
+    for x in marked:
+        ph = [t for t in x.phases if t]
+        assert len(ph) == (1 if x.stage.endswith("out") else 2), x
+        assert x.start <= ph[0] and ph == sorted(ph) and ph[-1] <= x.end, x
+    rows = time_layers.stage_rows(recs, 1.0, "ticks", [st.name for st in L.stages])
+    assert all(r["phase ends (median from job start)"].startswith("p0 ") for r in rows)
+    path = os.path.join(tempfile.mkdtemp(), "jobs.csv")
+    time_layers.write_jobs_csv(recs, path, 1.0, "ticks")
+    with open(path) as f:
+        head = next(csv.reader(f))
+    assert head[-mlink.PHASE_SLOTS:] == [f"phase{i}_ticks" for i in range(mlink.PHASE_SLOTS)]
+    from monokernel.dsl import DSLError
+
+    class Bad(type(L.stages[0])):
+        def body(self, k, job, io):
+            io.env.phase(mlink.PHASE_SLOTS)
+    bad = object.__new__(Bad)
+    bad.__dict__.update(L.stages[0].__dict__)
+    from stages.launch import Launch
+    with pytest.raises(DSLError, match=f"phase {mlink.PHASE_SLOTS}"):
+        Launch("bad", [bad], grid=1).kernel("interp", timeline=True)
 
 
 def test_bytes_moved_counts_each_buffer_once():

@@ -112,8 +112,20 @@ def stage_rows(records, scale: float, unit: str, stages) -> list[dict]:
         out.append({"stage": st, "jobs": len(rs),
                     f"first start ({unit})": (min(r.start for r in rs) - t0) * scale,
                     f"last end ({unit})": (max(r.end for r in rs) - t0) * scale,
-                    f"median job ({unit})": statistics.median(r.end - r.start for r in rs) * scale})
+                    f"median job ({unit})": statistics.median(r.end - r.start for r in rs) * scale,
+                    "phase ends (median from job start)": phase_medians(rs, scale)})
     return out
+
+
+def phase_medians(records, scale: float) -> str:
+    """'p0 x / p1 y ...': per phase mark a stage's jobs stamped (JobEnv.phase), the median
+    time from the job's start to it ('-' where no job of the stage marks phases)."""
+    parts = []
+    for i in range(max((len(r.phases) for r in records), default=0)):
+        ds = [(r.phases[i] - r.start) * scale for r in records if r.phases[i]]
+        if ds:
+            parts.append(f"p{i} {statistics.median(ds):.2f}")
+    return " / ".join(parts) or "-"
 
 
 def plot(records, path: str, title: str, scale: float, unit: str) -> str:
@@ -152,7 +164,7 @@ def _print_timeline(L, stamps, scale, unit, args, title):
     print(f"\ntimeline of {title} ({len(recs)} jobs on {L.table.grid} CTAs, {unit}):")
     print(common.table(stage_rows(recs, scale, unit, names),
                        ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
-                        f"median job ({unit})"]))
+                        f"median job ({unit})", "phase ends (median from job start)"]))
     if args.plot:
         print(plot(recs, _numbered(args, "plot"), title, scale, unit))
     if args.jobs_csv:
@@ -175,10 +187,13 @@ def write_jobs_csv(records, path: str, scale: float, unit: str) -> str:
     t0 = min(r.start for r in records)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["cta", "position", "stage", "job", f"start_{unit}", f"end_{unit}"])
+        nph = max((len(r.phases) for r in records), default=0)
+        w.writerow(["cta", "position", "stage", "job", f"start_{unit}", f"end_{unit}"]
+                   + [f"phase{i}_{unit}" for i in range(nph)])
         for r in sorted(records, key=lambda r: (r.cta, r.position)):
             w.writerow([r.cta, r.position, r.stage, r.job, (r.start - t0) * scale,
-                        (r.end - t0) * scale])
+                        (r.end - t0) * scale]
+                       + [(x - t0) * scale if x else "" for x in r.phases])
     return f"--jobs-csv: {len(records)} jobs -> {path}"
 
 
@@ -401,7 +416,7 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
     scale = 1e-3 if args.backend == "cuda" else 1e6 / AMD_REALTIME_HZ
     if args.timeline or _stage(L, SCORE_STAGE) is not None:
         tgpu = _Gpu(args.backend, L, True, args.chip)
-        stamps = torch.zeros(2 * int(L.table.data[3]), dtype=torch.int64, device=dev)
+        stamps = torch.from_numpy(L.timeline_buffer().view(np.int64)).to(dev)
         spans = []
         for _ in range(SPAN_LAUNCHES):  # each from another input copy
             tgpu.launch(tgpu.lk.args(timeline=stamps, **next_args()))
