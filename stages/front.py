@@ -130,9 +130,11 @@ def k_splits(cfg, tiles: int, grid: int, rows: int = 8, lds_bytes: int | None = 
     if not divs:
         raise ValueError(f"{cfg.name}: front_k_splits {cfg.front_k_splits} exceeds the "
                          f"{blocks} scale blocks of hidden {cfg.hidden}")
+    halves = 2  # x * g staged as exact bf16 hi and lo halves (module doc)
     for d in divs:
-        staged = 4 * 2 * rows * mma_tile.act_row_words(cfg.hidden // d)
-        if ONE_ROUND_FILL * grid <= tiles * d <= grid and (lds_bytes is None or staged <= STAGING_LDS_SHARE * lds_bytes):
+        staged = 4 * halves * rows * mma_tile.act_row_words(cfg.hidden // d)  # bytes
+        fits = lds_bytes is None or staged <= STAGING_LDS_SHARE * lds_bytes
+        if ONE_ROUND_FILL * grid <= tiles * d <= grid and fits:
             return d
     fill = [d for d in divs if tiles * d >= grid]
     for d in fill:
