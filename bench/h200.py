@@ -31,8 +31,7 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 
 def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
-               x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None,
-               prefetch: bool = False) -> dict:
+               x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None) -> dict:
     """probe (gemv_mma.PROBES): time the tensor-core GEMV's grid without loads ("empty") or
     its loads without the math ("read"), no peers, no error: bounds, not a GEMV."""
     rng = np.random.default_rng(rows)
@@ -51,7 +50,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
         extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_split.scratch(N_OUT, K_IN).items()}
     elif variant == "mma":
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
-                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, prefetch=prefetch)
+                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -97,7 +96,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     us_fp8 = timed_graph(torch_fp8)
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
-                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{' prefetch' if prefetch else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
+                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
                                              if variant == "mma" else variant))
 
 
@@ -131,16 +130,16 @@ def main():
         ("mma", 8, 3, 4, False, 4), ("mma", 8, 1, 4, False, 12), ("mma", 8, 2, 4, False, 6),
         ("mma", 8, 3, 8, False, 2), ("mma", 8, 6, 8, True, 1), ("split", 8, 0, 8, False, 1),
         ("cuda-core", 8, 1, 4, False, 1)]
-    plan = [p + (None, False) for p in plan]
+    plan = [p + (None,) for p in plan]
     if args.quick:
         plan = plan[3:8]
     if args.explore:
-        plan = [("mma", 8, 2, 8, False, 1, None, False), ("mma", 8, 2, 8, False, 1, "empty", False)] + \
-            [("mma", 8, u, w, False, 1, pr, False) for pr in ("read_w", "read_flat")
+        plan = [("mma", 8, 2, 8, False, 1, None), ("mma", 8, 2, 8, False, 1, "empty")] + \
+            [("mma", 8, u, w, False, 1, pr) for pr in ("read_w", "read_flat")
              for u, w in ((2, 8), (6, 8), (3, 4))]
-    for variant, rows, unroll, waves, xl, ks, probe, pf in plan:
+    for variant, rows, unroll, waves, xl, ks, probe in plan:
         try:
-            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf)
+            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe)
         except Exception as e:  # noqa: BLE001 - a variant that does not build: say so, go on
             print(f"{rows:>4} {variant} unroll {unroll} w{waves} {probe}: {type(e).__name__}: {e}")
             continue

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from monokernel import interp
-from monokernel.proofs import crosslane, gemv, handoff, rmsnorm
+from monokernel.proofs import crosslane, gemv, gemv_mma, handoff, rmsnorm
 from monokernel.types import dtype
 
 MODES = ("inorder", "random", "relaxed")
@@ -139,25 +139,17 @@ def test_wgmma_chained_accumulation_completes_in_order(rng):
     assert np.abs(got - expect).max() / np.abs(expect).max() <= mma.tolerance(at.name) * 2
 
 
-@pytest.mark.parametrize("unroll", [1, 2])
-def test_gemv_fp8_tensor_cores_prefetching_weights_over_staged_activations(unroll, rng):
-    """The pipelined variant (next weight group in flight during the MMAs, x in padded LDS)
-    against float64, every output written (poisoned first), every launch the same bits."""
-    from monokernel.proofs import gemv_mma
-    N, K, R = 32, 1024, 8
-    kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, unroll=unroll, x_in_lds=True,
-                          prefetch=True)
-    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R)
-    ref = gemv_mma.reference(inp, N=N, K=K, R=R)
-    interp.run(kern, inp, grid=N // 16, mode="random", seed=5)
-    assert not np.isnan(inp["y"]).any(), "unwritten outputs"
-    assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL
-    first = inp["y"].copy()
-    inp["y"][:] = np.nan
-    interp.run(kern, inp, grid=N // 16, mode="random", seed=6)
-    assert np.array_equal(first, inp["y"])
-    with pytest.raises(ValueError, match="prefetch keeps x in LDS"):
-        gemv_mma.build("interp", N=N, K=K, R=R, waves=2, prefetch=True)
+@pytest.mark.parametrize("probe", [p for p in gemv_mma.PROBES if p])
+def test_gemv_bench_probes_build_run_and_write_every_output(probe, rng):
+    """The bench-only probes (bench/h200.py --explore) keep the GEMV's grid and ABI and
+    write every output (poisoned first); an unknown probe is an error naming it."""
+    N, K, R = 32, 2048, 8
+    kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, probe=probe)
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R, ctas=N // 16)
+    interp.run(kern, inp, grid=N // 16, mode="random", seed=3)
+    assert not np.isnan(inp["y"]).any()
+    with pytest.raises(ValueError, match="'bogus'"):
+        gemv_mma.build("interp", N=N, K=K, R=R, waves=2, probe="bogus")
 
 
 @pytest.mark.parametrize("mode", MODES)

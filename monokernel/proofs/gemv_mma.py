@@ -39,14 +39,13 @@ X_PAD = 8  # bf16 of padding a staged x row: rows K * 2 bytes apart (a multiple 
 # put the 8 rows' reads of one MMA on one bank (8-way conflicts)
 
 
-def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, prefetch=False):
+def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None):
     """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
     conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
     "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
     (what the same bytes cost in whole 128-byte lines, i.e. with a pre-permuted layout).
-    The probes write y = 0: not a GEMV. prefetch (with x_in_lds): the wave's first `unroll`
-    blocks of weights go out before x is staged, and each group's successor before the
-    group's MMAs (two groups in flight; x from LDS, so registers hold weights only)."""
+    The probes write every y (zeros, or a fold of the loaded bits): not a GEMV. (A variant prefetching each weight group's successor
+    over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7; removed.)"""
     if probe not in PROBES:
         raise ValueError(f"gemv_mma: probe {probe!r}; one of {PROBES}")
     at = atom(ATOM)
@@ -136,18 +135,8 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, prefetch
             scale = k.load(a.ws, (tile // BLOCK) * blocks + b0 + u, f32)
             total.set(k.fma(acc, scale, total.get()))
 
-    if prefetch and not x_in_lds:
-        raise ValueError("gemv_mma: prefetch keeps x in LDS (x_in_lds=True)")
     if probe == "empty":
         pass
-    elif prefetch:
-        groups = per_wave // unroll
-        loads = issue(first_block)
-        xl = stage_x()
-        for g in range(groups):  # python-unrolled: groups <= per_wave
-            nxt = issue(first_block + (g + 1) * unroll) if g + 1 < groups else None
-            compute(first_block + g * unroll, loads)
-            loads = nxt
     elif single_round:
         # every weight load of the wave goes out FIRST, then the activations are staged
         # under them: one memory round trip per wave (registers hold weights only)
@@ -194,11 +183,10 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, prefetch
             store_y(s)
 
 
-def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
-          prefetch=False):
+def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None):
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
                         wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit, probe=probe, prefetch=prefetch)
+                        ksplit=ksplit, probe=probe)
 
 
 def scratch(N, ksplit, L=32):
