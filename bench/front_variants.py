@@ -43,12 +43,12 @@ def main():
         spec = BuildSpec.make("glm5", rows=rows, target="sm_90a")
         for waves, grid, splits in [(w, g, s) for w in _ints(a.waves) for g in _ints(a.grids)
                                 for s in _ints(a.splits)]:
-            try:
-                L = front_launch(spec, splits=splits, waves=waves, grid=grid)
-                r = time_layers.time_one(kind, spec, args, ceil, 0, launch=L)
-            except Exception as e:  # noqa: BLE001 - e.g. a grid that cannot be co-resident
-                print(f"rows {rows} waves {waves} grid {grid} splits {splits}: "
-                      f"{type(e).__name__}: {e}", flush=True)
+            L = front_launch(spec, splits=splits, waves=waves, grid=grid)
+            # a failure (e.g. a grid that cannot be co-resident) is reported, the rest timed
+            r = time_layers.time_or_report(kind, spec, args, ceil, 0, launch=L)
+            if r["status"].startswith("FAILED"):
+                print(f"rows {rows} waves {waves} grid {grid} splits {splits}: {r['status']}",
+                      flush=True)
                 continue
             line = (f"rows {rows} waves {waves} grid {grid} splits {splits} "
                     f"({L.plan.tiles * splits} proj jobs): {r['us']:.2f} us "

@@ -181,13 +181,9 @@ def run(plan, work: Workers, a, t0):
         if (kname, r) not in launches:  # one Launch per (kind, rows): kernels loaded once
             launches = {(kname, r): kind.launch(spec)}
         label = f"{kname} r{r} pos {pos} {wl}"
-        try:
-            row = time_layers.time_one(kind, spec, targs, ceil, pos, wl,
-                                       launch=launches[(kname, r)], inputs=work.inputs(i),
-                                       ref=work.reference(i, label))
-        except Exception as e:  # noqa: BLE001 - report it, time the rest
-            row = dict(kind=kname, spec=spec.path, pos=pos, wl=wl,
-                       status=f"FAILED: {type(e).__name__}: {e}")
+        row = time_layers.time_or_report(
+            kind, spec, targs, ceil, pos, wl, launch=launches[(kname, r)],
+            lazy=lambda: dict(inputs=work.inputs(i), ref=work.reference(i, label)))
         bad += row["status"] != "ok"
         rows.append(row)
         print(f"  [{i + 1}/{len(plan)} {time.time() - t0:4.0f} s] {label}: "

@@ -450,6 +450,17 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
     return row
 
 
+def time_or_report(kind, spec, args, ceil, pos, workload: str = "W1", lazy=None, **kw) -> dict:
+    """time_one, or the row of a failure (status "FAILED: <error>") so a matrix of configs
+    reports the one that broke and times the rest. `lazy()`: more time_one keywords, made
+    inside the guard (inputs or a reference another process computes may fail too)."""
+    try:
+        return time_one(kind, spec, args, ceil, pos, workload, **kw, **(lazy() if lazy else {}))
+    except Exception as e:  # noqa: BLE001 - report it, time the rest
+        return dict(kind=kind.name, spec=spec.path, pos=pos, wl=workload,
+                    status=f"FAILED: {type(e).__name__}: {e}")
+
+
 COLUMNS = ["kind", "spec", "pos", ("wl", "workload"), ("us", "us/launch"),
            ("span_us", "score span"), ("tail_us", "score tail"), ("floor_us", "floor us"),
            ("key_us", "keys us"), ("flop_us", "flops us"), ("rest_us", "rest us"),
@@ -491,11 +502,7 @@ def run_gpu(args, ap, tp) -> int:
                     print(f"  note: {kname} has no key cache; --workload ignored", flush=True)
                 for pos in args.pos:
                     for wl in wls:
-                        try:
-                            row = time_one(kind, spec, args, ceil, pos, wl, launch=L)
-                        except Exception as e:  # noqa: BLE001 - report it, time the rest
-                            row = dict(kind=kname, spec=spec.path, pos=pos, wl=wl,
-                                       status=f"FAILED: {type(e).__name__}: {e}")
+                        row = time_or_report(kind, spec, args, ceil, pos, wl, launch=L)
                         bad += row["status"] != "ok"
                         rows.append(row)
                         print(f"  {kname} {spec.path} pos {row.get('pos')} {wl}: "
