@@ -34,9 +34,8 @@ key path):
             B (staged once a job, K-major), 4 chained wgmmas a pair: all rows of the CTA
             share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
             A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP);
-            from 4 pairs on as two half chains (N = pairs x HP) that alternate with each
-            other's epilogue (`_pipeline_halves`): one half's wgmmas run on the tensor
-            cores while the other half's relu / weights / butterfly / store run.
+            optionally (IndexScore.pipeline_min_pairs; off: measured slower) as two half
+            chains alternating with each other's epilogue (`_pipeline_halves`).
 
 Keys this launch writes: a row's new key lands in a slot that the group's key loop also
 reads (the key job may be writing it); the loop's value there is discarded: after the CTA
@@ -347,8 +346,9 @@ class IndexScore(Stage):
         13.0 serialize every wgmma of the kernel (advisory C7514, "non wgmma instructions
         reading accumulator registers ... between start and end of the pipeline stage"),
         also in minimal PTX loops; this schedule assembles without it (test). B's pending
-        accumulator is carried to the next step in a variable. A wgmma's A registers (its ring slot) are not written before the wait
-        that retires it: slot t % 2 is reloaded at step t+1's first wait. Step my_n's
+        accumulator is carried to the next step in a variable. A wgmma's A registers (its
+        ring slot) are not written before the wait that retires it: slot t % 2 is reloaded
+        at step t+1's first wait. Step my_n's
         chains (and a whole step past it when the step count rounds up to even) run on
         the repeated last keys, as the loads past the end; the final wait(0) retires them
         unread. `issue(h, cur)` issues and commits half h on the keys `cur` (pending
@@ -366,7 +366,7 @@ class IndexScore(Stage):
                 t = t0 + d
                 page = locate(t + 1)
                 k.wgmma_wait(0)
-                prev_sc = ring[1 - d][4].get()
+                prev_sc = ring[1 - d][-1].get()  # load()'s last entry: the page's key scale
                 for v, x in zip(ring[1 - d], load(t + 1, page)):
                     v.set(x)
                 cur = [v.get() for v in ring[d]]
@@ -376,7 +376,7 @@ class IndexScore(Stage):
                 k.wgmma_wait(0)
                 acc_b.set(issue(1, cur))
                 with k.if_(t < my_n):
-                    finish(0, t, acc_a, cur[4])
+                    finish(0, t, acc_a, cur[-1])
         k.wgmma_wait(0)
 
     # -- AMD: MFMA, a row pair a wave ---------------------------------------------------------
@@ -522,24 +522,33 @@ class IndexScore(Stage):
         descs = [at.smem_descriptor(off + c * cb) for c in range(T.chunks)]
         return dict(wl=wl, descs=descs, NH=NH)
 
+    @staticmethod
+    def _acc_slots(atom, heads_pad: int, lane: int):
+        """[(slot i, key half h, accumulator row of the group, head)] of `lane`'s accumulator
+        slots: a wgmma's C rows are the warp's 16 keys (the lane's keys g and g + 8, h = 0
+        / 1), its columns (group row) x heads_pad + head; checked."""
+        rows, cols = atom.c_rows(), atom.c_cols()
+        g = lane // 4
+        out = []
+        for i in range(atom.c_slots):
+            r, n = int(rows[lane, i]), int(cols[lane, i])
+            h = {g: 0, g + 8: 1}.get(r)
+            if h is None:
+                raise ValueError(f"{atom.name}: accumulator slot {i} of lane {lane} holds row {r}")
+            out.append((i, h, *divmod(n, heads_pad)))
+        return out
+
     def _wg_heads(self):
         """For thread t (lane % 4) of a warp: its columns' heads (row 0 of the pair), in slot
         order, and for each accumulator slot i: (key h, row rho, column index jj)."""
         p, at = self.p, self.t.atom
-        HP = p.heads_pad
-        rows, cols = at.c_rows(), at.c_cols()
         per_t = {}
         slot_map = None
         for lane in range(32):
-            t, g = lane % 4, lane // 4
+            t = lane % 4
             hs = []
             sm = []
-            for i in range(at.c_slots):
-                r, n = int(rows[lane, i]), int(cols[lane, i])
-                h = {g: 0, g + 8: 1}.get(r)
-                if h is None:
-                    raise ValueError(f"{at.name}: accumulator slot {i} of lane {lane} holds row {r}")
-                rho, head = divmod(n, HP)
+            for _, h, rho, head in self._acc_slots(at, p.heads_pad, lane):
                 if rho == 0 and head not in hs:
                     hs.append(head)
                 sm.append((h, rho, head))
@@ -581,21 +590,13 @@ class IndexScore(Stage):
         """Per pair pp of the `wide` accumulator (N / (2 x heads) pairs): [(slot, key h, row
         rho of the pair, column index jj)], checked to repeat the narrow atom's per-thread
         head order (so the staged head weights serve both)."""
-        p = self.p
-        HP = p.heads_pad
-        rows, cols = wide.c_rows(), wide.c_cols()
+        HP = self.p.heads_pad
         narrow = self._slot_map
         npairs = wide.n // (2 * HP)
         maps = None
         for lane in range(32):
-            g = lane // 4
             per = [[] for _ in range(npairs)]
-            for i in range(wide.c_slots):
-                r, n = int(rows[lane, i]), int(cols[lane, i])
-                h = {g: 0, g + 8: 1}.get(r)
-                if h is None:
-                    raise ValueError(f"{wide.name}: accumulator slot {i} of lane {lane} holds row {r}")
-                row, head = divmod(n, HP)
+            for i, h, row, head in self._acc_slots(wide, HP, lane):
                 per[row // 2].append((i, h, row % 2, head))
             if maps is None:
                 maps = per
