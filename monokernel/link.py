@@ -120,7 +120,7 @@ def job_graph(stages: Sequence) -> JobGraph:
     for st in stages:
         for j in st.jobs():
             nodes.append(JobNode((st.name, int(j.index)), j.cost_bytes, j.cost_flops, j.lds_bytes,
-                                 tuple(st.deps(int(j.index)))))
+                                 tuple(st.deps(int(j.index))), lead=bool(getattr(j, "lead", False))))
     return JobGraph(nodes, [s.name for s in stages])
 
 

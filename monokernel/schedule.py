@@ -18,6 +18,12 @@ Algorithm (list scheduling: earliest start first, then critical path, "ETF"/"HLF
    fell idle early stay available for jobs that are ready early.
 3. The order in which jobs are taken is ONE global topological order of the graph; every
    CTA's list is a subsequence of it.
+4. A `lead` job (one with work to do before its first wait) gets a CTA reserved for it from
+   the start (the highest-numbered ones, at most all CTAs but one): it is that CTA's first
+   job, so its early work runs at time 0 instead of behind other jobs (the cost model sees
+   only its dependencies: on the H200 the fused `index` launch's ix_key started at 29 us,
+   behind four jobs, and spent 7 us on 1/rms(x) before its first wait; bench/NOTES.md v8).
+   Other jobs may follow it on that CTA. It is still taken in the global order.
 
 Why that is the deadlock-freedom proof. All CTAs of a launch are co-resident (one per
 compute unit, DESIGN.md section 3), each runs its list in order, and a job blocks only until
@@ -86,6 +92,10 @@ class JobNode:
     cost_flops: float = 0
     lds_bytes: int = 0
     deps: tuple = ()
+    # a job that does real work before its first wait (ix_key: the rows' 1/rms(x) from the
+    # inputs): list_schedule gives it a CTA of its own, where it is the first job, so that
+    # work runs while its producers do (module doc, step 4)
+    lead: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "key", _norm_key(self.key))
@@ -432,8 +442,11 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
         return graph.sort_key(k)
 
     missing = {k: len(set(n.deps)) for k, n in graph.nodes.items()}
+    leads = sorted((k for k, n in graph.nodes.items() if n.lead), key=graph.sort_key)
+    reserved = {k: num_ctas - 1 - i for i, k in enumerate(leads[:num_ctas - 1])}
     # CTAs by (free time, index); best fit = the latest-free CTA that is free by `ready_at`.
-    free = [(0.0, c) for c in range(num_ctas)]
+    # A reserved CTA joins them once its lead job is placed.
+    free = [(0.0, c) for c in range(num_ctas) if c not in set(reserved.values())]
     cta_jobs: list[list[Key]] = [[] for _ in range(num_ctas)]
     start: dict[Key, float] = {}
     end: dict[Key, float] = {}
@@ -449,15 +462,18 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
         k = take.pop()
         node = graph.nodes[k]
         ready_at = max((end[d] for d in node.deps), default=0.0)
-        i = bisect.bisect_right(free, (ready_at, math.inf)) - 1
-        if i >= 0:
-            # free[i] is the latest-free CTA among those free by ready_at; take the lowest
-            # index among the ones free at that same time (deterministic).
-            t_free = free[i][0]
-            i = bisect.bisect_left(free, (t_free, -1))
+        if k in reserved:
+            t_free, c = 0.0, reserved[k]
         else:
-            i = 0
-        t_free, c = free.pop(i)
+            i = bisect.bisect_right(free, (ready_at, math.inf)) - 1
+            if i >= 0:
+                # free[i] is the latest-free CTA among those free by ready_at; take the lowest
+                # index among the ones free at that same time (deterministic).
+                t_free = free[i][0]
+                i = bisect.bisect_left(free, (t_free, -1))
+            else:
+                i = 0
+            t_free, c = free.pop(i)
         s = max(t_free, ready_at)
         e = s + dur[k]
         start[k], end[k] = s, e

@@ -33,6 +33,9 @@ class Job:
     cost_bytes: float = 0
     cost_flops: float = 0
     lds_bytes: int = 0
+    # the job does real work before its first wait (monokernel.schedule.JobNode.lead): it
+    # runs first on a CTA of its own, so that work overlaps its producers
+    lead: bool = False
 
 
 @dataclass(frozen=True)

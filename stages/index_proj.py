@@ -335,8 +335,9 @@ class IndexKey(_ProjStage):
 
     def jobs(self):
         p = self.p
+        # from the front, the rows' 1/rms(x) come first, before any wait: a CTA of its own
         return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2),
-                    cost_flops=p.rows * HD * 64)]
+                    cost_flops=p.rows * HD * 64, lead=p.source == "front")]
 
     def regions(self):
         p = self.p

@@ -216,6 +216,11 @@ class SelectConfig:
     # (`_append_round`), fewer registers: the AMD builds keep it (the fused index kernel
     # sits at its SGPR ceiling, the select kernel would grow from 98 to 130 VGPRs)
     batched_append: bool = True
+    # the pass over the scores (sel_h0 without first digits, sel_h1) loads iteration i + 1's
+    # scores into registers before it works on iteration i's (`_scan_scores`): the loads
+    # are in flight under the work and the barrier of the append, not after them; False:
+    # each iteration loads then works (the AMD builds keep it: 16 more VGPRs, unmeasured)
+    scan_prefetch: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -930,13 +935,27 @@ class SelectPass(Stage):
         self.scores.prepare(k, io)
         nan_acc = k.lane_var(0, i32)
         run = k.uniform_var(0, i32)  # list length so far
+        step = 4 * T * U
+        last = self.cfg.capacity - 4
+
+        def positions(base):
+            return [base + (u * 4 * T) + 4 * k.thread_id() for u in range(U)]
+
+        def load(ps):
+            # unmasked, at a clamped position (a lane mask each would be a live SGPR pair on
+            # AMD): entries past hi are read but never counted
+            return [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
         with k.if_(sl.lo < sl.hi):
-            for base in k.range(sl.lo, sl.hi, 4 * T * U):
-                ps = [base + (u * 4 * T) + 4 * k.thread_id() for u in range(U)]
-                # unmasked, at a clamped position (a lane mask each would be a live SGPR
-                # pair on AMD): entries past hi are read but never counted
-                last = self.cfg.capacity - 4
-                raws = [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
+            if self.cfg.scan_prefetch:
+                ring = [k.lane_var(x) for x in load(positions(sl.lo))]
+            for base in k.range(sl.lo, sl.hi, step):
+                ps = positions(base)
+                if self.cfg.scan_prefetch:  # the next iteration's loads go out first
+                    raws = [v.get() for v in ring]
+                    for v, x in zip(ring, load(positions(base + step))):
+                        v.set(x)
+                else:
+                    raws = load(ps)
                 kept = []  # sel_h1: each round's (keys, positions, keep flags)
                 for u, (p, raw) in enumerate(zip(ps, raws)):
                     key, _ = ordered_keys(k, raw)
@@ -951,11 +970,11 @@ class SelectPass(Stage):
                     nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
                     keep = k.cast(nz & (pre >= Q), i32)
                     if not self.cfg.batched_append:
-                        par = (((base - sl.lo) / (4 * T * U)) * U + u) & 1
+                        par = (((base - sl.lo) / step) * U + u) & 1
                         self._append_round(k, io, sl, lds, key, p, keep, run, par)
                     kept.append((key, p, keep))
                 if not first and self.cfg.batched_append:
-                    par = ((base - sl.lo) / (4 * T * U)) & 1
+                    par = ((base - sl.lo) / step) & 1
                     self._append(k, io, sl, lds, kept, run, par)
         if first:
             return
@@ -1935,7 +1954,8 @@ def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
     # cost ~32 VGPRs and is unmeasured there: the per-round append stays
     amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
-                        topk=spec.config.index_topk, batched_append=not amd)
+                        topk=spec.config.index_topk, batched_append=not amd,
+                        scan_prefetch=not amd)
 
 
 def _waves_for(spec) -> int:

@@ -266,3 +266,30 @@ def test_earliest_start_runs_ready_cheap_jobs_before_long_jobs_that_start_later(
     for s in (etf, cp):
         check_deadlock_free(s, g)
         assert simulate(s, g) == s.makespan
+
+
+@pytest.mark.parametrize("policy", ["earliest_start", "critical_path", "stage_order"])
+def test_a_lead_job_runs_first_on_a_cta_of_its_own_and_the_schedule_stays_deadlock_free(policy):
+    """ix_key in miniature: a lead job k waits for p0..p5 (the projections) but has work
+    to do before its wait. Without the flag it queues behind projection jobs on a shared
+    CTA; with it, it is the first job of a reserved CTA (the last), which other jobs may use
+    only after it; at most all CTAs but one are reserved, however many jobs lead."""
+    def graph(lead):
+        nodes = [J("p", i, cost=10) for i in range(6)]
+        nodes.append(JobNode(("k", 0), cost_bytes=5, deps=tuple(("p", i) for i in range(6)),
+                             lead=lead))
+        nodes += [J("t", i, cost=3, deps=[("k", 0)]) for i in range(4)]
+        return JobGraph(nodes)
+    plain = list_schedule(graph(False), 3, UNIT, policy=policy)
+    assert plain.position_of(("k", 0)) > 0
+    g = graph(True)
+    s = list_schedule(g, 3, UNIT, policy=policy)
+    assert (s.cta_of(("k", 0)), s.position_of(("k", 0))) == (2, 0)
+    assert s.start[("k", 0)] == max(s.end[("p", i)] for i in range(6))
+    check_deadlock_free(s, g, max_resident_ctas=3)
+    assert simulate(s, g) == s.makespan
+    many = JobGraph([JobNode(("k", i), cost_bytes=1, lead=True) for i in range(5)])
+    s = list_schedule(many, 3, UNIT, policy=policy)
+    firsts = {lst[0] for lst in s.cta_jobs if lst}
+    assert {("k", 0), ("k", 1)} <= firsts  # the first two leads, on the two reserved CTAs
+    check_deadlock_free(s, many)

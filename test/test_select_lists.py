@@ -54,14 +54,16 @@ def _expected_lists(cfg, s, n):
 
 
 @pytest.mark.parametrize("waves", [1, 3])
-@pytest.mark.parametrize("batched", [True, False], ids=["barrier_an_iteration", "barrier_a_round"])
+@pytest.mark.parametrize("batched,prefetch", [(True, True), (True, False), (False, False)],
+                         ids=["barrier_an_iteration", "no_prefetch", "barrier_a_round"])
 @pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
-def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, waves):
+def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, prefetch, waves):
     """Both append paths of sel_h1 (one barrier an iteration of SCAN_UNROLL rounds, or one a
-    round), with one wave and with several (offsets across waves and rounds through LDS),
-    write exactly these lists, in position order."""
+    round), with the next iteration's scores loaded ahead or not, with one wave and with
+    several (offsets across waves and rounds through LDS), write exactly these lists, in
+    position order."""
     import dataclasses
-    cfg = dataclasses.replace(CFG, batched_append=batched)
+    cfg = dataclasses.replace(CFG, batched_append=batched, scan_prefetch=prefetch)
     L = select_launch(cfg, grid=3, waves=waves)
     rng = np.random.default_rng([21, list(("normal", "allequal", "fewsel", "above2049"))
                                  .index(dist)])

@@ -561,7 +561,18 @@ class Emitter:
             else:
                 nt = ", !nontemporal !0" if op.attrs.get("nontemporal") else ""
                 self.emit(f"store {t} {self.val(v)}, {self.ty(p.type)} {g}, align {align_of(v.type.bytes)}{nt}")
-        self.guarded(self._mask(op, 3), body, None, None)
+        mask = self._mask(op, 3)
+        if (mask is not None and not order and not op.attrs.get("nontemporal")
+                and hasattr(self.h, "predicated_store")):
+            # a target that predicates the store itself (no branch around it)
+            g = self.address(p, idx, v.dtype)
+            if self.h.predicated_store(self, mask, t, self.val(v), self.ty(p.type), g):
+                return
+            self.guarded(mask, lambda: self.emit(
+                f"store {t} {self.val(v)}, {self.ty(p.type)} {g}, align {align_of(v.type.bytes)}"),
+                None, None)
+            return
+        self.guarded(mask, body, None, None)
 
     _RMW = {"add": ("add", "add", "fadd"), "max": ("max", "umax", None), "min": ("min", "umin", None),
             "exch": ("xchg", "xchg", "xchg"), "or": ("or", "or", None), "and": ("and", "and", None)}
@@ -589,11 +600,16 @@ class Emitter:
                 rmw = float_op if dt.is_float else (signed_op if dt.is_signed else unsigned_op)
                 if hasattr(self.h, "atomic_rmw"):  # a target whose LLVM drops order/scope
                     return self.h.atomic_rmw(self, rmw, dt, g, self.ty(p.type), self.val(v),
-                                             op.attrs["order"], op.attrs["scope"])
+                                             op.attrs["order"], op.attrs["scope"], pred=pred)
                 self.emit(f"{out} = atomicrmw {rmw} {self.ty(p.type)} {g}, {t} {self.val(v)}{sync} "
                           f"{order}, align {dt.bytes}")
             return out
         mask = self._mask(op, 4 if kind == "cas" else 3)
+        # a target's inline atomic takes the mask as its predicate (no branch around it)
+        pred = None
+        if (mask is not None and kind != "cas" and not r.uniform
+                and getattr(self.h, "PREDICATED_ATOMICS", False)):
+            pred, mask = mask, None
         if r.uniform:
             # one read-modify-write per wave, however many lanes run this code
             lane0 = self.fresh("l0")

@@ -54,6 +54,13 @@ BARRIER_FENCES = False  # explicit CTA fences around bar.sync (see barrier()): o
 # slower on the H200 (front 13.21 -> 12.39 us at 2 rows, index_scoring 512K x 8 85.4 -> 83.4
 # without them; same digests, top-k exact: bench/NOTES.md v7)
 LDS_ALIGN = 16
+PREDICATED_MASKED_OPS = True  # masked plain stores and atomics as predicated inline PTX (see
+# predicated_store): LLVM's branch around each became BSSY / BRA / BSYNC in ptxas's SASS, a
+# warp reconvergence per masked store (48 an iteration of sel_h1's scan)
+# LLVM scalar type -> (inline-asm register constraint, PTX bit type) for predicated stores
+_STORE_REG = {"i32": ("r", "b32"), "float": ("f", "b32"), "i64": ("l", "b64"),
+              "double": ("d", "b64"), "i16": ("h", "b16"), "half": ("h", "b16"),
+              "bfloat": ("h", "b16")}
 
 
 def _dim(atom, name: str) -> int:
@@ -64,6 +71,10 @@ def _dim(atom, name: str) -> int:
 class NVPTXHooks(TargetHooks):
     SCOPES = SCOPES
     name = "nvptx"
+
+    @property
+    def PREDICATED_ATOMICS(self) -> bool:  # llvm_common.op_atomic: pass masks to atomic_rmw
+        return PREDICATED_MASKED_OPS
 
     def __init__(self, sm: str = "sm_90a"):
         if sm not in SMS:
@@ -179,10 +190,49 @@ class NVPTXHooks(TargetHooks):
     _ATOM_SEM = {"relaxed": "relaxed", "acquire": "acquire", "release": "release",
                  "acq_rel": "acq_rel", "seq_cst": "acq_rel"}
 
+    def _pred(self, e: Emitter, cond: str) -> str:
+        x = e.fresh("pm")
+        e.emit(f"{x} = zext i1 {cond} to i32")
+        return x
+
+    def predicated_store(self, e: Emitter, cond: str, value_ty: str, value: str, ptr_ty: str,
+                         addr: str) -> bool:
+        """A masked plain store as ONE predicated `@p st` (inline PTX) instead of a branch
+        around it; False (the caller branches) for types it does not cover: i8 elements,
+        vectors other than 2 or 4 elements of at most 128 bits."""
+        if not PREDICATED_MASKED_OPS:
+            return False
+        if value_ty.startswith("<"):
+            n_s, elem = value_ty[1:-1].split(" x ")
+            n = int(n_s)
+        else:
+            n, elem = 1, value_ty
+        if elem not in _STORE_REG or n not in (1, 2, 4):
+            return False
+        reg, bt = _STORE_REG[elem]
+        if n * int(bt[1:]) > 128:
+            return False
+        space = "shared" if "addrspace(3)" in ptr_ty else "global"
+        vals = [value] if n == 1 else []
+        for i in range(n if n > 1 else 0):
+            x = e.fresh("se")
+            e.emit(f"{x} = extractelement {value_ty} {value}, i32 {i}")
+            vals.append(x)
+        ops = ", ".join(f"${i + 2}" for i in range(n))
+        vec = f".v{n}" if n > 1 else ""
+        src = f"{{{ops}}}" if n > 1 else ops
+        asm = (f"{{ .reg .pred p; setp.ne.b32 p, $0, 0; @p st.{space}{vec}.{bt} [$1], {src}; }}")
+        cons = ",".join(["r", "l"] + [reg] * n)
+        args = ", ".join([f"i32 {self._pred(e, cond)}", f"{ptr_ty} {addr}"] +
+                         [f"{elem} {v}" for v in vals])
+        e.emit(f'call void asm sideeffect "{asm}", "{cons},~{{memory}}"({args})')
+        return True
+
     def atomic_rmw(self, e: Emitter, rmw: str, dt: DType, addr: str, ptr_ty: str,
-                   value: str, order: str, scope: str) -> str:
+                   value: str, order: str, scope: str, pred: str | None = None) -> str:
         """One `atom.<sem>.<scope>.<space>.<op>.<type>` as inline PTX; returns the old value.
-        `rmw` is the LLVM atomicrmw operation llvm_common chose (add, fadd, max, umax, ...)."""
+        `rmw` is the LLVM atomicrmw operation llvm_common chose (add, fadd, max, umax, ...).
+        With `pred` (an i1), only where it holds, the result 0 elsewhere (no branch)."""
         shared = "addrspace(3)" in ptr_ty
         sc = "cta" if shared else PTX_SCOPES[scope]
         space = "shared" if shared else "global"
@@ -203,11 +253,19 @@ class NVPTXHooks(TargetHooks):
                       "or": ("or", f"b{bits}"), "and": ("and", f"b{bits}")}[rmw]
         reg = {("float", 32): "f", ("float", 64): "d"}.get((dt.kind, bits), "r" if bits == 32 else "l")
         pre = f"fence.sc.{sc}; " if order == "seq_cst" else ""
-        asm = (f"{pre}atom.{self._ATOM_SEM[order]}.{sc}.{space}.{op}.{ty} $0, [$1], $2;")
+        atom = f"atom.{self._ATOM_SEM[order]}.{sc}.{space}.{op}.{ty} $0, [$1], $2;"
         t = e.ty(dt)
         out = e.fresh("at")
-        e.emit(f'{out} = call {t} asm sideeffect "{asm}", "={reg},l,{reg},~{{memory}}"'
-               f"({ptr_ty} {addr}, {t} {value})")
+        if pred is None:
+            e.emit(f'{out} = call {t} asm sideeffect "{pre}{atom}", "={reg},l,{reg},~{{memory}}"'
+                   f"({ptr_ty} {addr}, {t} {value})")
+            return out
+        zero = {"f": "0f00000000", "d": "0d0000000000000000"}.get(reg, "0")
+        asm = (f"{{ .reg .pred p; setp.ne.b32 p, $3, 0; mov.b{bits} $0, {zero}; "
+               f"@p {pre}@p {atom} }}" if pre else
+               f"{{ .reg .pred p; setp.ne.b32 p, $3, 0; mov.b{bits} $0, {zero}; @p {atom} }}")
+        e.emit(f'{out} = call {t} asm sideeffect "{asm}", "={reg},l,{reg},r,~{{memory}}"'
+               f"({ptr_ty} {addr}, {t} {value}, i32 {self._pred(e, pred)})")
         return out
 
     # fp8 -------------------------------------------------------------------------------
