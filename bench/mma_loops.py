@@ -45,7 +45,8 @@ def wgmma_loop(k, *, at):
     for e0 in k.range(0, at.K * at.N, k.W * k.L):
         e = e0 + k.thread_id()
         k.store(smem, e, k.load(k.args.src, e % 256, at.b_dtype), mask=e < at.K * at.N)
-    k.barrier()
+    with k.async_proxy_lds():  # B is read next by wgmma (the async proxy)
+        k.barrier()
     A = _fragment(k, at, "a", lane)
     desc = k.const(at.smem_descriptor(0), u64)
     acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))

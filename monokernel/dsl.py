@@ -65,6 +65,8 @@ class KernelBuilder:
         self._lds_top = 0
         self.uses: set[str] = set()
         self._stage: str | None = None  # set while a stage body is emitted (stage_scope)
+        self._async_proxy = 0  # > 0 inside async_proxy_lds(): barriers carry async_proxy
+        self._predicated = 0  # > 0 inside predicated_masks(): masked stores / atomics carry it
         self.args = SimpleNamespace(**{s.name: self._arg(s) for s in abi.slots})
 
     # ------------------------------------------------------------------ plumbing
@@ -465,8 +467,10 @@ class KernelBuilder:
         if order is not None and value.n != 1:
             raise DSLError("atomic stores are scalar (n=1): a vector is several accesses")
         margs = self._mask(mask, "store")
-        self._emit("store", (p, idx, value) + margs, (), dict(nontemporal=nontemporal, order=order,
-                                                              scope=scope, masked=bool(margs)))
+        attrs = dict(nontemporal=nontemporal, order=order, scope=scope, masked=bool(margs))
+        if margs and self._predicated:
+            attrs["predicated"] = True
+        self._emit("store", (p, idx, value) + margs, (), attrs)
 
     def atomic(self, op, p, idx, value, *, compare=None, mask=None, order="relaxed",
                scope="device") -> Value:
@@ -490,8 +494,9 @@ class KernelBuilder:
         margs = self._mask(mask, f"atomic {op}")
         uni = p.uniform and idx.uniform and value.uniform and not margs and \
             (compare is None or compare.uniform)
+        extra = {"predicated": True} if margs and self._predicated else {}
         return self._v("atomic", args + margs, VType(value.dtype, 1, uni), op=op, order=order,
-                       scope=scope, masked=bool(margs))
+                       scope=scope, masked=bool(margs), **extra)
 
     def fence(self, order="acq_rel", scope="device"):
         self._check_order(scope, order, ("acquire", "release", "acq_rel", "seq_cst"), "fence")
@@ -502,7 +507,36 @@ class KernelBuilder:
             # CTA-uniform control flow is the user's promise; the interpreter checks it (a
             # wave that skips a barrier the others wait at is reported as a stall).
             pass
-        self._emit("barrier")
+        self._emit("barrier", attrs={"async_proxy": True} if self._async_proxy else None)
+
+    @contextlib.contextmanager
+    def predicated_masks(self):
+        """Masked stores and atomics emitted inside are lowered as predicated instructions
+        where the target can (NVPTX: `@p st` / `@p atom` inline PTX) instead of a branch
+        around each. Where the branches were many and divergent it is faster (the selection's
+        scan: an iteration had 48, each a BSSY / BSYNC reconvergence in ptxas's SASS: H200
+        select_hist 512K x 8 40.8 -> 38.3 us); the scoring with it measured SLOWER (W2 512K x
+        8 112 -> 168 us: each inline asm is a compiler barrier for memory), so it is a
+        stage's choice, not a default (bench/NOTES.md v8)."""
+        self._predicated += 1
+        try:
+            yield
+        finally:
+            self._predicated -= 1
+
+    @contextlib.contextmanager
+    def async_proxy_lds(self):
+        """Barriers emitted inside also order the CTA's ordinary LDS stores before reads by
+        the async proxy (wgmma's B operand from LDS): NVPTX puts `fence.proxy.async` before
+        them; other targets ignore it. Only code that stages LDS for wgmma needs it: the
+        fence waits for every memory access the thread has in flight (MEMBAR.ALL.CTA in
+        the SASS), which in the fused `index` kernel, where every barrier had it, undid
+        the selection's load prefetch (bench/NOTES.md v8)."""
+        self._async_proxy += 1
+        try:
+            yield
+        finally:
+            self._async_proxy -= 1
 
     def poll(self, p, idx, expected, *, pred="eq", shift=0, bits=32, dt=u64, scope="device",
              bound=DEFAULT_POLL_BOUND, mask=None):

@@ -184,9 +184,12 @@ class IndexScore(Stage):
         nh = p.hist_slots * FIRST_DIGIT_BINS
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
-        stage = self._stage_queries(k, io) if p.wgmma else None
-        if k.W > 1:
-            k.barrier()
+        # the queries staged in LDS are wgmma's B: the barrier after them fences the stores
+        # for the async proxy (KernelBuilder.async_proxy_lds; no other barrier needs it)
+        with k.async_proxy_lds():
+            stage = self._stage_queries(k, io) if p.wgmma else None
+            if k.W > 1:
+                k.barrier()
         for gi in k.range(R):
             g = self._row(k, tab, gi)
             with k.if_(g[0].eq(1)):

@@ -151,6 +151,9 @@ UNROLL = 8  # message loads in flight per lane while summing the slices' histogr
 
 SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
 # one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
+LIST_UNROLL = 4  # the same for a pass over a candidate list (SelectConfig.prefetch): lists
+# of scores whose threshold sits in a crowded first-digit bin (the indexer's: ~17% of a row,
+# ~5K keys a slice at 512K x 8) take several rounds a pass
 
 # Solo finish (module doc): a row whose candidate lists hold at most this many keys in all is
 # finished by ONE CTA. Its remaining passes read the lists from L2 (4 bytes a key a pass, 8
@@ -216,11 +219,13 @@ class SelectConfig:
     # (`_append_round`), fewer registers: the AMD builds keep it (the fused index kernel
     # sits at its SGPR ceiling, the select kernel would grow from 98 to 130 VGPRs)
     batched_append: bool = True
-    # the pass over the scores (sel_h0 without first digits, sel_h1) loads iteration i + 1's
-    # scores into registers before it works on iteration i's (`_scan_scores`): the loads
-    # are in flight under the work and the barrier of the append, not after them; False:
-    # each iteration loads then works (the AMD builds keep it: 16 more VGPRs, unmeasured)
-    scan_prefetch: bool = True
+    # loads issued ahead of the work that needs them, in every pass: the pass over the
+    # scores (sel_h0 without first digits, sel_h1) loads iteration i + 1's scores into
+    # registers before it works on iteration i's (`_scan_scores`); the passes over the lists
+    # (sel_h2 ..) load LIST_UNROLL rounds at once; the emit loads its next round before it
+    # writes one, and a round's block-table entries before its barrier. False: each round
+    # loads then works (the AMD builds keep it: more VGPRs and lane masks, unmeasured there)
+    prefetch: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -783,6 +788,12 @@ class SelectPass(Stage):
 
     # -- body -----------------------------------------------------------------------------
     def body(self, k, job, io):
+        # masked stores and LDS atomics as predicated instructions, not a divergent branch
+        # each (KernelBuilder.predicated_masks: H200 select_hist 512K x 8 40.8 -> 38.3 us)
+        with k.predicated_masks():
+            self._body(k, job, io)
+
+    def _body(self, k, job, io):
         io = _flat(io)
         c = self.cfg
         sl = _Slice(k, io, c, job)
@@ -946,11 +957,11 @@ class SelectPass(Stage):
             # AMD): entries past hi are read but never counted
             return [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
         with k.if_(sl.lo < sl.hi):
-            if self.cfg.scan_prefetch:
+            if self.cfg.prefetch:
                 ring = [k.lane_var(x) for x in load(positions(sl.lo))]
             for base in k.range(sl.lo, sl.hi, step):
                 ps = positions(base)
-                if self.cfg.scan_prefetch:  # the next iteration's loads go out first
+                if self.cfg.prefetch:  # the next iteration's loads go out first
                     raws = [v.get() for v in ring]
                     for v, x in zip(ring, load(positions(base + step))):
                         v.set(x)
@@ -1103,12 +1114,14 @@ class SelectPass(Stage):
         nl = st.i(X_NLIST)
         T = k.W * k.L
         lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
+        U = LIST_UNROLL if c.prefetch else 1
         with k.if_(nl > 0):
-            for base in k.range(0, nl, 4 * T):
-                i = base + 4 * k.thread_id()
-                key = io.load(c.list_keys, lb + i, 4, mask=i < nl)
-                valid = k.vec(i, i + 1, i + 2, i + 3) < nl
-                self._count_digits(k, lds["hist"], key, d, valid & _prefix(k, key, d).eq(Q))
+            for base in k.range(0, nl, 4 * T * U):
+                idx = [base + u * 4 * T + 4 * k.thread_id() for u in range(U)]
+                keys = [io.load(c.list_keys, lb + i, 4, mask=i < nl) for i in idx]
+                for i, key in zip(idx, keys):
+                    valid = k.vec(i, i + 1, i + 2, i + 3) < nl
+                    self._count_digits(k, lds["hist"], key, d, valid & _prefix(k, key, d).eq(Q))
 
     def _sum_segments(self, k, io, sl, hist):
         """sel_h0 with the scoring's first digits: this slice's segments, summed per bin."""
@@ -1344,7 +1357,7 @@ class SelectPass(Stage):
             return key, pos, i, nl  # (a list holds no key 0)
         with k.if_(nl > 0):
             self._emit_entries(k, io, sl, lds, st, ok, nl, fetch, st.i(X_BASE),
-                               st.i(X_TIEBASE))
+                               st.i(X_TIEBASE), prefetch=c.prefetch)
         with k.if_(sl.s.eq(0)):
             self._pad_and_diag(k, io, sl, ok, st.i(X_TOTAL), st[X_NANS], st[X_UNSELS])
 
@@ -1396,6 +1409,11 @@ class SelectPass(Stage):
             excl_ab = excl >> 16
             w_eq, w_ab = tot & 0xFFFF, tot >> 16
             rem0 = need - tieb - run_eq.get()  # ties still to take before this round
+            pages = None
+            if prefetch:  # every entry's page, before the barrier (entries past the end
+                # hold any position: the index is clamped into the row's table)
+                pages = [k.load(bt, sl.r * c.bt_width + k.max(k.min(
+                    k.extract(pos, e) >> PAGE_SHIFT, c.bt_width - 1), 0), i32) for e in range(4)]
             if k.W > 1:  # this wave's offsets among the round's waves
                 em = lds["emit"]
                 par = (pos0 / (4 * T)) & 1
@@ -1430,8 +1448,9 @@ class SelectPass(Stage):
                 take = ab[e].ne(0) | (eq[e].ne(0) & rank_ok)
                 at = lane_off if sel_before is None else lane_off + sel_before
                 p = k.extract(pos, e)
-                page = k.load(bt, sl.r * c.bt_width
-                              + k.min(p >> PAGE_SHIFT, c.bt_width - 1), i32, mask=take)
+                page = pages[e] if pages is not None else \
+                    k.load(bt, sl.r * c.bt_width + k.min(p >> PAGE_SHIFT, c.bt_width - 1), i32,
+                           mask=take)
                 slot = page * PAGE + (p & (PAGE - 1))
                 k.store(out, sl.r * K + k.min(at, K - 1), slot, mask=take & ok)
                 tk = ab[e] + eq[e] * k.cast(rank_ok, i32)
@@ -1955,7 +1974,7 @@ def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
     amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk, batched_append=not amd,
-                        scan_prefetch=not amd)
+                        prefetch=not amd)
 
 
 def _waves_for(spec) -> int:

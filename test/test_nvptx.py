@@ -210,7 +210,8 @@ def _wgmma(k, *, atom):
         w = j * 128 + t
         x = k.load(a.Bimg, w, u32, mask=w < words)
         k.store(img, w, x, mask=w < words)
-    k.barrier()
+    with k.async_proxy_lds():  # B is read next by wgmma: the writers' proxy fence
+        k.barrier()
     av = k.load(a.A, t * 16, fp8e4m3fn, 16)
     nd = atom.c_slots
     parts = [k.load(a.C, t * nd + 4 * q, f32, 4) for q in range(nd // 4)]
@@ -245,6 +246,39 @@ class Case:
 
 def _k(name, fn, abi, waves=1, **params) -> Callable[[], Kernel]:
     return lambda: build_kernel(name, fn, abi=abi, target=SM, waves=waves, **params)
+
+
+def _predicated(k):
+    """Masked stores (i32, f32x4, u64, LDS) and masked LDS / global atomics inside
+    predicated_masks (predicated PTX), then the same stores outside it (branches): both
+    must write exactly the masked-in elements."""
+    a = k.args
+    t = k.thread_id()
+    gid = k.cta_id() * (k.W * k.L) + t
+    x = k.load(a.x, gid, i32)
+    m = (x & 3).ne(0)
+    lds = k.lds("hist", u32, 8)
+    k.store(lds, t & 7, k.const(0, u32), mask=t < 8)
+    k.barrier()
+    with k.predicated_masks():
+        k.store(a.o32, gid, x * 3, mask=m)
+        k.store(a.o128, gid * 4, k.vec(x, x + 1, x + 2, x + 3) , mask=m)
+        k.store(a.o64, gid, k.cast(x, u64) << 33, mask=m)
+        k.atomic("add", lds, x & 7, k.const(1, u32), mask=m, scope="cta")
+        old = k.atomic("add", a.gcnt, x & 7, k.const(1, u32), mask=m)
+        k.store(a.olds, gid, old, mask=~m)  # masked-off lanes' result: 0, stored where off
+    k.store(a.o32b, gid, x * 5, mask=~m)
+    k.barrier()
+    k.store(a.hist, k.cta_id() * 8 + (t & 7), k.load(lds, t & 7, u32), mask=t < 8)
+
+
+def _predicated_args(rng, grid):
+    n = grid * 64
+    return dict(x=rng.integers(-1000, 1000, n).astype(np.int32),
+                o32=np.full(n, -1, np.int32), o128=np.full(4 * n, -1, np.int32),
+                o64=np.full(n, 7, np.uint64), gcnt=np.zeros(8, np.uint32),
+                olds=np.full(n, 9, np.uint32), o32b=np.full(n, -2, np.int32),
+                hist=np.zeros(grid * 8, np.uint32))
 
 
 def _vscale_args(rng, grid):
@@ -403,6 +437,13 @@ CASES = [
          decode={"fp8": fp8e4m3fn, "bf": bf16, "fp8v": fp8e4m3fn},
          expect=(r"cvt\.rn\.satfinite\.e4m3x2\.f32", r"cvt\.rn\.f16x2\.e4m3x2",
                  r"cvt\.f32\.f16", r"cvt\.rn\.bf16\.f32", r"cvt\.rzi\.s32\.f32")),
+    Case("predicated", _k("predicated", _predicated, ABI(
+        x=Ptr(i32), o32=Ptr(i32), o128=Ptr(i32), o64=Ptr(u64), gcnt=Ptr(u32), olds=Ptr(u32),
+        o32b=Ptr(i32), hist=Ptr(u32)), waves=2), _predicated_args, 4,
+         ("o32", "o128", "o64", "gcnt", "olds", "o32b", "hist"),
+         expect=(r"@p st\.global\.b32", r"@p st\.global\.v4\.b32", r"@p st\.global\.b64",
+                 r"@p atom\.relaxed\.cta\.shared\.add\.u32",
+                 r"@p atom\.relaxed\.gpu\.global\.add\.u32", r"@%p\d+ bra")),
     Case("lds_barrier", _k("lds_barrier", _lds_barrier, ABI(out=Ptr(i32)), waves=4, words=1024),
          _lds_args(1024), 4, ("out",),
          expect=(r"\.extern \.shared \.align 16 \.b8 lds\[\]", r"bar\.sync\s+0",
@@ -424,7 +465,8 @@ CASES = [
          _wgmma_args(WGMMA16), 1, ("D",), floats={"D": (1e-5, 1e-4)},
          expect=(r"wgmma\.fence\.sync\.aligned", r"wgmma\.mma_async\.sync\.aligned\.m64n16k32"
                  r"\.f32\.e4m3\.e4m3", r"wgmma\.commit_group\.sync\.aligned",
-                 r"wgmma\.wait_group\.sync\.aligned 0", r"fence\.proxy\.async\.shared::cta"),
+                 r"wgmma\.wait_group\.sync\.aligned 0",
+                 r"fence\.proxy\.async\.shared::cta;\s+// end inline asm\s+bar\.sync\s+0"),
          reference=_wgmma_reference(WGMMA16), bound=_wgmma_bound(WGMMA16)),
     Case("wgmma256", _k("wgmma256", _wgmma, ABI(A=Ptr(u8), Bimg=Ptr(u32), C=Ptr(f32),
                                                 D=Ptr(f32)), waves=4, atom=WGMMA256),
@@ -481,6 +523,24 @@ def test_datalayout_is_llvms():
     llvm.initialize_all_asmprinters()
     tm = llvm.Target.from_triple(nvptx.TRIPLE).create_target_machine(cpu=SM)
     assert str(tm.target_data) == nvptx.DATALAYOUT
+
+
+def test_only_barriers_marked_async_proxy_get_the_proxy_fence():
+    """A wgmma kernel's barriers: the one after B is staged (async_proxy_lds) has the
+    proxy fence before it; a plain barrier of the same kernel does not (its fence would
+    wait for every access in flight); masked stores outside predicated_masks branch."""
+    def body(k):
+        img = k.lds("b", u32, 64)
+        k.store(img, k.thread_id(), k.const(1, u32), mask=k.thread_id() < 64)
+        k.barrier()  # plain
+        with k.async_proxy_lds():
+            k.barrier()
+        k.store(k.args.out, k.thread_id(), k.load(img, k.thread_id() & 63, u32))
+    kern = build_kernel("proxy", body, abi=ABI(out=Ptr(u32)), target=SM, waves=4)
+    ptx = nvptx.build_ptx(kern, SM)
+    assert len(re.findall(r"bar\.sync\s+0", ptx)) == 2
+    assert len(re.findall(r"fence\.proxy\.async\.shared::cta", ptx)) == 1
+    assert "@p st" not in ptx and re.search(r"@%p\d+ bra", ptx)
 
 
 def test_barrier_is_bar_sync_alone_unless_fences_are_asked(monkeypatch):

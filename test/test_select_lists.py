@@ -63,7 +63,7 @@ def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, pre
     several (offsets across waves and rounds through LDS), write exactly these lists, in
     position order."""
     import dataclasses
-    cfg = dataclasses.replace(CFG, batched_append=batched, scan_prefetch=prefetch)
+    cfg = dataclasses.replace(CFG, batched_append=batched, prefetch=prefetch)
     L = select_launch(cfg, grid=3, waves=waves)
     rng = np.random.default_rng([21, list(("normal", "allequal", "fewsel", "above2049"))
                                  .index(dist)])

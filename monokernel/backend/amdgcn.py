@@ -202,8 +202,9 @@ class AMDGCNHooks(TargetHooks):
     def backoff(self, e: Emitter):
         e.call("void", "llvm.amdgcn.s.sleep", f"i32 {SLEEP_UNITS}")
 
-    def barrier(self, e: Emitter):
-        # LDS and global writes of the CTA become visible to its other waves
+    def barrier(self, e: Emitter, async_proxy: bool = False):
+        # LDS and global writes of the CTA become visible to its other waves (async_proxy:
+        # an NVIDIA notion; AMD's MFMA reads registers)
         e.emit('fence syncscope("workgroup") release')
         e.call("void", "llvm.amdgcn.s.barrier", "")
         e.emit('fence syncscope("workgroup") acquire')

@@ -562,8 +562,8 @@ class Emitter:
                 nt = ", !nontemporal !0" if op.attrs.get("nontemporal") else ""
                 self.emit(f"store {t} {self.val(v)}, {self.ty(p.type)} {g}, align {align_of(v.type.bytes)}{nt}")
         mask = self._mask(op, 3)
-        if (mask is not None and not order and not op.attrs.get("nontemporal")
-                and hasattr(self.h, "predicated_store")):
+        if (mask is not None and op.attrs.get("predicated") and not order
+                and not op.attrs.get("nontemporal") and hasattr(self.h, "predicated_store")):
             # a target that predicates the store itself (no branch around it)
             g = self.address(p, idx, v.dtype)
             if self.h.predicated_store(self, mask, t, self.val(v), self.ty(p.type), g):
@@ -607,7 +607,7 @@ class Emitter:
         mask = self._mask(op, 4 if kind == "cas" else 3)
         # a target's inline atomic takes the mask as its predicate (no branch around it)
         pred = None
-        if (mask is not None and kind != "cas" and not r.uniform
+        if (mask is not None and op.attrs.get("predicated") and kind != "cas" and not r.uniform
                 and getattr(self.h, "PREDICATED_ATOMICS", False)):
             pred, mask = mask, None
         if r.uniform:
@@ -623,7 +623,7 @@ class Emitter:
         self.emit(f"fence{self.sync(op.attrs['scope'])} {self._ORD[op.attrs['order']]}")
 
     def op_barrier(self, op):
-        self.h.barrier(self)
+        self.h.barrier(self, async_proxy=bool(op.attrs.get("async_proxy")))
 
     def op_poll(self, op):
         p, idx, expected = op.args[:3]

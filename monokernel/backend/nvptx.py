@@ -29,8 +29,10 @@ Choices, with the fact behind each (checked against LLVM 22's NVPTX output):
   Seen on the H200: wgmma e4m3 sums its products with ~14 significant bits (0.0063 off on
   |D| ~ 50 against the interpreter's exact-then-rounded sum), so it matches the interpreter
   to a tolerance, not bit for bit; mma.sync bf16/e4m3 matched to 1e-5.
-- a kernel that uses wgmma gets `fence.proxy.async.shared::cta` before each barrier and
-  in wgmma_fence: LDS written by ordinary stores is read next by the async proxy.
+- `fence.proxy.async.shared::cta` before the barriers the IR marks async_proxy (the code
+  that stages wgmma's B in LDS: KernelBuilder.async_proxy_lds) and in wgmma_fence: LDS
+  written by ordinary stores is read next by the async proxy. Not before every barrier of
+  a wgmma kernel: the fence waits for all the thread's memory accesses in flight.
 """
 from __future__ import annotations
 
@@ -54,9 +56,10 @@ BARRIER_FENCES = False  # explicit CTA fences around bar.sync (see barrier()): o
 # slower on the H200 (front 13.21 -> 12.39 us at 2 rows, index_scoring 512K x 8 85.4 -> 83.4
 # without them; same digests, top-k exact: bench/NOTES.md v7)
 LDS_ALIGN = 16
-PREDICATED_MASKED_OPS = True  # masked plain stores and atomics as predicated inline PTX (see
-# predicated_store): LLVM's branch around each became BSSY / BRA / BSYNC in ptxas's SASS, a
-# warp reconvergence per masked store (48 an iteration of sel_h1's scan)
+PREDICATED_MASKED_OPS = True  # masked plain stores and atomics the IR marks `predicated`
+# (KernelBuilder.predicated_masks) as predicated inline PTX (see predicated_store): LLVM's
+# branch around each became BSSY / BRA / BSYNC in ptxas's SASS, a warp reconvergence per
+# masked store (48 an iteration of sel_h1's scan). False: branches everywhere (an A/B switch)
 # LLVM scalar type -> (inline-asm register constraint, PTX bit type) for predicated stores
 _STORE_REG = {"i32": ("r", "b32"), "float": ("f", "b32"), "i64": ("l", "b64"),
               "double": ("d", "b64"), "i16": ("h", "b16"), "half": ("h", "b16"),
@@ -171,14 +174,15 @@ class NVPTXHooks(TargetHooks):
     def backoff(self, e: Emitter):
         e.call("void", "llvm.nvvm.nanosleep", f"i32 {BACKOFF_NS}")
 
-    def barrier(self, e: Emitter):
+    def barrier(self, e: Emitter, async_proxy: bool = False):
         # the IR's barrier (a CTA-scope acq_rel fence and a rendezvous, shared and global):
         # bar.sync 0 alone is both (CUDA's __syncthreads: every shared and global access of
         # the CTA's threads before it is visible to all of them after it); the explicit
-        # fences around it are emitted only when BARRIER_FENCES asks. In a kernel with
-        # wgmma, LDS written by ordinary stores is read next by the tensor cores (the async
-        # proxy): each writer needs a proxy fence before the barrier.
-        if "wgmma" in e.k.uses:
+        # fences around it are emitted only when BARRIER_FENCES asks. Where LDS written by
+        # ordinary stores is read next by the tensor cores (wgmma's B: the async proxy),
+        # each writer needs a proxy fence before the barrier: barriers the IR marks
+        # async_proxy (KernelBuilder.async_proxy_lds), not every barrier of a wgmma kernel.
+        if async_proxy:
             self._asm_void(e, "fence.proxy.async.shared::cta;")
         if BARRIER_FENCES:
             e.emit('fence syncscope("block") release')

@@ -61,7 +61,8 @@ def wg_operands(k, at):
         e = e0 + lane
         k.store(smem, k.load(a.b_idx, e, i32, mask=e < at.K * at.N), k.load(a.b, e, at.b_dtype,
                 mask=e < at.K * at.N), mask=e < at.K * at.N)
-    k.barrier()
+    with k.async_proxy_lds():  # B is read next by wgmma (the async proxy)
+        k.barrier()
     A = _gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
     C = _gather(k, a.c, a.c_idx, lane, at.c_slots, f32)
     return A, C, k.const(at.smem_descriptor(0), u64)
