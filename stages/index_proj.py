@@ -3,7 +3,8 @@ heads (ix_qb), the new keys (the paged cache, ix_nb) and the head weights. Stage
 job's work is declared; the scheduler places jobs):
 
     ix_qr[r]     (kind index only) qr = RMSNorm(q_a) from the front's partial sums (front_q's
-                 math and helpers) into the bulk region ix_qr the q heads acquire.
+                 math and helpers) into ix_qr (plain), then the row's pair in ix_qrdone,
+                 which the q-head projection jobs wait for.
     ix_proj[j]   partial sums on the tensor cores (stages/mma_tile.py, the front's tile: the
                  chip's bf16 MMA, 16 weight rows as A, every weight load of a wave's m-tile in
                  flight before its first MMA, 16-byte nontemporal loads, the chunk's
@@ -17,9 +18,9 @@ job's work is declared; the scheduler places jobs):
                  pair in ix_pdone. Split counts: proj_splits (stages/index_plan.py).
     ix_q[h]      q head h for all rows: waits for its QS pairs (threads in parallel; barrier;
                  acquire), sums the partials in split order (the same bits on every run and
-                 schedule), rope, Hadamard, quantize -> ix_qb, bulk (32 fp8 words and the
-                 scale's bits a (head, row); a release counter of `heads` publishers): a
-                 scoring job acquires it once and loads its query operands straight into
+                 schedule), rope, Hadamard, quantize -> ix_qb (plain: 32 fp8 words and the
+                 scale's bits a (head, row)), then its pair in ix_qdone: a scoring job waits
+                 for the `heads` pairs once and loads its query operands straight into
                  registers.
     ix_key[0]    waits for the KS key jobs' pairs, sums their partials in split order,
                  LayerNorm, rope, Hadamard, quantize: the new
@@ -36,7 +37,8 @@ from monokernel.types import bf16, f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
-from .index_dsl import _lane, stage_body, rotate, quantize, pack_words, wait_flags
+from .index_dsl import (_lane, stage_body, rotate, quantize, pack_words, wait_flags,
+                        wait_flags_wave, publish_done)
 from . import mma_tile
 
 RS_BATCH_ROWS = 4  # rows whose x loads ix_key keeps in flight together for their 1/rms(x)
@@ -120,7 +122,7 @@ class IndexProj(_ProjStage):
     def reads(self, j):
         p = self.p
         if p.source == "front" and j < p.q_jobs:
-            return [Use("ix_qr", 0, p.rows * p.q_lora)]
+            return [Use("ix_qr", 0, p.rows * p.q_lora), Use("ix_qrdone", 0, p.rows)]
         return []
 
     def writes(self, j):
@@ -146,13 +148,7 @@ class IndexProj(_ProjStage):
                 self._q_part(k, io, act, red, job)
             with kj:
                 self._k_part(k, io, act, red, job - p.q_jobs)
-        # publish: every wave's stores, the CTA's release, then this job's pair (one a job:
-        # no counter that a hundred jobs would contend for)
-        k.fence("release", "cta")
-        ok = io.env.cta_ok()  # a barrier when the CTA has several waves
-        with k.if_(ok & k.wave_id().eq(0)):
-            k.fence("release", "device")
-            io.publish("ix_pdone", job, k.cast(job, u32), mask=_lane(k).eq(0))
+        publish_done(k, io, "ix_pdone", job)
 
     def _tile(self, k, T, *, w, w_dtype, scale, scale_stride, row0, k0, kb0, chunk, tile_m,
               lds, red, stage, emit, w_rows=None, stride):
@@ -184,7 +180,7 @@ class IndexProj(_ProjStage):
             k.barrier()  # the CTA's previous job is done reading the activations
             if p.source == "front":
                 def finish():  # the weights travel while qr is awaited
-                    io.acquire("ix_qr")
+                    wait_flags_wave(k, io, 0, R, "ix_qrdone")
                     pending = mma_tile.load_activations(k, T, QC, load8)
                     mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
                     k.barrier()
@@ -269,8 +265,8 @@ class IndexProj(_ProjStage):
 
 class IndexQ(_ProjStage):
     """q head h for all rows: the head's q_splits partial sums in split order, rope,
-    Hadamard, quantize -> ix_qb (bulk: 32 fp8 words and the scale's bits a (head, row); a
-    release counter of `heads` publishers)."""
+    Hadamard, quantize -> ix_qb (plain: 32 fp8 words and the scale's bits a (head, row)),
+    published by the head's pair in ix_qdone (index_dsl.publish_done)."""
     name = "ix_q"
 
     def jobs(self):
@@ -280,7 +276,8 @@ class IndexQ(_ProjStage):
 
     def regions(self):
         p = self.p
-        return [BulkBuffer("ix_qb", u32, (p.heads, p.rows, QW), publishers=p.heads)]
+        return [PlainBuffer("ix_qb", u32, (p.heads, p.rows, QW)),
+                TaggedPairs("ix_qdone", (p.heads,), u32)]
 
     def buffers(self):
         p = self.p
@@ -298,7 +295,7 @@ class IndexQ(_ProjStage):
 
     def writes(self, h):
         R = self.p.rows
-        return [Use("ix_qb", h * R * QW, (h + 1) * R * QW)]
+        return [Use("ix_qb", h * R * QW, (h + 1) * R * QW), Use("ix_qdone", h, h + 1)]
 
     @stage_body
     def body(self, k, hq, io):
@@ -321,7 +318,7 @@ class IndexQ(_ProjStage):
             io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
             io.store("ix_qb", (hq * R + r) * QW + 32, k.bitcast(sc, u32), mask=_lane(k).eq(0))
         io.env.phase(1)  # wave 0's rows are rotated, quantized and stored
-        io.release("ix_qb")
+        publish_done(k, io, "ix_qdone", hq)
 
     def reference(self, env):
         from .index_ref import proj_reference
@@ -355,7 +352,7 @@ class IndexKey(_ProjStage):
         p = self.p
         return [Use("ix_pdone", p.q_jobs, p.proj_jobs),
                 Use("ix_kpart", 0, p.k_splits * p.rows * (HD + p.heads)),
-                Use("ix_qb", 0, p.heads * p.rows * QW)]
+                Use("ix_qb", 0, p.heads * p.rows * QW), Use("ix_qdone", 0, p.heads)]
 
     def writes(self, j):
         p = self.p
@@ -417,7 +414,7 @@ class IndexKey(_ProjStage):
             k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
                     mask=lane.eq(0) & ok)
         io.env.phase(2)  # wave 0's new keys are in the cache
-        io.acquire("ix_qb")
+        wait_flags(k, io, 0, p.heads, "ix_qdone")
         io.env.phase(3)  # the q heads (their scales) are in
         for r in k.range(k.wave_id(), R, k.W):
             rs = rs_of(r)
@@ -473,8 +470,9 @@ def _front_post():
 class IndexQR(_front_post()):
     """From the front (kind `index`): qr[r] = RMSNorm(q_a[r]) * g_q with q_a = rs(x_r) *
     sum_s front_part[s, r, :q_lora] (the front_q math, the front's helpers), rounded to bf16
-    as the front's qr, into the bulk region `ix_qr` the q heads acquire (the front's `qr`
-    output buffer is no region a later stage can wait on)."""
+    as the front's qr, into the plain region `ix_qr`, then the row's pair in `ix_qrdone`
+    that the q-head projection jobs wait for (the front's `qr` output buffer is no region a
+    later stage can wait on)."""
     name = "ix_qr"
     rel_tol = 2.0 ** -8 + 1e-5
 
@@ -485,7 +483,8 @@ class IndexQR(_front_post()):
 
     def regions(self):
         ip = self.ip
-        return [BulkBuffer("ix_qr", bf16, (ip.rows, ip.q_lora), publishers=ip.rows)]
+        return [PlainBuffer("ix_qr", bf16, (ip.rows, ip.q_lora)),
+                TaggedPairs("ix_qrdone", (ip.rows,), u32)]
 
     def buffers(self):
         p = self.p
@@ -493,7 +492,7 @@ class IndexQR(_front_post()):
 
     def writes(self, r):
         q = self.ip.q_lora
-        return [Use("ix_qr", r * q, (r + 1) * q)]
+        return [Use("ix_qr", r * q, (r + 1) * q), Use("ix_qrdone", r, r + 1)]
 
     @stage_body
     def body(self, k, job, io):
@@ -505,7 +504,7 @@ class IndexQR(_front_post()):
         qr = self.norm(k, ys, a.q_a_norm_w, lds, 1, p.q_lora)
         for e, v, m in qr:
             io.store("ix_qr", job * p.q_lora + e, k.cast(v, bf16), mask=m)
-        io.release("ix_qr")
+        publish_done(k, io, "ix_qrdone", job)
 
     def reference(self, env):
         return {}

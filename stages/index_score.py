@@ -65,7 +65,8 @@ from monokernel.types import f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
-from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body
+from .index_dsl import (_lane, _tid, _scan, ordered_digit, stage_body,
+                        wait_flags_wave)
 
 
 class IndexScore(Stage):
@@ -106,7 +107,8 @@ class IndexScore(Stage):
     def reads(self, j):
         p = self.p
         R = p.rows
-        return [Use("ix_qb", 0, p.heads * R * QW), Use("ix_nb", 0, R * p.nb_words)]
+        return [Use("ix_qb", 0, p.heads * R * QW), Use("ix_qdone", 0, p.heads),
+                Use("ix_nb", 0, R * p.nb_words)]
 
     def writes(self, j):
         p = self.p
@@ -178,7 +180,7 @@ class IndexScore(Stage):
         tab = k.lds("ix_plan", i32, R * self.PW)
         hist = k.lds("ix_hist", u32, p.hist_slots * FIRST_DIGIT_BINS)
         self._plan(k, io, job, tab)
-        io.acquire("ix_qb")
+        wait_flags_wave(k, io, 0, p.heads, "ix_qdone")  # the q heads
         io.acquire("ix_nb")
         io.env.phase(0)  # the q heads and the new keys are in
         nh = p.hist_slots * FIRST_DIGIT_BINS
