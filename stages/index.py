@@ -209,7 +209,8 @@ def select_config(p: IndexPlan, spec):
                             topk=spec.config.index_topk, bt_width=p.max_pages, positions=True,
                             names=sel.Names(n_keys="positions"),
                             # AMD's fused kernel has no scalar register to spare for it
-                            batched_append=p.wgmma, prefetch=p.wgmma)
+                            batched_append=p.wgmma, prefetch=p.wgmma,
+                            defer_fat_bins=p.wgmma)
 
 
 def fused_select(p: IndexPlan, cfg) -> list:

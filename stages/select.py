@@ -169,14 +169,25 @@ SOLO_MAX_CANDIDATES = 16384
 SOLO_UNROLL = 4  # 4-key groups a lane loads at once in a solo histogram pass (the solo
 # emit instead loads the next round while it writes one: two rounds' ballots and masks at
 # once would spill SGPRs on AMD)
+# Deferred lists (SelectConfig.defer_fat_bins): a row whose threshold first-digit bin holds
+# more than max(n >> DEFER_SHIFT, DEFER_MIN_TOPKS * K) of its n keys gets its candidate lists
+# from sel_h2, at the 13-bit prefix, not from sel_h1 at the 6-bit one. The first digit is
+# the sign and 5 exponent bits: the indexer's scores put 3-66% of a row in one bin (H200,
+# 512K x 8, bench/NOTES.md v8), and a list that long is written by sel_h1, then read by every
+# later pass and the emit (select_hist on those scores: 62.5 us against 35.6 on normal ones).
+# Deferring costs one more pass over the scores (sel_h2's); a bin under 1/16 of the row is
+# cheaper to list.
+DEFER_SHIFT = 4
+DEFER_MIN_TOPKS = 4
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
 # the state words after a message's histogram (and in LDS); X_NLIST: the slice's candidate
 # list length (sel_h1 on); X_SOLO: 1 when the row finishes solo (decided by sel_h1 from
-# message 0); whole 4-word vectors
+# message 0); X_DEFER: 1 when the row's lists are built by sel_h2 (SelectConfig.
+# defer_fat_bins, decided by sel_h1 from message 0); whole 4-word vectors
 X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
-    X_UNSELS, X_NLIST, X_SOLO = range(14)
+    X_UNSELS, X_NLIST, X_SOLO, X_DEFER = range(15)
 NEXTRA = 16
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
@@ -226,6 +237,12 @@ class SelectConfig:
     # writes one, and a round's block-table entries before its barrier. False: each round
     # loads then works (the AMD builds keep it: more VGPRs and lane masks, unmeasured there)
     prefetch: bool = True
+    # rows whose threshold first-digit bin is crowded get their lists from sel_h2 (module
+    # constants DEFER_*): sel_h1 only counts, sel_h2 reads the scores again and lists the
+    # keys at or above the 13-bit prefix. False: sel_h1 always lists (the AMD builds keep it:
+    # unmeasured there). Never with the solo finish (it reads the lists sel_h1 builds): see
+    # `defers`.
+    defer_fat_bins: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -281,6 +298,11 @@ class SelectConfig:
         """Whether rows with few candidates may finish solo (module doc)."""
         return self.solo_max_candidates is not None
 
+    @property
+    def defers(self) -> bool:
+        """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo)."""
+        return self.defer_fat_bins and not self.solo
+
     def bins(self, q: int) -> int:
         return 1 << self.digits[q]
 
@@ -328,6 +350,16 @@ class SelectConfig:
     def list_pos(self) -> str:
         """... and of their token positions [rows, S, max_slice_keys] i32."""
         return f"{self.prefix}_lpos"
+
+    @property
+    def list2_keys(self) -> str:
+        """With `defers`: sel_h2's lists (the keys at or above the 13-bit prefix, from the
+        scores of a deferred row or from sel_h1's list), which the later passes read."""
+        return f"{self.prefix}_lkey2"
+
+    @property
+    def list2_pos(self) -> str:
+        return f"{self.prefix}_lpos2"
 
 
 def slice_bounds(n: int, segment: int, max_slices: int, s: int) -> tuple[int, int, int]:
@@ -566,6 +598,12 @@ def ordered_keys(k, bits, want_nan=False):
     return key, (twice > 0xFF000000 if want_nan else None)
 
 
+def _pos(k, p, e):
+    """Position of a 4-key group's entry e: p + e (p the first of 4 consecutive positions,
+    a pass over the scores) or p[e] (a vector, entries of a list)."""
+    return k.extract(p, e) if p.n == 4 else p + e
+
+
 def _prefix(k, key, d):
     """The first d bits of key (d uniform i32 in 0..32; 0 for d == 0), as two shifts of at
     most 16 so that no shift reaches the width (and no select is needed)."""
@@ -687,6 +725,15 @@ class SelectPass(Stage):
         # candidate list; the later passes and the output read the list, not the scores
         self.compacts = q == 1
         self.from_list = q >= 2
+        # sel_h2 of a row with deferred lists (SelectConfig.defer_fat_bins) reads the scores
+        # again and builds the lists
+        self.defers = cfg.defers and q == 2 and q < cfg.passes
+        # the lists this pass reads and the ones it writes: sel_h1 writes (lkey, lpos); with
+        # cfg.defers sel_h2 reads them and writes (lkey2, lpos2), which the later ones read
+        first_list = (cfg.list_keys, cfg.list_pos)
+        second_list = (cfg.list2_keys, cfg.list2_pos)
+        self.list_out = first_list if self.compacts else second_list if self.defers else None
+        self.list_in = None if q < 2 else second_list if cfg.defers and q > 2 else first_list
         # solo rows (module doc, "Solo finish"): sel_h2's slice-0 job finishes them; every
         # job from sel_h2 on first learns from its own slice's rdy1 pair whether its row is
         # solo (and then, but for that one, does nothing)
@@ -714,15 +761,16 @@ class SelectPass(Stage):
             return []
         out = [PlainBuffer(c.msg(self.q), u32, (c.rows, c.max_slices, c.msg_words(self.q))),
                TaggedPairs(c.rdy(self.q), (c.rows, c.max_slices), u32)]
-        if self.compacts:
+        if self.list_out is not None:
             shape = (c.rows, c.max_slices, c.max_slice_keys())
-            out += [PlainBuffer(c.list_keys, u32, shape), PlainBuffer(c.list_pos, i32, shape)]
+            out += [PlainBuffer(self.list_out[0], u32, shape),
+                    PlainBuffer(self.list_out[1], i32, shape)]
         return out
 
     def buffers(self):
         c, nm = self.cfg, self.cfg.names
         out = {nm.n_keys: Buffer(i32, (c.rows,))}
-        if not self.from_list:
+        if not self.from_list or self.defers:
             out.update(self.scores.buffers())
         if self.q == 0:
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
@@ -744,12 +792,13 @@ class SelectPass(Stage):
     def reads(self, j):
         c = self.cfg
         r, s = self._row_slice(j)
-        out = [] if self.from_list else list(self.scores.reads(r))
+        out = [] if self.from_list and not self.defers else list(self.scores.reads(r))
         if self.solo_runs and s == 0:  # a solo finish reads every slice's list of its row
             lk = c.max_slice_keys() * c.max_slices
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
-        elif self.from_list:
-            out += self._list_uses(j, [c.list_keys] + ([c.list_pos] if self.is_out else []))
+        elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
+            out += self._list_uses(j, [self.list_in[0]] + ([self.list_in[1]]
+                                                          if self.is_out or self.defers else []))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -770,8 +819,8 @@ class SelectPass(Stage):
             return []
         mw = c.msg_words(self.q)
         out = [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
-        if self.compacts:
-            out += self._list_uses(j, [c.list_keys, c.list_pos])
+        if self.list_out is not None:
+            out += self._list_uses(j, list(self.list_out))
         return out
 
     def reference(self, env):
@@ -843,7 +892,9 @@ class SelectPass(Stage):
 
     def _next_histogram(self, k, io, sl, lds):
         st = _State.load(k, lds["state"], 0)
-        with k.if_(~st.done):
+        # with cfg.defers sel_h2 builds every row's second list, even when this decision was
+        # final (the emit reads that list)
+        with contextlib.nullcontext() if self.defers else k.if_(~st.done):
             self._histogram(k, io, sl, lds, first=False)
         _barrier(k)
         io.env.phase(1)  # the next digit is counted (sel_h1: the scan and the lists)
@@ -860,9 +911,9 @@ class SelectPass(Stage):
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
         if (self.is_out or self.solo_runs) and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
-        if self.compacts and k.W > 1:
-            out["emit"] = k.lds(f"{nm}_emit", i32,
-                                2 * (SCAN_UNROLL if c.batched_append else 1) * k.W)
+        if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
+            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(SCAN_UNROLL, LIST_UNROLL)
+                                                        if c.batched_append else 1) * k.W)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self.solo_runs:
@@ -916,8 +967,22 @@ class SelectPass(Stage):
         _barrier(k)
         if first and self.hist is not None:
             self._sum_segments(k, io, sl, hist)
-        elif self.from_list:
+        elif self.from_list and not self.defers:
             self._scan_list(k, io, sl, lds)
+        elif self.from_list:  # sel_h2: the lists of a deferred row from the scores
+            st = _State.load(k, lds["state"], 0)
+            with k.if_else(st[X_DEFER].ne(0)) as (deferred, listed):
+                with deferred:
+                    self._scan_scores(k, io, sl, lds, False, nans=False)
+                with listed:
+                    self._scan_list(k, io, sl, lds)
+        elif self.compacts and self.cfg.defers:  # sel_h1: list now or leave it
+            st = _State.load(k, lds["state"], 0)
+            with k.if_else(st[X_DEFER].ne(0)) as (deferred, listed):
+                with deferred:
+                    self._scan_scores(k, io, sl, lds, False, append=False)
+                with listed:
+                    self._scan_scores(k, io, sl, lds, False)
         else:
             self._scan_scores(k, io, sl, lds, first)
         _barrier(k)
@@ -934,11 +999,13 @@ class SelectPass(Stage):
             k.atomic("add", hist, _i(k, k.extract(digit, e)), one, mask=k.extract(cand, e),
                      scope="cta")
 
-    def _scan_scores(self, k, io, sl, lds, first):
+    def _scan_scores(self, k, io, sl, lds, first, append=True, nans=True):
         """sel_h0 (local first pass) or sel_h1: one pass over the slice's scores, SCAN_UNROLL
         rounds of 4 keys a lane loaded at once. sel_h1 also appends every selectable key at
         or above the threshold prefix (the candidates and the keys already above) to the
-        slice's list, in position order, and stores its length in the state."""
+        slice's list, in position order, and stores its length in the state. `append=False`:
+        sel_h1 of a deferred row (counts only, list length 0); `nans=False`: sel_h2 building
+        a deferred row's list (sel_h1 counted the NaNs)."""
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
         T = k.W * k.L
@@ -978,21 +1045,24 @@ class SelectPass(Stage):
                     pre = _prefix(k, key, d)
                     nz = valid & key.ne(0)
                     self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
-                    nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
+                    if nans:
+                        nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
+                    if not append:
+                        continue
                     keep = k.cast(nz & (pre >= Q), i32)
                     if not self.cfg.batched_append:
                         par = (((base - sl.lo) / step) * U + u) & 1
                         self._append_round(k, io, sl, lds, key, p, keep, run, par)
                     kept.append((key, p, keep))
-                if not first and self.cfg.batched_append:
+                if not first and append and self.cfg.batched_append:
                     par = ((base - sl.lo) / step) & 1
                     self._append(k, io, sl, lds, kept, run, par)
         if first:
             return
-        # a lane counts <= 512K / 64 keys: no carry between its halves
-        acc = nan_acc.get()
-        k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
-        k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
+        if nans:  # a lane counts <= 512K / 64 keys: no carry between its halves
+            acc = nan_acc.get()
+            k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
+            k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
         with _wave0(k):
             k.store(lds["state"], X_NLIST, _u(k, run.get()))
         if self.release:  # every wave's list stores, before wave 0 announces the message
@@ -1042,8 +1112,8 @@ class SelectPass(Stage):
         for e in range(4):
             i = lb + k.min(at, lk - 1)
             m = kp[e].ne(0)
-            io.store(c.list_keys, i, k.extract(key, e), mask=m)
-            io.store(c.list_pos, i, p + e, mask=m)
+            io.store(self.list_out[0], i, k.extract(key, e), mask=m)
+            io.store(self.list_out[1], i, _pos(k, p, e), mask=m)
             at = at + kp[e]
         run.set(run.get() + rtot)
 
@@ -1101,13 +1171,15 @@ class SelectPass(Stage):
                 # of the prefix count above, a lane mask (an SGPR pair on AMD) held across
                 # the barrier for every key of every round
                 m = k.opaque(kp[e]).ne(0)
-                io.store(c.list_keys, i, k.extract(key, e), mask=m)
-                io.store(c.list_pos, i, p + e, mask=m)
+                io.store(self.list_out[0], i, k.extract(key, e), mask=m)
+                io.store(self.list_out[1], i, _pos(k, p, e), mask=m)
                 at = at + kp[e]
         run.set(base + rtot)
 
     def _scan_list(self, k, io, sl, lds):
-        """A later pass: the next digit of the list's keys with the prefix found so far."""
+        """A later pass: the next digit of the list's keys with the prefix found so far.
+        sel_h2 with cfg.defers also copies the entries at or above that prefix, in order,
+        into its own list (`list_out`) and leaves that list's length in the state."""
         c = self.cfg
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
@@ -1115,13 +1187,32 @@ class SelectPass(Stage):
         T = k.W * k.L
         lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
         U = LIST_UNROLL if c.prefetch else 1
+        copy = self.list_out is not None
+        run = k.uniform_var(0, i32)  # the copy's length so far
+        keys_in, pos_in = self.list_in
         with k.if_(nl > 0):
             for base in k.range(0, nl, 4 * T * U):
                 idx = [base + u * 4 * T + 4 * k.thread_id() for u in range(U)]
-                keys = [io.load(c.list_keys, lb + i, 4, mask=i < nl) for i in idx]
-                for i, key in zip(idx, keys):
+                keys = [io.load(keys_in, lb + i, 4, mask=i < nl) for i in idx]
+                poss = [io.load(pos_in, lb + i, 4, mask=i < nl) for i in idx] if copy else idx
+                kept = []
+                for i, key, pv in zip(idx, keys, poss):
                     valid = k.vec(i, i + 1, i + 2, i + 3) < nl
-                    self._count_digits(k, lds["hist"], key, d, valid & _prefix(k, key, d).eq(Q))
+                    pre = _prefix(k, key, d)
+                    self._count_digits(k, lds["hist"], key, d, valid & pre.eq(Q))
+                    if copy:
+                        keep = k.cast(valid & (pre >= Q), i32)
+                        if not c.batched_append:
+                            par = (((base / (4 * T * U)) * U) + len(kept)) & 1
+                            self._append_round(k, io, sl, lds, key, pv, keep, run, par)
+                        kept.append((key, pv, keep))
+                if copy and c.batched_append:
+                    self._append(k, io, sl, lds, kept, run, (base / (4 * T * U)) & 1)
+        if copy:
+            with _wave0(k):
+                k.store(lds["state"], X_NLIST, _u(k, run.get()))
+            if self.release:  # every wave's list stores, before wave 0 announces the message
+                k.fence("release", "device")
 
     def _sum_segments(self, k, io, sl, hist):
         """sel_h0 with the scoring's first digits: this slice's segments, summed per bin."""
@@ -1259,6 +1350,9 @@ class SelectPass(Stage):
         new, done = self._advance(k, st, p, takeall, b, gb, ga)
         if p == 0 and c.solo:
             new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
+        if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
+            crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
+            new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
         own = (sl.r * S + sl.s) * mw
         hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
@@ -1352,8 +1446,8 @@ class SelectPass(Stage):
 
         def fetch(i):
             m = i < nl
-            key = io.load(c.list_keys, lb + i, 4, mask=m)
-            pos = io.load(c.list_pos, lb + i, 4, mask=m)
+            key = io.load(self.list_in[0], lb + i, 4, mask=m)
+            pos = io.load(self.list_in[1], lb + i, 4, mask=m)
             return key, pos, i, nl  # (a list holds no key 0)
         with k.if_(nl > 0):
             self._emit_entries(k, io, sl, lds, st, ok, nl, fetch, st.i(X_BASE),
@@ -1974,7 +2068,7 @@ def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
     amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk, batched_append=not amd,
-                        prefetch=not amd)
+                        prefetch=not amd, defer_fat_bins=not amd)
 
 
 def _waves_for(spec) -> int:

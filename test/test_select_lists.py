@@ -54,16 +54,21 @@ def _expected_lists(cfg, s, n):
 
 
 @pytest.mark.parametrize("waves", [1, 3])
-@pytest.mark.parametrize("batched,prefetch", [(True, True), (True, False), (False, False)],
-                         ids=["barrier_an_iteration", "no_prefetch", "barrier_a_round"])
+@pytest.mark.parametrize("batched,prefetch,defer", [(True, True, True), (True, False, True),
+                                                     (False, False, True), (False, False, False)],
+                         ids=["barrier_an_iteration", "no_prefetch", "barrier_a_round",
+                              "amd_config"])
 @pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
-def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, prefetch, waves):
+def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, prefetch, defer,
+                                                              waves):
     """Both append paths of sel_h1 (one barrier an iteration of SCAN_UNROLL rounds, or one a
     round), with the next iteration's scores loaded ahead or not, with one wave and with
     several (offsets across waves and rounds through LDS), write exactly these lists, in
-    position order."""
+    position order; with crowded rows' lists deferred to sel_h2 (SelectConfig.defer_fat_bins)
+    or not (the AMD builds' configuration)."""
     import dataclasses
-    cfg = dataclasses.replace(CFG, batched_append=batched, prefetch=prefetch)
+    cfg = dataclasses.replace(CFG, batched_append=batched, prefetch=prefetch,
+                              defer_fat_bins=defer)
     L = select_launch(cfg, grid=3, waves=waves)
     rng = np.random.default_rng([21, list(("normal", "allequal", "fewsel", "above2049"))
                                  .index(dist)])
@@ -76,8 +81,13 @@ def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, pre
     lk = CFG.max_slice_keys()
     lkeys = r.regions[CFG.list_keys].reshape(CFG.rows, CFG.max_slices, lk)
     lpos = r.regions[CFG.list_pos].reshape(CFG.rows, CFG.max_slices, lk)
+    deferred = 0
     for (row, sl), (pos, keys) in _expected_lists(CFG, s, n).items():
         nl = int(msg[row, sl, CFG.state_word + sel.X_NLIST])
+        if msg[row, sl, CFG.state_word + sel.X_DEFER]:  # listed by sel_h2 (checked below)
+            assert cfg.defers and nl == 0, (row, sl)
+            deferred += 1
+            continue
         assert nl == pos.size, (row, sl)
         assert np.array_equal(lpos[row, sl, :nl], pos), (row, sl)
         assert np.array_equal(lkeys[row, sl, :nl], keys), (row, sl)
@@ -86,22 +96,60 @@ def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, pre
             assert nl == hi - lo  # every key is a candidate: the list is the whole slice
         if dist == "normal":
             assert nl < (hi - lo) // 8  # a bin's share: the compaction compacts
+    # a crowded threshold bin (all keys equal) defers the lists to sel_h2; normal scores never
+    assert (deferred > 0) == (cfg.defers and dist == "allequal") or dist in ("fewsel",
+                                                                                "above2049")
+    if cfg.defers:  # sel_h2's lists: every slice's keys at or above the 13-bit prefix
+        _check_second_lists(cfg, r, s, n)
 
 
-@pytest.mark.parametrize("solo", [True, False], ids=["solo", "rounds_only"])
-def test_only_the_first_two_passes_read_the_scores(solo):
+def _check_second_lists(cfg, r, s, n):
+    """With cfg.defers, sel_h2's lists (from the scores of a deferred row, from sel_h1's list
+    otherwise) hold exactly the slice's selectable keys whose prefix (the state's d bits
+    after sel_h2's decision) is at or above that decision's Q, in position order."""
+    msg = r.regions[cfg.msg(2)].reshape(cfg.rows, cfg.max_slices, -1)
+    lk = cfg.max_slice_keys()
+    lkeys = r.regions[cfg.list2_keys].reshape(cfg.rows, cfg.max_slices, lk)
+    lpos = r.regions[cfg.list2_pos].reshape(cfg.rows, cfg.max_slices, lk)
+    for row in range(cfg.rows):
+        keys = ordered_key(s[row, :n[row]]).astype(np.uint64)
+        sc = slice_bounds(int(n[row]), cfg.segment, cfg.max_slices, 0)[0]
+        for sl in range(sc):
+            lo, hi = slice_bounds(int(n[row]), cfg.segment, cfg.max_slices, sl)[1:]
+            w = msg[row, sl, cfg.state_word:]
+            Q, d, nl = int(w[sel.X_Q]), int(w[sel.X_D]), int(w[sel.X_NLIST])
+            pre = keys[lo:hi] >> np.uint64(32 - d)
+            pos = lo + np.flatnonzero((keys[lo:hi] != 0) & (pre >= Q))
+            assert nl == pos.size, (row, sl, nl, pos.size)
+            assert np.array_equal(lpos[row, sl, :nl], pos), (row, sl)
+            assert np.array_equal(lkeys[row, sl, :nl], keys[pos].astype(np.uint32)), (row, sl)
+
+
+@pytest.mark.parametrize("solo,defer", [(True, False), (False, False), (False, True)],
+                         ids=["solo", "rounds_only", "deferred_lists"])
+def test_only_the_first_two_passes_read_the_scores(solo, defer):
     """Declared reads (the scheduler's and the layout's input): sel_h2.. and sel_out read the
     lists, never the scores region; sel_h1 writes the lists, each job its own slice's. With
     the solo finish, sel_h2's slice-0 job reads every slice's list of its row (keys and
     positions: it emits), the other jobs their own slice's keys; sel_h3.. and sel_out also
     read their own slice's rdy1 pair (whether the row is solo)."""
     cfg = SelectConfig(CFG.layout, max_slices=CFG.max_slices, topk=CFG.topk,
-                       solo_max_candidates=sel.SOLO_MAX_CANDIDATES if solo else None)
+                       solo_max_candidates=sel.SOLO_MAX_CANDIDATES if solo else None,
+                       defer_fat_bins=defer)
+    assert cfg.defers == defer
     stages = sel.select_stages(cfg, scores="region")
     lk = cfg.max_slice_keys()
     S = cfg.max_slices
     for st in stages:
         names = {u.region for j in range(cfg.rows * S) for u in st.reads(j)}
+        wrote = {u.region for j in range(cfg.rows * S) for u in st.writes(j)}
+        if defer:  # sel_h2 reads the scores (deferred rows) and sel_h1's lists, writes its own
+            assert (cfg.names.scores in names) == (st.q <= 2), st.name
+            assert (cfg.list_keys in names) == (cfg.list_pos in names) == (st.q == 2), st.name
+            assert (cfg.list2_keys in names) == (st.q >= 3), st.name
+            assert (cfg.list2_pos in names) == st.is_out, st.name
+            assert ({cfg.list2_keys, cfg.list2_pos} <= wrote) == (st.q == 2), st.name
+            continue
         assert (cfg.names.scores in names) == (st.q <= 1), st.name
         assert (cfg.list_keys in names) == (st.q >= 2), st.name
         assert (cfg.list_pos in names) == (st.is_out or (solo and st.q == 2)), st.name
