@@ -31,7 +31,8 @@ max(1, min(S, ceil(n / segment))) of them, exactly layouts.scores.ScoresLayout.s
 on a job first reads that from its own slice's rdy1 pair, and for a solo row all but
 sel_h2's slice-0 job return at once.)
 
-Candidate lists. Only sel_h0 (local pass) and sel_h1 read the scores. sel_h1, knowing the
+Candidate lists. Only sel_h0 (local pass) and sel_h1 read the scores (and sel_h2, for a
+deferred row: below). sel_h1, knowing the
 first threshold digit, appends every selectable key of its slice whose prefix is >= the
 threshold (the candidates and the keys already above: a subsequence of the slice holding
 every key that can still be selected) with its position to the slice's list, in position
@@ -42,6 +43,16 @@ list has room for its whole slice ([rows, S, longest slice]), so any distributio
 equal: every key a candidate) is exact; nothing is dropped or rescanned. The list is plain
 data: every wave of sel_h1 releases its stores before wave 0 announces message 1, and the
 readers acquire after polling (the same chain as the messages).
+
+Deferred lists (SelectConfig.defer_fat_bins, NVIDIA). The first digit is the sign and five
+exponent bits: scores from the indexer put 3-66% of a row in the threshold's bin (H200, 512K
+x 8), and such a list is written by sel_h1 and read by every later pass. A row whose bin
+holds more than max(n / 16, 4K) keys (decided on message 0, the same on every slice: state
+word X_DEFER) is only counted by sel_h1; sel_h2, knowing 13 bits, reads the slice's scores
+again and lists the keys at or above that prefix. sel_h2 then owns a second list per slice
+(lkey2 / lpos2): for the other rows it copies down sel_h1's list to the entries at or above
+the 13-bit prefix; sel_h3.. and sel_out read the second list. (A region has one writer
+stage, so the second list is sel_h2's own.)
 
 Exchange. A message is plain data (a PlainBuffer [rows, S, 128 + 12] u32: the cum
 histogram and the slice's state) released by a device-scope release fence and then

@@ -3,7 +3,8 @@ per slice, the selectable keys at or above the first threshold digit with their 
 in position order; the later passes and the output read only the lists. Checked here: a
 list can never overflow its room (the longest slice of any row), its contents and length
 are exactly what the first decision implies (a bin's share for smooth scores, every key
-when all are equal), and only sel_h0 / sel_h1 read the scores."""
+when all are equal), a crowded row's lists come from sel_h2 at the 13-bit prefix (deferred
+lists), and only sel_h0 / sel_h1 (and sel_h2, with deferral) read the scores."""
 from __future__ import annotations
 
 import numpy as np
