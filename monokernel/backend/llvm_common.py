@@ -552,26 +552,23 @@ class Emitter:
         p, idx, v = op.args[:3]
         order = op.attrs.get("order")
         t = self.ty(v.type)
+        mask = self._mask(op, 3)
+        addr = None
+        if (mask is not None and op.attrs.get("predicated") and not order
+                and not op.attrs.get("nontemporal") and hasattr(self.h, "predicated_store")):
+            # a target that predicates the store itself (no branch around it), where it can
+            addr = self.address(p, idx, v.dtype)
+            if self.h.predicated_store(self, mask, t, self.val(v), self.ty(p.type), addr):
+                return
 
         def body():
-            g = self.address(p, idx, v.dtype)
+            g = addr or self.address(p, idx, v.dtype)
             if order:
                 self.emit(f"store atomic {t} {self.val(v)}, {self.ty(p.type)} {g}"
                           f"{self.sync(op.attrs['scope'])} {self._ORD[order]}, align {align_of(v.type.bytes)}")
             else:
                 nt = ", !nontemporal !0" if op.attrs.get("nontemporal") else ""
                 self.emit(f"store {t} {self.val(v)}, {self.ty(p.type)} {g}, align {align_of(v.type.bytes)}{nt}")
-        mask = self._mask(op, 3)
-        if (mask is not None and op.attrs.get("predicated") and not order
-                and not op.attrs.get("nontemporal") and hasattr(self.h, "predicated_store")):
-            # a target that predicates the store itself (no branch around it)
-            g = self.address(p, idx, v.dtype)
-            if self.h.predicated_store(self, mask, t, self.val(v), self.ty(p.type), g):
-                return
-            self.guarded(mask, lambda: self.emit(
-                f"store {t} {self.val(v)}, {self.ty(p.type)} {g}, align {align_of(v.type.bytes)}"),
-                None, None)
-            return
         self.guarded(mask, body, None, None)
 
     _RMW = {"add": ("add", "add", "fadd"), "max": ("max", "umax", None), "min": ("min", "umin", None),
