@@ -58,6 +58,7 @@ class Wave:
         self.vars: dict[int, np.ndarray] = {}
         self.wait_addr = None  # what a blocked wave waits on (for stall reports)
         self.seen_writes = -1
+        self.seen_wg = -1  # the run's wgmma issue count when this wave last waited
         self.force_timeout = False
         self.wg_seq = 0
         self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
@@ -615,6 +616,7 @@ class Wave:
         group = self.run.warpgroup(self.cta, self.wave // 4)
         seq = self.wg_seq
         self.wg_seq += 1
+        self.run.wg_issued += 1
         # C may be the pending result of an earlier wgmma of this warp: the hardware chains
         # accumulations in flight; only reading the registers before the wait is undefined
         c = self.env[op.args[2].id]
@@ -684,6 +686,9 @@ class Run:
         self.rng = np.random.default_rng(seed)
         self.mem = RelaxedMemory(grid) if mode == "relaxed" else Memory()
         self.ticks = 0
+        # wgmma issues so far (any wave): progress for a wave waiting on a warpgroup's
+        # wgmma, as memory writes are for a poller
+        self.wg_issued = 0
         self.accesses = 0  # memory accesses so far (any wave): the clock's time base
         self.lds_size = kernel.lds_bytes  # computed once: _lds_index asks on every access
         self.lds = [np.zeros(self.lds_size, np.uint8) for _ in range(grid)]
@@ -760,7 +765,8 @@ class Run:
             if not runnable:
                 self._stall(live, "every live wave waits at a barrier")
             if polling and len(polling) == len(runnable) and \
-                    all(w.seen_writes == self.mem.writes for w in runnable):
+                    all(w.seen_writes == self.mem.writes and w.seen_wg == self.wg_issued
+                        for w in runnable):
                 # nothing can change what the pollers see, unless a relaxed store is pending
                 if not self.mem.settle():
                     if self.on_stall == "timeout":
@@ -797,6 +803,9 @@ class Run:
                     cursor += 1
             elif ev in ("poll", "wgmma"):
                 polling.add(id(w))
+                # what the waiter saw: a wgmma issue by another warp of its group may
+                # complete the group it waits on (a stall only if neither changes)
+                w.seen_wg = self.wg_issued
                 if ev == "wgmma":
                     w.seen_writes = self.mem.writes
                 if not randomised:
