@@ -335,20 +335,25 @@ def test_scores_from_an_arena_region():
         _run(L, cfg, s, n, bt, mode="relaxed", seed=2)
 
 
-@pytest.mark.parametrize("hist", [None, "scoring"])
-def test_scores_and_first_digits_as_the_index_launch_publishes_them(hist):
+@pytest.mark.parametrize("hist,topk", [(None, 2048), ("scoring", 2048), ("scoring", 128)])
+def test_scores_and_first_digits_as_the_index_launch_publishes_them(hist, topk):
     """The index launch's protocol (stages/index.py): plain `scores` and `score_hist` regions
     behind `score_done` pairs, rows given by `positions` (keys 0..pos): the selection that
-    the fused launch appends after the scoring."""
-    cfg = SelectConfig(ScoresLayout(2, 4096, 256), max_slices=4, positions=True)
+    the fused launch appends after the scoring. At K = 128 the few-values rows have a crowded
+    threshold bin: sel_h2 lists them from the plain scores region (deferred lists)."""
+    cfg = SelectConfig(ScoresLayout(2, 4096, 256), max_slices=4, positions=True, topk=topk)
     L = select_launch(cfg, grid=3, scores="scoring", hist=hist)
     arena = L.new_arena()
+    deferred = 0
     for step, dist in enumerate(("few", "nan")):
         s, n, bt = _case(cfg, dist, np.array([2300, 777]), 14, shared=False)
         r = _run(L, cfg, s, n, bt, arena=arena, step=step, mode="relaxed", seed=step)
         if hist:
             h = r.regions[cfg.names.score_hist]
             assert np.array_equal(h[:, :10], sel.segment_histograms(cfg, s, n)[:, :10])
+        msg = r.regions[cfg.msg(1)].reshape(cfg.rows, cfg.max_slices, -1)
+        deferred += int(msg[:, :, cfg.state_word + sel.X_DEFER].any())
+    assert (deferred > 0) == (topk == 128)
 
 
 @pytest.mark.parametrize("waves,wave_size", [(2, 64), (3, 32)])
