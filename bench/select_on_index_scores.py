@@ -20,13 +20,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from layouts.scores import ordered_key  # noqa: E402
+from layouts.scores import FIRST_DIGIT_SHIFT, ordered_key  # noqa: E402
 from spec import BuildSpec  # noqa: E402
 from stages import kinds  # noqa: E402
 import stages.select as sel  # noqa: E402
 from tools import common, time_layers  # noqa: E402
-
-FIRST_DIGIT_SHIFT = 26  # top 6 bits of the ordered key (stages.select: the first digit)
 
 
 def index_scores(rows: int, pos: int, workload: str) -> tuple[np.ndarray, np.ndarray]:
