@@ -257,38 +257,3 @@ def test_sm90a_pipelined_ptx(ptx_r8):
     if report is not None:
         assert "C7514" not in report and "serialized" not in report, report
         assert "0 bytes spill stores" in report, report
-
-
-@pytest.mark.parametrize("mode", ["inorder", "random"])
-def test_back_to_back_wgmma_groups_with_no_store_between_do_not_stall(mode):
-    """Two wgmma groups in a row, waited for with no memory write between them (the
-    pipelined halves at step 0, where the epilogue is skipped): when the last warp's issue
-    completes a group and that warp goes on to wait for the next one, the others must be
-    resumed. The interpreter once counted only memory writes as progress and reported a
-    stall here (inorder mode: warps 0-2 waiting on group 1, warp 3 on group 2)."""
-    from monokernel.atoms import atom
-    from monokernel.dsl import build_kernel
-    from monokernel.proofs import mma
-    at = atom("sm90_wgmma_m64n64k32_e4m3")
-
-    def body(k):
-        a = k.args
-        lane = k.wave_id() * k.L + k.lane_id()
-        A, C, desc = mma.wg_operands(k, at)
-        k.wgmma_fence()
-        d = k.wgmma(at, A, desc, C)
-        k.wgmma_commit()
-        k.wgmma_wait(0)
-        k.wgmma_fence()
-        d = k.wgmma(at, A, desc, d)
-        k.wgmma_commit()
-        k.wgmma_wait(0)
-        for s in range(at.c_slots):
-            k.store(a.d, k.load(a.c_idx, lane * at.c_slots + s, mma.i32), d[s])
-    kern = build_kernel("twice", body, abi=mma.abi(at), target="interp", waves=4, wave_size=32)
-    rng = np.random.default_rng(2)
-    inp = mma.make_inputs(rng, at.name)
-    once = mma.reference(inp, at.name)["d"]  # A B + C
-    twice = {"d": 2 * once - inp["c"].astype(np.float64).reshape(once.shape)}  # A B + (A B + C)
-    interp.run(kern, inp, grid=1, mode=mode, seed=3)
-    assert mma.check(inp, twice, at.name) <= 2 * mma.tolerance(at.name)

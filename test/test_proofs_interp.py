@@ -113,8 +113,14 @@ def test_wgmma_result_read_before_wait_is_an_error(rng):
         interp.run(kern, mma.make_inputs(rng, at.name), grid=1)
 
 
-def test_wgmma_chained_accumulation_completes_in_order(rng):
-    """Two wgmmas chained on one accumulator before a single wait: D = A(B+B) + C."""
+@pytest.mark.parametrize("groups,mode", [(1, "inorder"), (2, "inorder"), (2, "random")])
+def test_wgmma_chained_accumulation_completes_in_order(rng, groups, mode):
+    """Two wgmmas chained on one accumulator: D = A(B+B) + C, in one commit group before a
+    single wait, or (groups=2) as two groups each waited for with no memory write between
+    them (the pipelined scoring halves at step 0): when the last warp's issue completes a
+    group and that warp goes on to wait for the next one, the others must be resumed. The
+    interpreter once counted only memory writes as progress and reported a stall there
+    (inorder mode: warps 0-2 waiting on group 1, warp 3 on group 2)."""
     from monokernel.atoms import atom
     from monokernel.dsl import build_kernel
     at = atom("sm90_wgmma_m64n64k32_e4m3")
@@ -124,7 +130,12 @@ def test_wgmma_chained_accumulation_completes_in_order(rng):
         lane = k.wave_id() * k.L + k.lane_id()
         A, C, desc = mma.wg_operands(k, at)
         k.wgmma_fence()
-        D = k.wgmma(at, A, desc, k.wgmma(at, A, desc, C))
+        D = k.wgmma(at, A, desc, C)
+        if groups == 2:
+            k.wgmma_commit()
+            k.wgmma_wait(0)
+            k.wgmma_fence()
+        D = k.wgmma(at, A, desc, D)
         k.wgmma_commit()
         k.wgmma_wait(0)
         for s in range(at.c_slots):
@@ -134,7 +145,7 @@ def test_wgmma_chained_accumulation_completes_in_order(rng):
     ref = mma.reference(inp, at.name)
     c = inp["c"].astype(np.float64).reshape(at.M, at.N)
     expect = 2 * (ref["d"] - c) + c
-    interp.run(kern, inp, grid=1)
+    interp.run(kern, inp, grid=1, mode=mode, seed=3)
     got = inp["d"].astype(np.float64).reshape(at.M, at.N)
     assert np.abs(got - expect).max() / np.abs(expect).max() <= mma.tolerance(at.name) * 2
 
