@@ -518,11 +518,8 @@ class KernelBuilder:
         select_hist 512K x 8 40.8 -> 38.3 us); the scoring with it measured SLOWER (W2 512K x
         8 112 -> 168 us: each inline asm is a compiler barrier for memory), so it is a
         stage's choice, not a default (bench/NOTES.md v8)."""
-        self._predicated += 1
-        try:
+        with self._scoped("_predicated"):
             yield
-        finally:
-            self._predicated -= 1
 
     @contextlib.contextmanager
     def async_proxy_lds(self):
@@ -532,11 +529,17 @@ class KernelBuilder:
         fence waits for every memory access the thread has in flight (MEMBAR.ALL.CTA in
         the SASS), which in the fused `index` kernel, where every barrier had it, undid
         the selection's load prefetch (bench/NOTES.md v8)."""
-        self._async_proxy += 1
+        with self._scoped("_async_proxy"):
+            yield
+
+    @contextlib.contextmanager
+    def _scoped(self, counter: str):
+        """Raise an attribute counter for the ops emitted inside (nesting allowed)."""
+        setattr(self, counter, getattr(self, counter) + 1)
         try:
             yield
         finally:
-            self._async_proxy -= 1
+            setattr(self, counter, getattr(self, counter) - 1)
 
     def poll(self, p, idx, expected, *, pred="eq", shift=0, bits=32, dt=u64, scope="device",
              bound=DEFAULT_POLL_BOUND, mask=None):

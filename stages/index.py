@@ -208,9 +208,7 @@ def select_config(p: IndexPlan, spec):
                             max_slices=max(1, min(sel.MAX_SLICES, p.grid // p.rows)),
                             topk=spec.config.index_topk, bt_width=p.max_pages, positions=True,
                             names=sel.Names(n_keys="positions"),
-                            # AMD's fused kernel has no scalar register to spare for it
-                            batched_append=p.wgmma, prefetch=p.wgmma,
-                            defer_fat_bins=p.wgmma)
+                            **sel.measured_options(p.wgmma))
 
 
 def fused_select(p: IndexPlan, cfg) -> list:

@@ -195,27 +195,19 @@ def pack_words(k, q8):
     return lo | (other << 16), lane >> 1, (lane & 1).eq(0)
 
 
-def wait_flags(k, io, lo, n: int, name: str = "ix_pdone"):
-    """Wait for pairs [lo, lo + n) of `name` (lo uniform i32 or int): every thread polls its
-    share in parallel, a CTA barrier (every wave's polls have succeeded, or the CTA failed),
-    then a device acquire: the jobs' plain data is visible to every wave."""
-    nthr = k.W * k.L
-    tid = _tid(k)
-    for it in range(-(-n // nthr)):
-        i = it * nthr + tid
-        io.wait(name, lo + k.min(i, n - 1), mask=i < n if n % nthr else None)
-    io.env.cta_ok()
-    k.fence("acquire", "device")
-
-
-def wait_flags_wave(k, io, lo, n: int, name: str):
-    """Wait for pairs [lo, lo + n) of `name` in every wave on its own (its lanes poll in
-    parallel; no CTA barrier), then a device acquire: for a job that needs a few pairs
-    (the `heads` q-head pairs) where a barrier would order its waves for nothing."""
-    lane = _lane(k)
-    for it in range(-(-n // k.L)):
-        i = it * k.L + lane
-        io.wait(name, lo + k.min(i, n - 1), mask=i < n if n % k.L else None)
+def wait_flags(k, io, lo, n: int, name: str = "ix_pdone", *, each_wave: bool = False):
+    """Wait for pairs [lo, lo + n) of `name` (lo uniform i32 or int), then a device acquire:
+    the jobs' plain data is visible. The CTA's threads poll their shares in parallel, then a
+    CTA barrier (every wave's polls have succeeded, or the CTA failed); `each_wave`: every
+    wave polls all n itself, lanes in parallel, and no barrier (a job that needs a few
+    pairs, e.g. the `heads` q-head pairs, where a barrier would order its waves for
+    nothing)."""
+    width, me = (k.L, _lane(k)) if each_wave else (k.W * k.L, _tid(k))
+    for it in range(-(-n // width)):
+        i = it * width + me
+        io.wait(name, lo + k.min(i, n - 1), mask=i < n if n % width else None)
+    if not each_wave:
+        io.env.cta_ok()
     k.fence("acquire", "device")
 
 

@@ -38,7 +38,7 @@ from monokernel.types import bf16, f32, i32, u8, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
 from .index_dsl import (_lane, stage_body, rotate, quantize, pack_words, wait_flags,
-                        wait_flags_wave, publish_done)
+                        publish_done)
 from . import mma_tile
 
 RS_BATCH_ROWS = 4  # rows whose x loads ix_key keeps in flight together for their 1/rms(x)
@@ -180,7 +180,7 @@ class IndexProj(_ProjStage):
             k.barrier()  # the CTA's previous job is done reading the activations
             if p.source == "front":
                 def finish():  # the weights travel while qr is awaited
-                    wait_flags_wave(k, io, 0, R, "ix_qrdone")
+                    wait_flags(k, io, 0, R, "ix_qrdone", each_wave=True)
                     pending = mma_tile.load_activations(k, T, QC, load8)
                     mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
                     k.barrier()

@@ -65,8 +65,7 @@ from monokernel.types import f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
-from .index_dsl import (_lane, _tid, _scan, ordered_digit, stage_body,
-                        wait_flags_wave)
+from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body, wait_flags
 
 
 class IndexScore(Stage):
@@ -180,7 +179,7 @@ class IndexScore(Stage):
         tab = k.lds("ix_plan", i32, R * self.PW)
         hist = k.lds("ix_hist", u32, p.hist_slots * FIRST_DIGIT_BINS)
         self._plan(k, io, job, tab)
-        wait_flags_wave(k, io, 0, p.heads, "ix_qdone")  # the q heads
+        wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads
         io.acquire("ix_nb")
         io.env.phase(0)  # the q heads and the new keys are in
         nh = p.hist_slots * FIRST_DIGIT_BINS

@@ -2063,6 +2063,18 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 
 # ----------------------------------------------------------------------------- launch kinds
 
+# the SelectConfig options measured faster on the H200 (bench/NOTES.md v7, v8) and left off
+# on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
+# unmeasured: every builder of a config sets them through measured_options
+MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins")
+
+
+def measured_options(on: bool) -> dict:
+    """SelectConfig keywords: the NVIDIA-measured options all on (NVIDIA, the interpreter)
+    or all off (AMD)."""
+    return {name: on for name in MEASURED_ON_NVIDIA}
+
+
 def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
@@ -2074,12 +2086,9 @@ def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
             max_slices = 4
         else:
             max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
-    # the batched append measured faster on the H200 (bench/NOTES.md v7); on AMD it would
-    # cost ~32 VGPRs and is unmeasured there: the per-round append stays
     amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
-                        topk=spec.config.index_topk, batched_append=not amd,
-                        prefetch=not amd, defer_fat_bins=not amd)
+                        topk=spec.config.index_topk, **measured_options(not amd))
 
 
 def _waves_for(spec) -> int:

@@ -543,6 +543,17 @@ def test_only_barriers_marked_async_proxy_get_the_proxy_fence():
     assert "@p st" not in ptx and re.search(r"@%p\d+ bra", ptx)
 
 
+def test_predicated_masks_fall_back_to_branches_when_switched_off(monkeypatch):
+    """nvptx.PREDICATED_MASKED_OPS = False (the A/B switch): the `predicated` case's masked
+    stores and atomics become branches again, with no `@p` inline PTX left."""
+    on = nvptx.build_ptx(CASE["predicated"].build(), SM)
+    assert "@p st.global" in on
+    monkeypatch.setattr(nvptx, "PREDICATED_MASKED_OPS", False)
+    off = nvptx.build_ptx(CASE["predicated"].build(), SM)
+    assert "@p st" not in off and "@p atom" not in off
+    assert len(re.findall(r"@%p\d+ bra", off)) > len(re.findall(r"@%p\d+ bra", on))
+
+
 def test_barrier_is_bar_sync_alone_unless_fences_are_asked(monkeypatch):
     """bar.sync 0 is the IR barrier's fence and rendezvous (CUDA's __syncthreads); the
     explicit CTA fences around it (measured slower) come back only with BARRIER_FENCES."""

@@ -55,6 +55,11 @@ class TargetHooks:
     def syncscope(self, scope: str) -> str:
         return self.SCOPES[scope]
 
+    def predicates_masks(self) -> bool:
+        """Whether masked stores / atomics the IR marks `predicated` are lowered as predicated
+        instructions (`predicated_store`, `atomic_rmw(pred=...)`) instead of a branch each."""
+        return False
+
     def lds_pointer(self, e: "Emitter", offset: int) -> str:
         return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
 
@@ -555,10 +560,10 @@ class Emitter:
         mask = self._mask(op, 3)
         addr = None
         if (mask is not None and op.attrs.get("predicated") and not order
-                and not op.attrs.get("nontemporal") and hasattr(self.h, "predicated_store")):
+                and not op.attrs.get("nontemporal") and self.h.predicates_masks()):
             # a target that predicates the store itself (no branch around it), where it can
             addr = self.address(p, idx, v.dtype)
-            if self.h.predicated_store(self, mask, t, self.val(v), self.ty(p.type), addr):
+            if self.h.predicated_store(self, mask, v.type, self.val(v), self.ty(p.type), addr):
                 return
 
         def body():
@@ -605,7 +610,7 @@ class Emitter:
         # a target's inline atomic takes the mask as its predicate (no branch around it)
         pred = None
         if (mask is not None and op.attrs.get("predicated") and kind != "cas" and not r.uniform
-                and getattr(self.h, "PREDICATED_ATOMICS", False)):
+                and self.h.predicates_masks()):
             pred, mask = mask, None
         if r.uniform:
             # one read-modify-write per wave, however many lanes run this code

@@ -75,10 +75,6 @@ class NVPTXHooks(TargetHooks):
     SCOPES = SCOPES
     name = "nvptx"
 
-    @property
-    def PREDICATED_ATOMICS(self) -> bool:  # llvm_common.op_atomic: pass masks to atomic_rmw
-        return PREDICATED_MASKED_OPS
-
     def __init__(self, sm: str = "sm_90a"):
         if sm not in SMS:
             raise ValueError(f"unknown NVIDIA SM {sm!r}; known: {list(SMS)}")
@@ -199,18 +195,16 @@ class NVPTXHooks(TargetHooks):
         e.emit(f"{x} = zext i1 {cond} to i32")
         return x
 
-    def predicated_store(self, e: Emitter, cond: str, value_ty: str, value: str, ptr_ty: str,
+    def predicates_masks(self) -> bool:
+        return PREDICATED_MASKED_OPS
+
+    def predicated_store(self, e: Emitter, cond: str, vtype, value: str, ptr_ty: str,
                          addr: str) -> bool:
-        """A masked plain store as ONE predicated `@p st` (inline PTX) instead of a branch
-        around it; False (the caller branches) for types it does not cover: i8 elements,
-        vectors other than 2 or 4 elements of at most 128 bits."""
-        if not PREDICATED_MASKED_OPS:
-            return False
-        if value_ty.startswith("<"):
-            n_s, elem = value_ty[1:-1].split(" x ")
-            n = int(n_s)
-        else:
-            n, elem = 1, value_ty
+        """A masked plain store (of IR type `vtype`) as ONE predicated `@p st` (inline PTX)
+        instead of a branch around it; False (the caller branches) for types it does not
+        cover: i8 elements, vectors other than 2 or 4 elements of at most 128 bits."""
+        n, elem = vtype.n, e.ty(vtype.dtype)
+        value_ty = e.ty(vtype)
         if elem not in _STORE_REG or n not in (1, 2, 4):
             return False
         reg, bt = _STORE_REG[elem]
