@@ -446,7 +446,8 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
     reserved = {k: num_ctas - 1 - i for i, k in enumerate(leads[:num_ctas - 1])}
     # CTAs by (free time, index); best fit = the latest-free CTA that is free by `ready_at`.
     # A reserved CTA joins them once its lead job is placed.
-    free = [(0.0, c) for c in range(num_ctas) if c not in set(reserved.values())]
+    held = set(reserved.values())
+    free = [(0.0, c) for c in range(num_ctas) if c not in held]
     cta_jobs: list[list[Key]] = [[] for _ in range(num_ctas)]
     start: dict[Key, float] = {}
     end: dict[Key, float] = {}
