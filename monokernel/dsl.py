@@ -523,8 +523,8 @@ class KernelBuilder:
 
     @contextlib.contextmanager
     def async_proxy_lds(self):
-        """Barriers emitted inside also order the CTA's ordinary LDS stores before reads by
-        the async proxy (wgmma's B operand from LDS): NVPTX puts `fence.proxy.async` before
+        """Barriers (and wgmma fences) emitted inside also order the CTA's ordinary LDS stores
+        before reads by the async proxy (wgmma's B operand from LDS): NVPTX puts `fence.proxy.async` before
         them; other targets ignore it. Only code that stages LDS for wgmma needs it: the
         fence waits for every memory access the thread has in flight (MEMBAR.ALL.CTA in
         the SASS), which in the fused `index` kernel, where every barrier had it, undid
@@ -632,7 +632,13 @@ class KernelBuilder:
         return self._v("mma", (a, b, c), VType(atom.acc_dtype, atom.c_slots), atom=atom)
 
     def wgmma_fence(self):
-        self._emit("wgmma_fence")
+        """Orders this warp's register writes before the warpgroup MMAs that follow. Inside
+        async_proxy_lds() it also fences the warp's own ordinary LDS stores for the async
+        proxy (for a warp that writes its own B with no barrier between); elsewhere it does
+        not: B staged before an async_proxy_lds() barrier is already fenced, and the proxy
+        fence in a key loop waited each step for every load in flight (MEMBAR.ALL.CTA: it
+        undid the scoring's key prefetch; bench/NOTES.md v9)."""
+        self._emit("wgmma_fence", attrs={"async_proxy": True} if self._async_proxy else None)
 
     def wgmma(self, atom, a, b_desc, c) -> Value:
         """Issue an asynchronous warpgroup MMA: A from registers, B through a shared-memory

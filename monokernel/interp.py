@@ -401,7 +401,9 @@ class Wave:
         if len(addr) == 0:
             return
         if self._is_lds(op):
-            self.run.lds[self.cta][self._lds_index(addr, nb, "store")] = data
+            idx = self._lds_index(addr, nb, "store")
+            self.run.lds[self.cta][idx] = data
+            self._generic_lds_write(idx)
             return
         mem = self.run.mem
         b, idx = mem.locate(addr, nb, f"CTA {self.cta} wave {self.wave} store")
@@ -433,6 +435,9 @@ class Wave:
         device = scope in ("device", "system") and not lds
         if device and order in ("release", "acq_rel", "seq_cst"):
             mem.release(self.cta)
+        if lds:
+            act = addr if mask is None else addr[mask]
+            self._generic_lds_write(self._lds_index(act, nb, "atomic"))
         if lds and kind == "add" and not dt.is_float:
             self._lds_int_add(addr, nb, val, mask, old, dt)  # same result, vectorised
             self.put(op.result, old)
@@ -511,7 +516,19 @@ class Wave:
         if order in ("acquire", "acq_rel", "seq_cst"):
             self.run.mem.acquire(self.cta)
 
+    def _generic_lds_write(self, idx):
+        if self.run.unfenced is not None:
+            self.run.unfenced[self.cta][idx] = self.wave + 1
+
+    def _proxy_fence(self):
+        """fence.proxy.async by this wave: its ordinary LDS writes become visible to wgmma."""
+        if self.run.unfenced is not None:
+            mine = self.run.unfenced[self.cta]
+            mine[mine == self.wave + 1] = 0
+
     def op_barrier(self, op):
+        if op.attrs.get("async_proxy"):
+            self._proxy_fence()
         return self._barrier()
 
     def _barrier(self):
@@ -610,7 +627,8 @@ class Wave:
         self.put(op.result, mma_reference(atom, a, b, c))
 
     def op_wgmma_fence(self, op):
-        pass
+        if op.attrs.get("async_proxy"):
+            self._proxy_fence()
 
     def op_wgmma(self, op):
         group = self.run.warpgroup(self.cta, self.wave // 4)
@@ -692,6 +710,11 @@ class Run:
         self.accesses = 0  # memory accesses so far (any wave): the clock's time base
         self.lds_size = kernel.lds_bytes  # computed once: _lds_index asks on every access
         self.lds = [np.zeros(self.lds_size, np.uint8) for _ in range(grid)]
+        # wgmma reads B from LDS through the async proxy: bytes written by ordinary stores
+        # (generic proxy) must be proxy-fenced by their writer first (fence.proxy.async: an
+        # async_proxy barrier or wgmma fence). Per CTA byte: writer wave + 1 while unfenced.
+        self.unfenced = ([np.zeros(self.lds_size, np.uint8) for _ in range(grid)]
+                         if "wgmma" in kernel.uses else None)
         self.arg_values = {}
         self.buffers = {}
         self._wg = {}
@@ -738,6 +761,15 @@ class Run:
         a = np.concatenate([np.broadcast_to(t[1], (32, t[1].shape[1])) for t in issued])
         c = np.concatenate([acc(t) for t in issued])
         desc = int(issued[0][2][0, 0])
+        if self.unfenced is not None:
+            dirty = atom.read_b_smem(self.unfenced[cta], desc).view(np.uint8)
+            if dirty.any():
+                waves = sorted({int(x) - 1 for x in dirty.ravel() if x})
+                raise InterpError(
+                    f"CTA {cta}: a wgmma ({atom.name}) reads B from LDS that wave(s) {waves} "
+                    f"wrote with ordinary stores and did not proxy-fence (the async proxy may "
+                    f"read stale bytes): stage B before a barrier inside "
+                    f"KernelBuilder.async_proxy_lds()")
         b = atom.read_b_smem(self.lds[cta], desc)  # (K, N) raw storage values
         B = numerics.to_f64(b, atom.b_dtype)
         A = np.zeros((atom.M, atom.K))

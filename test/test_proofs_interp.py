@@ -1,9 +1,11 @@
 """Every proof kernel against its float64 reference in the interpreter's three modes."""
+import contextlib
+
 import numpy as np
 import pytest
 
 from monokernel import interp
-from monokernel.proofs import crosslane, gemv, gemv_mma, handoff, rmsnorm
+from monokernel.proofs import crosslane, gemv, gemv_mma, handoff, mma, rmsnorm
 from monokernel.types import dtype
 
 MODES = ("inorder", "random", "relaxed")
@@ -81,7 +83,6 @@ def test_mailbox_bulk_handoff_without_fence_passes_sequentially(variant):
     assert all(_handoff("inorder", 0, **variant).values())
 
 
-from monokernel.proofs import mma  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -148,6 +149,50 @@ def test_wgmma_chained_accumulation_completes_in_order(rng, groups, mode):
     interp.run(kern, inp, grid=1, mode=mode, seed=3)
     got = inp["d"].astype(np.float64).reshape(at.M, at.N)
     assert np.abs(got - expect).max() / np.abs(expect).max() <= mma.tolerance(at.name) * 2
+
+
+@pytest.mark.parametrize("fence", ["none", "barrier", "wgmma_fence"])
+def test_wgmma_reading_b_not_proxy_fenced_is_an_error(rng, fence):
+    """B staged in LDS by ordinary stores is read by wgmma through the async proxy: each
+    writer must proxy-fence first (an async_proxy barrier, or its wgmma fence inside
+    async_proxy_lds). Without either, the interpreter reports the wgmma and the writers;
+    with either, the product is right. (The NVPTX build emits the proxy fence only there:
+    in the scoring's key loop it waited for every load in flight.)"""
+    from monokernel.atoms import atom
+    from monokernel.dsl import build_kernel
+    from monokernel.types import i32
+    at = atom("sm90_wgmma_m64n64k32_e4m3")
+
+    def body(k):
+        a = k.args
+        lane = k.wave_id() * k.L + k.lane_id()
+        smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) // at.b_smem.elem_bytes + 1)
+        for e0 in k.range(0, at.K * at.N, 128):
+            e = e0 + lane
+            k.store(smem, k.load(a.b_idx, e, i32, mask=e < at.K * at.N),
+                    k.load(a.b, e, at.b_dtype, mask=e < at.K * at.N), mask=e < at.K * at.N)
+        with k.async_proxy_lds() if fence == "barrier" else contextlib.nullcontext():
+            k.barrier()
+        A = mma._gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
+        C = mma._gather(k, a.c, a.c_idx, lane, at.c_slots, mma.f32)
+        with k.async_proxy_lds() if fence == "wgmma_fence" else contextlib.nullcontext():
+            k.wgmma_fence()
+        D = k.wgmma(at, A, k.const(at.smem_descriptor(0), mma.u64), C)
+        k.wgmma_commit()
+        k.wgmma_wait(0)
+        for s in range(at.c_slots):
+            k.store(a.d, k.load(a.c_idx, lane * at.c_slots + s, i32), D[s])
+    kern = build_kernel("proxy", body, abi=mma.abi(at), target="interp", waves=4, wave_size=32)
+    inp = mma.make_inputs(rng, at.name)
+    ref = mma.reference(inp, at.name)
+    if fence == "none":
+        with pytest.raises(interp.InterpError, match=r"wave\(s\) \[0, 1, 2, 3\] wrote .* did not proxy-fence"):
+            interp.run(kern, inp, grid=1, mode="inorder", seed=3)
+        return
+    interp.run(kern, inp, grid=1, mode="random", seed=3)
+    got = inp["d"].astype(np.float64).reshape(at.M, at.N)
+    want = ref["d"].astype(np.float64).reshape(at.M, at.N)
+    assert np.abs(got - want).max() / np.abs(want).max() <= mma.tolerance(at.name)
 
 
 @pytest.mark.parametrize("probe", [p for p in gemv_mma.PROBES if p])

@@ -272,7 +272,7 @@ class AMDGCNHooks(TargetHooks):
         e.emit(f"{o} = bitcast {src_t} {x} to {dst_t}")
         return o
 
-    def wgmma_fence(self, e):
+    def wgmma_fence(self, e, *args, **kwargs):
         raise BackendError("wgmma is a Hopper instruction; AMD has no warpgroup MMA")
 
     wgmma_commit = wgmma_wait = wgmma = wgmma_fence

@@ -743,7 +743,8 @@ class Emitter:
     def op_mma(self, op):
         self.alias(op.result, self.h.mma(self, op))
 
-    def op_wgmma_fence(self, op): self.h.wgmma_fence(self)
+    def op_wgmma_fence(self, op):
+        self.h.wgmma_fence(self, async_proxy=bool(op.attrs.get("async_proxy")))
     def op_wgmma_commit(self, op): self.h.wgmma_commit(self)
     def op_wgmma_wait(self, op): self.h.wgmma_wait(self, op.attrs["pending"])
 

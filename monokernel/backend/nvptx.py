@@ -29,10 +29,11 @@ Choices, with the fact behind each (checked against LLVM 22's NVPTX output):
   Seen on the H200: wgmma e4m3 sums its products with ~14 significant bits (0.0063 off on
   |D| ~ 50 against the interpreter's exact-then-rounded sum), so it matches the interpreter
   to a tolerance, not bit for bit; mma.sync bf16/e4m3 matched to 1e-5.
-- `fence.proxy.async.shared::cta` before the barriers the IR marks async_proxy (the code
-  that stages wgmma's B in LDS: KernelBuilder.async_proxy_lds) and in wgmma_fence: LDS
-  written by ordinary stores is read next by the async proxy. Not before every barrier of
-  a wgmma kernel: the fence waits for all the thread's memory accesses in flight.
+- `fence.proxy.async.shared::cta` before the barriers (and in the wgmma fences) the IR marks
+  async_proxy (the code that stages wgmma's B in LDS: KernelBuilder.async_proxy_lds): LDS
+  written by ordinary stores is read next by the async proxy. Nowhere else: the fence waits
+  for all the thread's memory accesses in flight (the interpreter reports B read by a wgmma
+  while ordinary stores to it are not proxy-fenced).
 """
 from __future__ import annotations
 
@@ -407,9 +408,11 @@ class NVPTXHooks(TargetHooks):
     def _asm_void(self, e: Emitter, text: str):
         e.emit(f'call void asm sideeffect "{text}", "~{{memory}}"()')
 
-    def wgmma_fence(self, e: Emitter):
-        # this warp's own generic-proxy LDS writes, then its registers, before the wgmmas
-        self._asm_void(e, "fence.proxy.async.shared::cta;")
+    def wgmma_fence(self, e: Emitter, async_proxy: bool = False):
+        # registers before the wgmmas; the warp's own generic-proxy LDS writes only where the
+        # IR asks (async_proxy_lds): in a loop the proxy fence waits for every load in flight
+        if async_proxy:
+            self._asm_void(e, "fence.proxy.async.shared::cta;")
         self._asm_void(e, "wgmma.fence.sync.aligned;")
 
     def wgmma_commit(self, e: Emitter):
