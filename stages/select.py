@@ -254,6 +254,12 @@ class SelectConfig:
     # unmeasured there). Never with the solo finish (it reads the lists sel_h1 builds): see
     # `defers`.
     defer_fat_bins: bool = True
+    # the selection's key passes (sel_h1, sel_h2 re-reading a deferred row) map scores to
+    # keys without the special cases (-inf, NaN: `keys_and_specials`) and take the exact
+    # mapping and the NaN / unselectable counts only in rounds where a lane of the wave holds
+    # one (a wave-uniform branch): ~12 integer instructions a key fewer where there are none.
+    # False: every key takes them (the AMD builds keep it: unmeasured there)
+    rare_specials: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -607,6 +613,22 @@ def ordered_keys(k, bits, want_nan=False):
     bad = (k0 >> 23).eq(0) | ((0 - k0) >> 23).eq(0)
     key = k.select(bad, 0, key)
     return key, (twice > 0xFF000000 if want_nan else None)
+
+
+def keys_and_specials(k, bits):
+    """(key, special): key = ordered_keys' key for every score that is not -inf or NaN (the
+    sign flip, -0.0 -> +0.0's key), special = the score is one of those (ordered key 0).
+    ordered_keys = select(special, 0, key): its `bad` test (k0 < 2**23 or k0 > 0xFF800000)
+    is `key - 2**23 > 0xFF000000` in unsigned arithmetic, key being k0 but for -0.0, which
+    is not bad."""
+    sign = k.bitcast(k.bitcast(bits, i32) >> 31, u32)
+    k0 = bits ^ (sign | 0x80000000)
+    key = k.select((bits << 1).eq(0), 0x80000000, k0)
+    return key, (key - NORMAL_KEY_LO) > (NORMAL_KEY_HI - NORMAL_KEY_LO)
+
+
+# the ordered keys of the selectable scores other than -0.0: -FLT_MAX .. +inf
+NORMAL_KEY_LO, NORMAL_KEY_HI = 0x00800000, 0xFF800000
 
 
 def _pos(k, p, e):
@@ -1024,6 +1046,7 @@ class SelectPass(Stage):
         self.scores.prepare(k, io)
         nan_acc = k.lane_var(0, i32)
         run = k.uniform_var(0, i32)  # list length so far
+        gated = self.cfg.rare_specials and not first
         step = 4 * T * U
         last = self.cfg.capacity - 4
 
@@ -1047,8 +1070,12 @@ class SelectPass(Stage):
                     raws = load(ps)
                 kept = []  # sel_h1: each round's (keys, positions, keep flags)
                 for u, (p, raw) in enumerate(zip(ps, raws)):
-                    key, _ = ordered_keys(k, raw)
-                    pv = k.vec(p, p + 1, p + 2, p + 3)
+                    if gated:
+                        pv = k.vec(p, p + 1, p + 2, p + 3)
+                        key = self._rare_specials(k, raw, pv, sl.hi, nan_acc if nans else None)
+                    else:
+                        key, _ = ordered_keys(k, raw)
+                        pv = k.vec(p, p + 1, p + 2, p + 3)
                     valid = pv < sl.hi
                     if first:
                         self._count_digits(k, lds["hist"], key, d, valid)
@@ -1056,7 +1083,7 @@ class SelectPass(Stage):
                     pre = _prefix(k, key, d)
                     nz = valid & key.ne(0)
                     self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
-                    if nans:
+                    if nans and not gated:
                         nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
                     if not append:
                         continue
@@ -1078,6 +1105,20 @@ class SelectPass(Stage):
             k.store(lds["state"], X_NLIST, _u(k, run.get()))
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")
+
+    def _rare_specials(self, k, raw, pv, hi, nan_acc):
+        """The ordered keys of a round's 4 scores a lane (SelectConfig.rare_specials): the
+        special cases (-inf, NaN: key 0) and the NaN / unselectable counts (into nan_acc
+        unless None) only where a lane of the wave holds one, behind a wave-uniform branch."""
+        key, special = keys_and_specials(k, raw)
+        anyone = special[0] | special[1] | special[2] | special[3]
+        out = k.lane_var(key)
+        with k.if_(k.ballot(anyone).ne(0)):
+            exact = k.select(special, k.vec(*[k.const(0, u32)] * 4), key)
+            out.set(exact)
+            if nan_acc is not None:
+                nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, exact, pv, hi))
+        return out.get()
 
     @staticmethod
     def _nan_counts(k, raw, key, pv, hi):
@@ -2066,7 +2107,7 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # the SelectConfig options measured faster on the H200 (bench/NOTES.md v7, v8) and left off
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
-MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins")
+MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials")
 
 
 def measured_options(on: bool) -> dict:

@@ -120,6 +120,28 @@ def test_kernel_key_mapping_is_the_contracts_ordered_key(rng):
     assert np.array_equal(args["nan"].astype(bool), np.isnan(f))
 
 
+def test_fast_key_mapping_with_specials_flagged_is_the_contracts_ordered_key(rng):
+    """keys_and_specials (the scan's fast path, SelectConfig.rare_specials): its key is the
+    ordered key wherever the score is not -inf or NaN, and it flags exactly those (ordered
+    key 0), on every special bit pattern and random ones."""
+    bits = np.concatenate([SPECIAL, rng.integers(0, 2**32, 256 - SPECIAL.size, dtype=np.uint64)
+                           .astype(np.uint32)])
+
+    def kern(k):
+        i = k.lane_id() * 4
+        key, special = sel.keys_and_specials(k, k.load(k.args.x, i, u32, 4))
+        k.store(k.args.key, i, key)
+        k.store(k.args.nan, i, k.cast(special, u32))
+    K = build_kernel("fast_keys", kern, abi=ABI(x=Ptr(u32), key=Ptr(u32), nan=Ptr(u32)))
+    args = dict(x=bits.copy(), key=np.zeros(256, np.uint32), nan=np.zeros(256, np.uint32))
+    interp.run(K, args)
+    want = ordered_key(bits.view(np.float32))
+    special = args["nan"].astype(bool)
+    assert np.array_equal(special, want == 0)
+    assert np.array_equal(args["key"][~special], want[~special])
+    assert special[:SPECIAL.size].sum() == 7  # -inf and the six NaN patterns of SPECIAL
+
+
 def test_interpreter_lds_integer_add_is_the_lane_ordered_loop(rng):
     """monokernel/interp.py runs integer LDS atomic adds vectorised: each lane still gets the
     word before its own add (lanes in order) and the word ends with every add."""

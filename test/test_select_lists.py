@@ -55,21 +55,24 @@ def _expected_lists(cfg, s, n):
 
 
 @pytest.mark.parametrize("waves", [1, 3])
-@pytest.mark.parametrize("batched,prefetch,defer", [(True, True, True), (True, False, True),
-                                                     (False, False, True), (False, False, False)],
+@pytest.mark.parametrize("batched,prefetch,defer,specials",
+                         [(True, True, True, True), (True, False, True, True),
+                          (False, False, True, True), (True, True, True, False),
+                          (False, False, False, False)],
                          ids=["barrier_an_iteration", "no_prefetch", "barrier_a_round",
-                              "amd_config"])
+                              "specials_every_key", "amd_config"])
 @pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
 def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, prefetch, defer,
-                                                              waves):
+                                                              specials, waves):
     """Both append paths of sel_h1 (one barrier an iteration of SCAN_UNROLL rounds, or one a
     round), with the next iteration's scores loaded ahead or not, with one wave and with
     several (offsets across waves and rounds through LDS), write exactly these lists, in
     position order; with crowded rows' lists deferred to sel_h2 (SelectConfig.defer_fat_bins)
-    or not (the AMD builds' configuration)."""
+    or not (the AMD builds' configuration); with the -inf / NaN cases taken only in rounds
+    that hold one (SelectConfig.rare_specials; "fewsel" has -inf runs) or on every key."""
     import dataclasses
     cfg = dataclasses.replace(CFG, batched_append=batched, prefetch=prefetch,
-                              defer_fat_bins=defer)
+                              defer_fat_bins=defer, rare_specials=specials)
     L = select_launch(cfg, grid=3, waves=waves)
     rng = np.random.default_rng([21, list(("normal", "allequal", "fewsel", "above2049"))
                                  .index(dist)])
