@@ -35,7 +35,9 @@ key path):
             share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
             A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP);
             optionally (IndexScore.pipeline_min_pairs; off: measured slower) as two half
-            chains alternating with each other's epilogue (`_pipeline_halves`).
+            chains alternating with each other's epilogue (`_pipeline_halves`); a rows-2
+            build optionally (IndexScore.alternate_one_pair; off: measured slower) issues
+            step s's chain before step s-1's epilogue (`_pipeline_alternate`).
 
 Keys this launch writes: a row's new key lands in a slot that the group's key loop also
 reads (the key job may be writing it); the loop's value there is discarded: after the CTA
@@ -66,6 +68,12 @@ from monokernel.types import f32, i32, u8, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body, wait_flags
+
+# Key steps in the ring of the alternating one-pair pipeline (`_pipeline_alternate`): its
+# loads run ALT_SLOTS - 1 steps ahead, as DEPTH's (one-pair chains are short: W2's keys one
+# step ahead measured 157 us against 104 with two, bench/NOTES.md v9); 4 made the fused
+# rows-2 kernel spill
+ALT_SLOTS = 3
 
 
 class IndexScore(Stage):
@@ -383,6 +391,33 @@ class IndexScore(Stage):
                     finish(0, t, acc_a, cur[-1])
         k.wgmma_wait(0)
 
+    def _pipeline_alternate(self, k, my_n, locate, load, issue, finish, nacc, slots=ALT_SLOTS):
+        """Hopper, a group of one row pair: step s's chain runs while step s-1's epilogue
+        does (its result carried in a variable, retired by the wait(0) that starts step s:
+        one group in flight, the schedule `_pipeline_halves` assembles without ptxas
+        serializing the wgmmas). The keys come from a ring of `slots` steps: step s-1's
+        slot, free once its chain is retired, is reloaded with step s-1+slots's keys, so the
+        loads run slots-1 steps ahead. Steps past my_n run on the repeated last keys (as the
+        loads past the end) and are retired unread by the final wait(0). `issue(cur)` issues
+        and commits a chain on keys `cur` (pending result, `nacc` accumulator slots),
+        `finish(s, acc, scales)` is step s's epilogue (scales: load()'s entries from 4 on)."""
+        c = lambda v: k.const(v, i32)  # noqa: E731
+        ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(slots)]
+        acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * nacc))
+        for t0 in k.range(0, my_n + 1, slots):
+            for d in range(slots):
+                s = t0 + d
+                pd = (d - 1) % slots
+                k.wgmma_wait(0)  # step s-1's chain, the one reading slot pd's keys
+                prev = acc.get()
+                prev_sc = [v.get() for v in ring[pd][4:]]
+                for v, x in zip(ring[pd], load(s - 1 + slots, locate(s - 1 + slots))):
+                    v.set(x)
+                acc.set(issue([v.get() for v in ring[d]]))
+                with k.if_((s >= 1) & (s <= my_n)):
+                    finish(s - 1, prev, prev_sc)
+        k.wgmma_wait(0)
+
     # -- AMD: MFMA, a row pair a wave ---------------------------------------------------------
 
     def _key_steps(self, k, g, keys_per_step: int):
@@ -581,6 +616,12 @@ class IndexScore(Stage):
     # the setting that was measured.
     PIPELINE_MIN_PAIRS = 4
     pipeline_min_pairs = None
+    # Hopper builds of ONE row pair (rows 2) may overlap step s's chain with step s-1's
+    # epilogue (`_pipeline_alternate`). Off (False: chain, wait, epilogue) by default:
+    # measured SLOWER on the H200 (index_scoring 512K x 2 W1 48.5 against 45.4 us, fused
+    # index 97.9 against 93.5: bench/NOTES.md v9), like the halves above: a wgmma reading A
+    # from registers does not overlap the CUDA-core work around it.
+    alternate_one_pair = False
 
     def _half_atom(self):
         """The wgmma of half the pairs (None: the all-pairs chain stays one chain)."""
@@ -706,6 +747,23 @@ class IndexScore(Stage):
             for pp in k.range(P):
                 finish(chain(at, A, gi + 2 * pp), narrow_map, pp, b0, cur[4])
 
+        def issue_one(cur):
+            """One pair's chain on keys `cur`, not waited for (`_pipeline_alternate`)."""
+            return issue(at, operands(cur), gi)
+
+        def finish_one(t, acc, scales):
+            finish(acc, narrow_map, 0, key_lo + (wg + t * nwg) * 64, scales[0])
+
+        def one_pair_builds():
+            """Builds of one row pair (rows 2): every group has one pair. (Builds of more
+            pairs keep chain, wait, epilogue for their smaller groups: the alternating
+            ring there made the fused `index` kernel spill at rows 4 and 8.)"""
+            if self.alternate_one_pair:
+                self._pipeline_alternate(k, my_n, locate, load, issue_one, finish_one,
+                                         at.c_slots)
+            else:
+                self._pipeline(k, my_n, locate, load, compute)
+
         wide = self._wide_atom()
         wide_maps = self._wide_slot_maps(wide) if wide is not None else None
 
@@ -735,7 +793,7 @@ class IndexScore(Stage):
 
         with k.if_(my_n > 0):
             if wide is None:
-                self._pipeline(k, my_n, locate, load, compute)
+                one_pair_builds()
             else:
                 with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
                     with all_pairs:

@@ -311,10 +311,12 @@ def test_sm90a_ptx_builds():
     from monokernel.build import build_many
     kernels = [mk(BuildSpec.make("glm5", rows=r, target="sm_90a")).kernel("sm_90a")
                for mk, r in ((index_scoring_launch, 2), (index_launch, 8))]
-    for a in build_many(kernels):
+    # one-pair chains, 4 chunks each, unrolled DEPTH times (the alternating one-pair
+    # pipeline is off by default; its own test is in test_index_score_pipeline)
+    for a, unrolled in zip(build_many(kernels), (DEPTH, DEPTH)):
         ptx = a.data.decode()
         assert ".target sm_90a" in ptx
-        assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == DEPTH * 4
+        assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == unrolled * 4
     report = ptxas_report(ptx)
     if report is not None:
         assert "0 bytes spill stores" in report, report

@@ -1,6 +1,8 @@
-"""The Hopper scoring's software-pipelined all-pairs path (stages/index_score.py,
-`_pipeline_halves`): the N = 2 x pairs x heads chain split in two halves whose wgmmas run
-while the other half's epilogue runs.
+"""The Hopper scoring's software-pipelined paths (stages/index_score.py, both off by
+default, measured slower on the H200): `_pipeline_halves`, the N = 2 x pairs x heads chain
+split in two halves whose wgmmas run while the other half's epilogue runs, and
+`_pipeline_alternate` (rows 2: step s's chain issued before step s-1's epilogue; bit-identical
+scores, its PTX checked as the halves').
 
   * interpreter: at 8 rows (4 pairs) the scores and first-digit histograms are bit-identical
     to the unpipelined one-chain path (`pipeline_min_pairs = None`) and within the float64
@@ -26,7 +28,8 @@ from spec import BuildSpec
 from spec.catalogue import TINY
 from stages.index import index_scoring_launch
 from stages.index_ref import make_inputs
-from stages.index_score import IndexScore
+from stages.index_plan import DEPTH
+from stages.index_score import ALT_SLOTS, IndexScore
 
 from conftest import ptxas_report
 from test_index import SENTINEL, _run, check_launch  # noqa: F401  (shared checks)
@@ -86,6 +89,60 @@ def test_fewer_rows_keep_the_one_chain_path():
     L, st = _launch("tiny", 4, True, capacity=CAP, cache_pages=PAGES)
     assert 2 * st.p.pairs * st.p.heads_pad in _wgmma_atoms(L)
     assert st._half_atom() is None
+
+
+# ------------------------------------------------------ the alternating one-pair pipeline
+
+ONE_PAIR_CASES = [
+    ([(2, 700)], "random"),                 # one request of 2 rows: 11 steps, ring wraps
+    ([(1, 1500), (1, 63)], "inorder"),      # two 1-row groups: a long and a one-step one
+    ([(2, 130)], "relaxed"),                # fewer steps than a ring's turn
+]
+
+
+@pytest.mark.parametrize("requests,mode", ONE_PAIR_CASES, ids=[c[1] for c in ONE_PAIR_CASES])
+def test_one_pair_alternating_scores_are_bit_identical_to_chain_wait_epilogue(requests, mode):
+    """Rows 2 (one pair): step s's chain issued before step s-1's epilogue
+    (`_pipeline_alternate`, its result carried through a variable, the keys from a ring of
+    ALT_SLOTS steps) gives the same bits as chain, wait, epilogue, within the float64 checks."""
+    out = {}
+    for alternate in (True, False):
+        L, st = _launch("tiny", 2, False, capacity=CAP, cache_pages=PAGES)
+        st.alternate_one_pair = alternate
+        chains = sum(op.opcode == "wgmma" for op in L.kernel("interp", 32).walk()) // 4
+        assert chains == (ALT_SLOTS if alternate else DEPTH), chains  # the path under test
+        inp = make_inputs(st.p, np.random.default_rng(11 + len(requests)), requests,
+                          cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=5)
+        check_launch(L, inp, res)
+        out[alternate] = (res.regions["scores"].view(np.uint32).copy(),
+                          res.regions["score_hist"].copy())
+    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
+    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+
+
+def test_sm90a_one_pair_alternating_ptx():
+    """The rows-2 build's loop with the alternating pipeline: wait(0), then the next chain (fence, 4 wgmmas, commit) before
+    the previous step's epilogue, ALT_SLOTS steps unrolled; nothing touches an in-flight
+    accumulator or A operand; ptxas (where installed) neither serializes nor spills."""
+    from monokernel.build import build_many
+    L = index_scoring_launch(BuildSpec.make("glm5", rows=2, target="sm_90a"))
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.alternate_one_pair = True  # off by default (measured slower): asked for here
+    (art,) = build_many([L.kernel("sm_90a")])
+    ptx = art.data.decode()
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == 4 * ALT_SLOTS
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx
+    seq = re.findall(r"wgmma\.(wait_group\.sync\.aligned \d|fence|commit_group|mma_async)", ptx)
+    s = " ".join("W" if x.startswith("wait") else "F" if x == "fence" else "C"
+                 if x == "commit_group" else "M" for x in seq)
+    assert " ".join(["W F M M M M C"] * ALT_SLOTS) in s, s
+    bad = inflight_violations(ptx)
+    assert not bad, bad[:5]
+    report = ptxas_report(ptx)
+    if report is not None:
+        assert "C7514" not in report and "serialized" not in report, report
+        assert "0 bytes spill stores" in report, report
 
 
 # ------------------------------------------------------------ interpreter: pending in a variable
