@@ -62,6 +62,61 @@ def wgmma_loop(k, *, at):
     k.store(k.args.out, gid, k.extract(acc.get(), 0))
 
 
+# The overlap probe's CUDA-core work: EPI_CHAINS independent relu + FMA chains a thread (the
+# scoring epilogue's instruction pair), `work` instructions an iteration in all.
+EPI_CHAINS = 32
+
+
+def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
+    """Does CUDA-core work issued while a wgmma chain is in flight overlap it? Per iteration:
+    fence, CHAINS wgmmas (A from registers), commit (if `tensor`), then `work` relu / FMA
+    instructions on registers of their own (independent of the chain), then wait(0). Timed
+    against tensor-only (work 0) and work-only (tensor False) launches by bench/h200.py
+    --overlap: overlap = (t_tensor + t_work - t_both) / min(t_tensor, t_work)."""
+    if work % (2 * EPI_CHAINS):
+        raise ValueError(f"work {work} must be a multiple of {2 * EPI_CHAINS} instructions")
+    lane = k.wave_id() % 4 * k.L + k.lane_id()
+    smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
+    for e0 in k.range(0, at.K * at.N, k.W * k.L):
+        e = e0 + k.thread_id()
+        k.store(smem, e, k.load(k.args.src, e % 256, at.b_dtype), mask=e < at.K * at.N)
+    with k.async_proxy_lds():  # B is read next by wgmma (the async proxy)
+        k.barrier()
+    A = _fragment(k, at, "a", lane)
+    desc = k.const(at.smem_descriptor(0), u64)
+    acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
+    # a negative weight: relu(v) * w + v decays positive values and keeps negative ones,
+    # so the chains stay finite over any number of iterations
+    w = k.cast(k.load(k.args.src, lane % 256, u8), f32) * (-1.0 / 256)
+    ep = [k.lane_var(k.cast(k.load(k.args.src, (lane + 7 * i) % 256, u8), f32) - 31.5)
+          for i in range(EPI_CHAINS)]
+    for _ in k.range(k.args.iters):
+        d = acc.get()
+        if tensor:
+            k.wgmma_fence()
+            for _c in range(CHAINS):
+                d = k.wgmma(at, A, desc, d)
+            k.wgmma_commit()
+        for _r in range(work // (2 * EPI_CHAINS)):
+            for v in ep:
+                v.set(k.fma(k.max(v.get(), 0.0), w, v.get()))
+        if tensor:
+            k.wgmma_wait(0)
+        acc.set(d)
+    total = k.extract(acc.get(), 0)
+    for v in ep:
+        total = total + v.get()
+    gid = (k.cta_id() * k.W + k.wave_id()) * k.L + k.lane_id()
+    k.store(k.args.out, gid, total)
+
+
+def build_overlap(work: int, tensor: bool, n: int = 256, target: str = "sm_90a", waves: int = 8):
+    at = wgmma_e4m3(n)
+    return build_kernel(f"wgmma_overlap_w{work}_{'t' if tensor else 'n'}", wgmma_overlap_loop,
+                        abi=_abi(), target=target, waves=waves, wave_size=32, at=at,
+                        work=work, tensor=tensor), at
+
+
 def build(name: str, target: str = "sm_90a", waves: int = 8):
     if name.startswith("sm90_wgmma"):
         at = atom(name)

@@ -208,6 +208,35 @@ def test_gemv_bench_probes_build_run_and_write_every_output(probe, rng):
         gemv_mma.build("interp", N=N, K=K, R=R, waves=2, probe="bogus")
 
 
+@pytest.mark.parametrize("work,tensor", [(0, True), (128, False), (128, True)])
+def test_wgmma_overlap_probe_runs_and_writes_every_output(work, tensor):
+    """The bench-only overlap probe (bench/h200.py --overlap): tensor-only, work-only and
+    both run in the interpreter (2 iterations, the wgmma chain retired before its result is
+    carried on) and write every thread's output (poisoned first); the work-only sum is the
+    host's own recurrence; work not a multiple of the chains' round is an error naming it."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from bench import mma_loops
+    kern, at = mma_loops.build_overlap(work, tensor, n=64, target="interp", waves=4)
+    src = np.random.default_rng(5).integers(0, 64, 256).astype(np.uint8)
+    out = np.full(4 * 32, np.nan, np.float32)
+    inp = dict(src=src, out=out, iters=np.int32(2))
+    interp.run(kern, inp, grid=1, mode="random", seed=3)
+    assert np.isfinite(inp["out"]).all()
+    if not tensor:  # acc stays 0: the output is the chains' sum, recomputed here
+        lane = np.arange(128) % 128
+        w = src[lane % 256].astype(np.float32) * np.float32(-1.0 / 256)
+        ep = [src[(lane + 7 * i) % 256].astype(np.float32) - np.float32(31.5)
+              for i in range(mma_loops.EPI_CHAINS)]
+        for _ in range(2 * work // (2 * mma_loops.EPI_CHAINS)):
+            ep = [np.maximum(v, 0) * w + v for v in ep]
+        want = sum(ep[1:], ep[0] + 0)
+        assert np.allclose(inp["out"], want, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="work 100"):
+        mma_loops.build_overlap(100, tensor, n=64, target="interp", waves=4)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("R", [1, 8])
 def test_gemv_fp8_on_tensor_cores_matches_float64(mode, R, rng):
