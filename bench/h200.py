@@ -113,28 +113,31 @@ def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
 
 
 def overlap_bench(iters: int = 2048, works=(256, 512), waves: int = 8) -> list:
-    """bench/mma_loops.wgmma_overlap_loop: a wgmma m64n256k32 chain (A from registers) per
-    iteration alone, `work` relu / FMA instructions alone, and both (the work issued while
-    the chain is in flight); overlap = (t_tensor + t_work - t_both) / min(t_tensor, t_work):
-    1 = fully hidden, 0 = serialized (bench/NOTES.md v9: the scoring's epilogue)."""
+    """bench/mma_loops.wgmma_overlap_loop: a wgmma m64n256k32 chain per iteration alone,
+    `work` relu / FMA instructions alone, and both (the work issued while the chain is in
+    flight), with A from registers (RS, the scoring's form) and from shared memory (SS);
+    overlap = (t_tensor + t_work - t_both) / min(t_tensor, t_work): 1 = fully hidden, 0 =
+    serialized (bench/NOTES.md v9: the scoring's epilogue)."""
     src = torch.randint(0, 64, (256,), dtype=torch.uint8, device="cuda")
     out = torch.zeros(132 * waves * 32, device="cuda")
 
-    def t(work, tensor):
-        kern, _ = mma_loops.build_overlap(work, tensor, waves=waves)
+    def t(work, tensor, ss):
+        kern, _ = mma_loops.build_overlap(work, tensor, waves=waves, a_smem=ss)
         ck = CudaKernel(kern)
         return timed(lambda: ck.launch(dict(src=src, out=out, iters=iters), grid=132, sync=False,
                                        cooperative=False), reps=10, warmup=2), ck.regs
     rows = []
-    t_tensor, regs = t(0, True)
-    for work in works:
-        t_work, _ = t(work, False)
-        t_both, regs_b = t(work, True)
-        ov = (t_tensor + t_work - t_both) / min(t_tensor, t_work)
-        rows.append(dict(work=work, tensor_us=t_tensor, work_us=t_work, both_us=t_both,
-                         overlap=ov, regs=regs_b))
-        print(f"work {work:4d}: wgmma alone {t_tensor:8.1f} us, work alone {t_work:8.1f}, "
-              f"both {t_both:8.1f}: overlap {ov:5.2f} ({regs_b} regs)", flush=True)
+    for ss in (False, True):
+        t_tensor, _ = t(0, True, ss)
+        for work in works:
+            t_work, _ = t(work, False, ss)
+            t_both, regs_b = t(work, True, ss)
+            ov = (t_tensor + t_work - t_both) / min(t_tensor, t_work)
+            rows.append(dict(a="smem" if ss else "regs", work=work, tensor_us=t_tensor,
+                             work_us=t_work, both_us=t_both, overlap=ov, regs=regs_b))
+            print(f"A from {'smem' if ss else 'regs'}, work {work:4d}: wgmma alone "
+                  f"{t_tensor:8.1f} us, work alone {t_work:8.1f}, both {t_both:8.1f}: "
+                  f"overlap {ov:5.2f} ({regs_b} regs)", flush=True)
     return rows
 
 
@@ -149,7 +152,8 @@ def main():
     args = ap.parse_args()
     res = dict(device=torch.cuda.get_device_name())
     if args.overlap:
-        print("wgmma m64n256k32 chain (A from registers) vs relu / FMA work, 132 SMs x 8 warps")
+        print("wgmma m64n256k32 chain (A from registers / shared memory) vs relu / FMA work, "
+              "132 SMs x 8 warps")
         res["overlap"] = overlap_bench()
         return
     res["ceilings"] = c = ceilings()

@@ -69,10 +69,11 @@ EPI_CHAINS = 32
 
 def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
     """Does CUDA-core work issued while a wgmma chain is in flight overlap it? Per iteration:
-    fence, CHAINS wgmmas (A from registers), commit (if `tensor`), then `work` relu / FMA
-    instructions on registers of their own (independent of the chain), then wait(0). Timed
-    against tensor-only (work 0) and work-only (tensor False) launches by bench/h200.py
-    --overlap: overlap = (t_tensor + t_work - t_both) / min(t_tensor, t_work)."""
+    fence, CHAINS wgmmas (A from registers, or from shared memory for an SS atom), commit
+    (if `tensor`), then `work` relu / FMA instructions on registers of their own
+    (independent of the chain), then wait(0). Timed against tensor-only (work 0) and
+    work-only (tensor False) launches by bench/h200.py --overlap: overlap = (t_tensor +
+    t_work - t_both) / min(t_tensor, t_work)."""
     if work % (2 * EPI_CHAINS):
         raise ValueError(f"work {work} must be a multiple of {2 * EPI_CHAINS} instructions")
     lane = k.wave_id() % 4 * k.L + k.lane_id()
@@ -80,9 +81,15 @@ def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
     for e0 in k.range(0, at.K * at.N, k.W * k.L):
         e = e0 + k.thread_id()
         k.store(smem, e, k.load(k.args.src, e % 256, at.b_dtype), mask=e < at.K * at.N)
-    with k.async_proxy_lds():  # B is read next by wgmma (the async proxy)
+    if at.a_smem is not None:  # the SS form: A [64, 32] in shared memory too
+        a_lds = k.lds("a_smem", at.a_dtype, int(at.a_smem.table().max()) + 1)
+        for e0 in k.range(0, at.M * at.K, k.W * k.L):
+            e = e0 + k.thread_id()
+            k.store(a_lds, e, k.load(k.args.src, (e * 7) % 256, at.a_dtype), mask=e < at.M * at.K)
+    with k.async_proxy_lds():  # B (and A) is read next by wgmma (the async proxy)
         k.barrier()
-    A = _fragment(k, at, "a", lane)
+    A = (k.const(at.a_smem_descriptor(k.lds_offset("a_smem")), u64) if at.a_smem is not None
+         else _fragment(k, at, "a", lane))
     desc = k.const(at.smem_descriptor(0), u64)
     acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
     # a negative weight: relu(v) * w + v decays positive values and keeps negative ones,
@@ -110,9 +117,11 @@ def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
     k.store(k.args.out, gid, total)
 
 
-def build_overlap(work: int, tensor: bool, n: int = 256, target: str = "sm_90a", waves: int = 8):
-    at = wgmma_e4m3(n)
-    return build_kernel(f"wgmma_overlap_w{work}_{'t' if tensor else 'n'}", wgmma_overlap_loop,
+def build_overlap(work: int, tensor: bool, n: int = 256, target: str = "sm_90a", waves: int = 8,
+                  a_smem: bool = False):
+    at = wgmma_e4m3(n, a_smem=a_smem)
+    return build_kernel(f"wgmma_overlap_w{work}_{'t' if tensor else 'n'}{'_ss' if a_smem else ''}",
+                        wgmma_overlap_loop,
                         abi=_abi(), target=target, waves=waves, wave_size=32, at=at,
                         work=work, tensor=tensor), at
 

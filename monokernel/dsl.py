@@ -641,12 +641,18 @@ class KernelBuilder:
         self._emit("wgmma_fence", attrs={"async_proxy": True} if self._async_proxy else None)
 
     def wgmma(self, atom, a, b_desc, c) -> Value:
-        """Issue an asynchronous warpgroup MMA: A from registers, B through a shared-memory
-        descriptor (atom.smem_descriptor). The result may be read only after wgmma_wait."""
+        """Issue an asynchronous warpgroup MMA: A from registers (or, for an SS atom,
+        atom.a_smem, a uniform u64 descriptor from atom.a_smem_descriptor), B through a
+        shared-memory descriptor (atom.smem_descriptor). The result may be read only after
+        wgmma_wait."""
         self._check_atom(atom)
         if atom.group != 128:
             raise DSLError(f"{atom.name} is not a warpgroup MMA; use mma()")
-        self._operand(a, atom.a_slots, atom.a_dtype, "A", atom)
+        if atom.a_smem is not None:
+            if not isinstance(a, Value) or a.dtype != u64 or not a.uniform:
+                raise DSLError(f"{atom.name}: A is a uniform u64 shared-memory descriptor, got {a!r}")
+        else:
+            self._operand(a, atom.a_slots, atom.a_dtype, "A", atom)
         self._operand(c, atom.c_slots, atom.acc_dtype, "C", atom)
         if not isinstance(b_desc, Value) or b_desc.dtype != u64 or not b_desc.uniform:
             raise DSLError(f"{atom.name}: B is a uniform u64 shared-memory descriptor, got {b_desc!r}")

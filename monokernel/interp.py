@@ -758,25 +758,31 @@ class Run:
             if isinstance(c, Pending):  # chained on an earlier wgmma, completed before this one
                 c = self._wg[(cta, c.group)].done[c.seq][t[0]]
             return np.broadcast_to(c, (32, c.shape[1]))
-        a = np.concatenate([np.broadcast_to(t[1], (32, t[1].shape[1])) for t in issued])
         c = np.concatenate([acc(t) for t in issued])
         desc = int(issued[0][2][0, 0])
+        reads = [("B", atom.read_b_smem, desc)]
+        if atom.a_smem is not None:  # the SS form: A's descriptor in the A operand
+            reads.append(("A", atom.read_a_smem, int(issued[0][1][0, 0])))
         if self.unfenced is not None:
-            dirty = atom.read_b_smem(self.unfenced[cta], desc).view(np.uint8)
-            if dirty.any():
-                waves = sorted({int(x) - 1 for x in dirty.ravel() if x})
-                raise InterpError(
-                    f"CTA {cta}: a wgmma ({atom.name}) reads B from LDS that wave(s) {waves} "
-                    f"wrote with ordinary stores and did not proxy-fence (the async proxy may "
-                    f"read stale bytes): stage B before a barrier inside "
-                    f"KernelBuilder.async_proxy_lds()")
+            for what, read, d in reads:
+                dirty = read(self.unfenced[cta], d).view(np.uint8)
+                if dirty.any():
+                    waves = sorted({int(x) - 1 for x in dirty.ravel() if x})
+                    raise InterpError(
+                        f"CTA {cta}: a wgmma ({atom.name}) reads {what} from LDS that wave(s) "
+                        f"{waves} wrote with ordinary stores and did not proxy-fence (the async "
+                        f"proxy may read stale bytes): stage {what} before a barrier inside "
+                        f"KernelBuilder.async_proxy_lds()")
         b = atom.read_b_smem(self.lds[cta], desc)  # (K, N) raw storage values
         B = numerics.to_f64(b, atom.b_dtype)
-        A = np.zeros((atom.M, atom.K))
         C = np.zeros((atom.M, atom.N))
-        ar, ac = atom.a_rows(), atom.a_cols()
+        if atom.a_smem is not None:
+            A = numerics.to_f64(atom.read_a_smem(self.lds[cta], reads[1][2]), atom.a_dtype)
+        else:
+            a = np.concatenate([np.broadcast_to(t[1], (32, t[1].shape[1])) for t in issued])
+            A = np.zeros((atom.M, atom.K))
+            A[atom.a_rows(), atom.a_cols()] = numerics.to_f64(a, atom.a_dtype)
         cr, cc = atom.c_rows(), atom.c_cols()
-        A[ar, ac] = numerics.to_f64(a, atom.a_dtype)
         C[cr, cc] = numerics.to_f64(c, atom.acc_dtype)
         D = numerics.convert((A @ B + C)[cr, cc], f64, atom.acc_dtype)
         return {w: D[32 * w:32 * (w + 1)] for w in range(4)}

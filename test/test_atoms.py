@@ -27,7 +27,7 @@ ALL = list(ATOMS.values())
 
 
 def reg_ops(a):
-    return ("a", "c") if a.b_source == "smem" else ("a", "b", "c")
+    return tuple(op for op in ("a", "b", "c") if not a.from_smem(op))
 
 
 def expected(group, slots, fn):
@@ -66,7 +66,10 @@ def test_maps_are_bijections(a):
 @pytest.mark.parametrize("a", ALL, ids=lambda a: a.name)
 def test_numpy_reconstruction(a):
     """Scatter random A, B into lanes through the maps, compute every D slot from what the
-    lanes hold, and compare with the float64 matmul."""
+    lanes hold, and compare with the float64 matmul. (An SS wgmma's A has no lane map: its
+    LDS placement is test_wgmma_ss_reads_a_from_lds_through_the_descriptor's.)"""
+    if a.a_smem is not None:
+        pytest.skip(f"{a.name} reads A from shared memory")
     rng = np.random.default_rng(0)
     A = rng.integers(-8, 8, size=(a.m, a.k)).astype(np.float64)
     B = rng.integers(-8, 8, size=(a.k, a.n)).astype(np.float64)
@@ -311,6 +314,30 @@ def test_wgmma_reads_b_from_lds_through_the_descriptor(n, lbo, sbo, start):
         a.read_b_smem(lds, smem_descriptor(start, lbo, sbo, swizzle=1))
 
 
+@pytest.mark.parametrize("lbo,sbo,start", [(128, 256, 0), (1024, 128, 4096), (512, 1024, 48)])
+def test_wgmma_ss_reads_a_from_lds_through_the_descriptor(lbo, sbo, start):
+    """The SS form's A [64, 32]: its bytes placed where the PTX canonical K-major layout says
+    (core matrix = 8 rows x 16 bytes, +LBO along K, +SBO along M), read back through a
+    descriptor; the atom's own A placement is that layout at its LBO / SBO; the RS atom has
+    no A in shared memory."""
+    a = wgmma_e4m3(64, a_smem=True)
+    assert a.a_slots == 0 and a.a_layout is None and a.name.endswith("_ss")
+    rng = np.random.default_rng(lbo)
+    A = rng.integers(0, 256, size=(64, 32), dtype=np.uint8)
+    lds = np.zeros(start + 64 * 32 * 16, dtype=np.uint8)
+    for m in range(64):
+        for k in range(32):
+            lds[start + (m % 8) * 16 + (m // 8) * sbo + (k % 16) + (k // 16) * lbo] = A[m, k]
+    got = a.read_a_smem(lds, smem_descriptor(start, lbo, sbo))
+    assert got.dtype == np.uint8 and got.shape == (64, 32)
+    np.testing.assert_array_equal(got, A)
+    t = a.a_smem.table()
+    assert t.shape == (64, 32) and np.unique(t).size == 64 * 32
+    assert a.a_smem_descriptor(start) == smem_descriptor(start, a.a_smem.lbo, a.a_smem.sbo)
+    with pytest.raises(ValueError, match="A is not read from shared memory"):
+        wgmma_e4m3(64).read_a_smem(lds, smem_descriptor(start, lbo, sbo))
+
+
 def test_smem_descriptor_bits():
     d = smem_descriptor(0x1230, lbo=128, sbo=256)
     assert d & 0x3FFF == 0x1230 >> 4
@@ -338,7 +365,8 @@ def test_registry():
         "gfx950_mfma_f32_16x16x32_fp8", "gfx950_mfma_f32_16x16x128_f8f6f4", "gfx950_mfma_f32_16x16x32_bf16"}
     assert set(a.name for a in atoms_for("gfx942")) == {
         "gfx942_mfma_f32_16x16x32_fp8", "gfx942_mfma_f32_16x16x16_bf16"}
-    assert len(atoms_for("sm_90a")) == 2 + 6
+    assert len(atoms_for("sm_90a")) == 2 + 6 + 1  # mma.sync x 2, wgmma RS x 6, wgmma SS n64
+    assert atom("sm90_wgmma_m64n64k32_e4m3_ss") == wgmma_e4m3(64, a_smem=True)
     assert len(atoms_for("interp")) == len(ATOMS)
     assert atom("sm90_wgmma_m64n128k32_e4m3") == wgmma_e4m3(128)
     with pytest.raises(ValueError):

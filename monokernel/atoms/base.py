@@ -113,6 +113,8 @@ class MMAAtom:
     asm: str = ""             # inline PTX template (kind == "ptx")
     b_source: str = "regs"    # "regs" or "smem"
     b_smem: SmemOperand | None = None
+    # A from shared memory too (Hopper wgmma's SS form): a_layout None, A a descriptor
+    a_smem: SmemOperand | None = None
     is_async: bool = False    # completes at a later wait (wgmma), not at issue
     notes: str = field(default="", compare=False)
 
@@ -124,6 +126,8 @@ class MMAAtom:
         if (self.b_source == "smem") != (self.b_layout is None) or \
                 (self.b_source == "smem") != (self.b_smem is not None):
             raise ValueError(f"{self.name}: B needs a lane layout (regs) or an smem layout (smem)")
+        if (self.a_smem is None) == (self.a_layout is None):
+            raise ValueError(f"{self.name}: A needs a lane layout or an smem layout, not both")
         for op in self._reg_operands():
             lay, (r, c) = self.layout(op), self.shape(op)
             if lay.rank != 2 or size(lay[0].shape) != self.group:
@@ -132,7 +136,11 @@ class MMAAtom:
                 raise ValueError(f"{self.name}: {op} layout {lay} covers {lay.size()} != {r}x{c}")
 
     def _reg_operands(self):
-        return ("a", "c") if self.b_source == "smem" else OPERANDS
+        return tuple(op for op in OPERANDS if not self.from_smem(op))
+
+    def from_smem(self, op: str) -> bool:
+        """Whether operand `op` is read from shared memory through a descriptor."""
+        return (op == "a" and self.a_smem is not None) or (op == "b" and self.b_source == "smem")
 
     # -- static facts per operand
     def shape(self, op: str) -> tuple:
@@ -150,7 +158,7 @@ class MMAAtom:
 
     def slots(self, op: str) -> int:
         """Elements of `op` each lane holds (0 for an operand read from shared memory)."""
-        if op == "b" and self.b_source == "smem":
+        if self.from_smem(op):
             return 0
         return size(self.layout(op)[1].shape)
 
@@ -232,16 +240,33 @@ class MMAAtom:
         """B [K, N] in storage form (b_dtype.np), read from a CTA's LDS bytes the way the
         hardware does: at the descriptor's start address, with the descriptor's LBO/SBO
         (not this atom's defaults). Only the no-swizzle K-major layout is modelled."""
-        sm, f = self._smem(), decode_smem_descriptor(desc)
+        self._smem()
+        return self._read_kmajor(lds, desc, self.n, self.b_dtype, "B").T
+
+    def read_a_smem(self, lds: np.ndarray, desc: int) -> np.ndarray:
+        """A [M, K] in storage form (a_dtype.np), read as read_b_smem reads B (K-major)."""
+        if self.a_smem is None:
+            raise ValueError(f"{self.name}: A is not read from shared memory")
+        return self._read_kmajor(lds, desc, self.m, self.a_dtype, "A")
+
+    def _read_kmajor(self, lds, desc, mn, dtype, what) -> np.ndarray:
+        """[mn, K] elements at the descriptor's no-swizzle K-major placement."""
+        f = decode_smem_descriptor(desc)
         if f["swizzle"] != 0:
             raise ValueError(f"{self.name}: swizzled descriptors ({f['swizzle']}) are not modelled")
-        eb = sm.elem_bytes
-        off = f["addr"] + tabulate(kmajor_interleave(self.n, self.k, eb, f["lbo"], f["sbo"])).T
+        eb = dtype.bits // 8
+        off = f["addr"] + tabulate(kmajor_interleave(mn, self.k, eb, f["lbo"], f["sbo"]))
         if off.min() < 0 or off.max() + eb > lds.size:
-            raise ValueError(f"{self.name}: B at descriptor {desc:#x} reads LDS bytes "
+            raise ValueError(f"{self.name}: {what} at descriptor {desc:#x} reads LDS bytes "
                              f"[{off.min()}, {off.max() + eb}) past its {lds.size} bytes")
         raw = lds[off[..., None] + np.arange(eb)]
-        return np.ascontiguousarray(raw).view(self.b_dtype.np).reshape(self.k, self.n)
+        return np.ascontiguousarray(raw).view(dtype.np).reshape(mn, self.k)
+
+    def a_smem_descriptor(self, addr: int) -> int:
+        """Descriptor for A stored at LDS byte offset `addr` in this atom's A smem layout."""
+        if self.a_smem is None:
+            raise ValueError(f"{self.name}: A is not read from shared memory")
+        return smem_descriptor(addr, self.a_smem.lbo, self.a_smem.sbo, self.a_smem.swizzle)
 
     def _smem(self) -> SmemOperand:
         if self.b_smem is None:

@@ -83,35 +83,44 @@ _WG_A = Layout(((4, 8, 4), (4, 2, 2)), ((256, 1, 16), (64, 8, 1024)))
 WGMMA_B_LBO, WGMMA_B_SBO = 128, 256
 
 
-def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO) -> MMAAtom:
-    """wgmma m64nNk32 f32 += e4m3 x e4m3, A from registers, B (K-major) from shared memory
-    at the canonical no-swizzle layout with the given LBO/SBO (bytes)."""
+def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO,
+               a_smem: bool = False) -> MMAAtom:
+    """wgmma m64nNk32 f32 += e4m3 x e4m3, A from registers (or, `a_smem`, the SS form: A
+    from shared memory too, K-major at the canonical no-swizzle layout with the same
+    LBO/SBO), B (K-major) from shared memory at the canonical no-swizzle layout with the
+    given LBO/SBO (bytes)."""
     if n % 8 or not 8 <= n <= 256:  # PTX: .f32 accumulators allow N = 8*i, i = 1..32
         raise ValueError(f"wgmma m64nNk32 .f32 needs N a multiple of 8 in [8, 256], got {n}")
     instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
     nd = n // 2
     d = "{" + ", ".join(f"%{j}" for j in range(nd)) + "}"
-    a = "{" + ", ".join(f"%{j}" for j in range(nd, nd + 4)) + "}"
-    asm = ("{ .reg .pred p; setp.ne.b32 p, %" + str(nd + 5) + ", 0; "
-           f"{instr} {d}, {a}, %{nd + 4}, p, 1, 1; }}")
+    na = 1 if a_smem else 4
+    a = f"%{nd}" if a_smem else "{" + ", ".join(f"%{j}" for j in range(nd, nd + 4)) + "}"
+    asm = ("{ .reg .pred p; setp.ne.b32 p, %" + str(nd + na + 1) + ", 0; "
+           f"{instr} {d}, {a}, %{nd + na}, p, 1, 1; }}")
     # (k, n) -> byte offset: the canonical layout is stated over (n, k); swap the modes.
     nk = kmajor_interleave(n, 32, 1, lbo, sbo)
     b_kn = Layout((nk.shape[1], nk.shape[0]), (nk.stride[1], nk.stride[0]))
     return MMAAtom(
-        name=f"sm90_wgmma_m64n{n}k32_e4m3", targets=("sm_90a",), m=64, n=n, k=32,
+        name=f"sm90_wgmma_m64n{n}k32_e4m3" + ("_ss" if a_smem else ""), targets=("sm_90a",),
+        m=64, n=n, k=32,
         a_dtype=T.fp8e4m3fn, b_dtype=T.fp8e4m3fn, acc_dtype=T.f32, group=128,
-        a_layout=_WG_A, b_layout=None,
+        a_layout=None if a_smem else _WG_A, b_layout=None,
         c_layout=Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512))),
         intrinsic=instr, kind="ptx",
-        signature=(("d", f"{nd} x f32 (+f)"), ("a", "4 x b32 (r)"), ("b_desc", "b64 (l)"),
+        signature=(("d", f"{nd} x f32 (+f)"),
+                   ("a_desc", "b64 (l)") if a_smem else ("a", "4 x b32 (r)"),
+                   ("b_desc", "b64 (l)"),
                    ("scale_d", "b32 (r): 0 -> D = A*B, else D = A*B + D")),
         result_type=f"{nd} x f32", asm=asm,
         b_source="smem", b_smem=SmemOperand(b_kn, lbo, sbo, elem_bytes=1),
+        a_smem=SmemOperand(kmajor_interleave(64, 32, 1, lbo, sbo), lbo, sbo, elem_bytes=1)
+        if a_smem else None,
         is_async=True,
-        notes="imm-scale-a/b = 1; fp8 wgmma has no transpose: B must be K-major.")
+        notes="imm-scale-a/b = 1; fp8 wgmma has no transpose: A and B must be K-major.")
 
 
-WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N)
+WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N) + (wgmma_e4m3(64, a_smem=True),)
 ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3) + WGMMA_E4M3
 
 __all__ = ["ATOMS", "MMA_M16N8K16_BF16", "MMA_M16N8K32_E4M3", "WGMMA_COMMIT", "WGMMA_E4M3",

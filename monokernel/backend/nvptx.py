@@ -434,12 +434,31 @@ class NVPTXHooks(TargetHooks):
             raise BackendError(f"kernel {e.k.name}: wgmma reads B from shared memory, but the "
                                "kernel declares no LDS")
         a, desc, c = op.args
-        aw, cf = self._words(e, a, "A"), self._floats(e, c)
+        ss = atom.a_smem is not None
+        aw, cf = ([] if ss else self._words(e, a, "A")), self._floats(e, c)
         nd = n // 2
-        if len(aw) != 4 or len(cf) != nd:
+        if (not ss and len(aw) != 4) or len(cf) != nd:
             raise BackendError(f"atom {atom.name}: A has {len(aw)} registers and D {len(cf)} "
                                f"floats per lane; m64n{n}k32 takes 4 and {nd}")
-        # descriptor: LDS byte offset -> shared-window address (start address, bits 0-13, >>4)
+        instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
+        dl = "{" + ", ".join(f"${j}" for j in range(nd)) + "}"
+        na = 1 if ss else 4
+        al = f"${nd}" if ss else "{" + ", ".join(f"${j}" for j in range(nd, nd + 4)) + "}"
+        asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${nd + na + 1}, 0; "
+               f"{instr} {dl}, {al}, ${nd + na}, p, 1, 1; }}")
+        cons = ",".join(["=f"] * nd + (["l"] if ss else ["r"] * 4) + ["l", "r"]
+                        + [str(j) for j in range(nd)] + ["~{memory}"])
+        a_args = [f"i64 {self._lds_descriptor(e, a)}"] if ss else [f"i32 {x}" for x in aw]
+        args = ", ".join(a_args + [f"i64 {self._lds_descriptor(e, desc)}", "i32 1"]
+                         + [f"float {x}" for x in cf])
+        st = "{ " + ", ".join(["float"] * nd) + " }"
+        s = e.fresh("wgmma")
+        e.emit(f'{s} = call {st} asm sideeffect "{asm}", "{cons}"({args})')
+        return self._unpack_struct(e, s, nd)
+
+    def _lds_descriptor(self, e: Emitter, desc) -> str:
+        """An IR descriptor (LDS byte offset in its start-address field) with the CTA's
+        shared-window address of @lds added (start address: bits 0-13, in 16-byte units)."""
         base = e.fresh("wg")
         e.emit(f"{base} = ptrtoint ptr addrspace(3) @lds to i64")
         sh = e.fresh("wg")
@@ -448,19 +467,7 @@ class NVPTXHooks(TargetHooks):
         e.emit(f"{lo} = and i64 {sh}, 16383")
         d = e.fresh("wg")
         e.emit(f"{d} = add i64 {e.val(desc)}, {lo}")
-        instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
-        dl = "{" + ", ".join(f"${j}" for j in range(nd)) + "}"
-        al = "{" + ", ".join(f"${j}" for j in range(nd, nd + 4)) + "}"
-        asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${nd + 5}, 0; "
-               f"{instr} {dl}, {al}, ${nd + 4}, p, 1, 1; }}")
-        cons = ",".join(["=f"] * nd + ["r"] * 4 + ["l", "r"] + [str(j) for j in range(nd)]
-                        + ["~{memory}"])
-        args = ", ".join([f"i32 {x}" for x in aw] + [f"i64 {d}", "i32 1"]
-                         + [f"float {x}" for x in cf])
-        st = "{ " + ", ".join(["float"] * nd) + " }"
-        s = e.fresh("wgmma")
-        e.emit(f'{s} = call {st} asm sideeffect "{asm}", "{cons}"({args})')
-        return self._unpack_struct(e, s, nd)
+        return d
 
 
 def check_kernel(kernel: Kernel, sm: str = "sm_90a"):

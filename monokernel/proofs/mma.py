@@ -17,7 +17,8 @@ from ..dsl import build_kernel
 from ..ir import ABI, Ptr
 from ..types import f32, i32, u64
 
-ATOM_NAMES = tuple(sorted(n for n in ATOMS if not n.startswith("sm90_wgmma") or n.endswith("n64k32_e4m3")))
+ATOM_NAMES = tuple(sorted(n for n in ATOMS if not n.startswith("sm90_wgmma")
+                          or n.endswith(("n64k32_e4m3", "n64k32_e4m3_ss"))))
 
 
 def targets_of(name):
@@ -61,9 +62,19 @@ def wg_operands(k, at):
         e = e0 + lane
         k.store(smem, k.load(a.b_idx, e, i32, mask=e < at.K * at.N), k.load(a.b, e, at.b_dtype,
                 mask=e < at.K * at.N), mask=e < at.K * at.N)
-    with k.async_proxy_lds():  # B is read next by wgmma (the async proxy)
+    if at.a_smem is not None:  # the SS form: A [M, K] staged too, after B
+        n_a = at.M * at.K
+        a_lds = k.lds("a_smem", at.a_dtype, int(at.a_smem.table().max()) // at.a_smem.elem_bytes + 1)
+        for e0 in k.range(0, n_a, 128):
+            e = e0 + lane
+            k.store(a_lds, k.load(a.a_idx, e, i32, mask=e < n_a), k.load(a.a, e, at.a_dtype,
+                    mask=e < n_a), mask=e < n_a)
+    with k.async_proxy_lds():  # B (and an SS atom's A) is read next by wgmma (the async proxy)
         k.barrier()
-    A = _gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
+    if at.a_smem is not None:
+        A = k.const(at.a_smem_descriptor(k.lds_offset("a_smem")), u64)
+    else:
+        A = _gather(k, a.a, a.a_idx, lane, at.a_slots, at.a_dtype)
     C = _gather(k, a.c, a.c_idx, lane, at.c_slots, f32)
     return A, C, k.const(at.smem_descriptor(0), u64)
 
@@ -96,7 +107,10 @@ def make_inputs(rng, name):
     C = rng.standard_normal((at.M, at.N))
     a = numerics.convert(A, "f64", at.a_dtype)
     b = numerics.convert(B, "f64", at.b_dtype)
-    a_idx = (at.a_rows() * at.K + at.a_cols()).astype(np.int32).reshape(-1)
+    if at.a_smem is not None:  # element e = m * K + k: its LDS element offset
+        a_idx = (at.a_smem.table() // at.a_smem.elem_bytes).astype(np.int32).reshape(-1)
+    else:
+        a_idx = (at.a_rows() * at.K + at.a_cols()).astype(np.int32).reshape(-1)
     c_idx = (at.c_rows() * at.N + at.c_cols()).astype(np.int32).reshape(-1)
     if at.b_source == "smem":
         b_idx = (at.b_smem.table() // at.b_smem.elem_bytes).astype(np.int32)  # [K, N]
