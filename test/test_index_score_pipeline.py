@@ -132,17 +132,7 @@ def test_sm90a_one_pair_alternating_ptx():
     (art,) = build_many([L.kernel("sm_90a")])
     ptx = art.data.decode()
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == 4 * ALT_SLOTS
-    assert "wgmma.wait_group.sync.aligned 1;" not in ptx
-    seq = re.findall(r"wgmma\.(wait_group\.sync\.aligned \d|fence|commit_group|mma_async)", ptx)
-    s = " ".join("W" if x.startswith("wait") else "F" if x == "fence" else "C"
-                 if x == "commit_group" else "M" for x in seq)
-    assert " ".join(["W F M M M M C"] * ALT_SLOTS) in s, s
-    bad = inflight_violations(ptx)
-    assert not bad, bad[:5]
-    report = ptxas_report(ptx)
-    if report is not None:
-        assert "C7514" not in report and "serialized" not in report, report
-        assert "0 bytes spill stores" in report, report
+    check_wgmma_schedule(ptx, " ".join(["W F M M M M C"] * ALT_SLOTS), r"mma_async")
 
 
 # ------------------------------------------------------------ interpreter: pending in a variable
@@ -301,13 +291,20 @@ def test_sm90a_pipelined_ptx(ptx_r8):
     # has none, the loop body 2 steps x 2 halves x 4 chunks; the narrow chains stay m64n64
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") == 16
     assert "m64n256k32" not in ptx
-    assert "wgmma.wait_group.sync.aligned 1;" not in ptx  # only wait(0) (module doc)
     # per step: wait 0 | fence, 4 wgmma (A), commit | wait 0 | fence, 4 wgmma (B), commit
-    seq = re.findall(r"wgmma\.(wait_group\.sync\.aligned \d|fence|commit_group|mma_async\S*m64n128)",
-                     ptx)
+    check_wgmma_schedule(ptx, " ".join(["W F M M M M C"] * 4), r"mma_async\S*m64n128")
+
+
+def check_wgmma_schedule(ptx: str, pattern: str, mma: str):
+    """A software-pipelined wgmma loop's PTX: only wait(0) (module doc); the sequence of
+    waits (W), fences (F), wgmmas matching `mma` (M) and commits (C) holds `pattern`; no
+    instruction touches an in-flight wgmma's registers; ptxas (where installed) neither
+    serializes the wgmmas (advisory C7514) nor spills."""
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx
+    seq = re.findall(r"wgmma\.(wait_group\.sync\.aligned \d|fence|commit_group|" + mma + ")", ptx)
     s = " ".join("W" if x.startswith("wait") else "F" if x == "fence" else "C"
                  if x == "commit_group" else "M" for x in seq)
-    assert "W F M M M M C W F M M M M C W F M M M M C W F M M M M C" in s, s
+    assert pattern in s, s
     bad = inflight_violations(ptx)
     assert not bad, bad[:5]
     report = ptxas_report(ptx)
