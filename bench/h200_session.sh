@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call that re-checks and re-times every launch kind, logs under $OUT (default
 # ./h200-logs). Sized for one device call (< 10 min): about 7-8 min measured piecewise
-# (bench/NOTES.md v5/v6). Each step has its own time limit so a slow step cannot eat the rest.
+# (bench/NOTES.md v5/v6; the overlap probe adds ~1 min). Each step has its own time limit so
+# a slow step cannot eat the rest.
 #   run:  bash bench/h200_session.sh            (on the device machine)
 set -uo pipefail
 OUT=${OUT:-h200-logs}
@@ -23,3 +24,5 @@ step select_time 60 python3 bench/select_h200.py --rows 2,8 --pos 65535,524287
 step select_index_scores 90 python3 bench/select_on_index_scores.py
 step index_jobs 60 python3 -m tools.time_layers --kind index --config glm5 --rows 8 --pos 524287 --backend cuda --timeline --reps 5 --jobs-csv "$OUT/index_jobs.csv"
 step index_matrix 200 python3 bench/index_h200.py --reps 5
+# does CUDA-core work overlap a wgmma chain (A from registers / shared memory)? NOTES v9
+step overlap 120 python3 bench/h200.py --overlap
