@@ -148,7 +148,8 @@ def main():
     ap.add_argument("--explore", action="store_true",
                     help="8 rows: load depth x waves, and the empty / loads-only probes")
     ap.add_argument("--overlap", action="store_true",
-                    help="only: does CUDA-core work overlap a wgmma chain in flight (A from registers)")
+                    help="only: does CUDA-core work overlap a wgmma chain in flight, A from "
+                    "registers (RS) and from shared memory (SS)")
     args = ap.parse_args()
     res = dict(device=torch.cuda.get_device_name())
     if args.overlap:
