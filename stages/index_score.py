@@ -35,7 +35,10 @@ key path):
             share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
             A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP);
             optionally (IndexScore.pipeline_min_pairs; off: measured slower) as two half
-            chains alternating with each other's epilogue (`_pipeline_halves`); a rows-2
+            chains alternating with each other's epilogue (`_pipeline_halves`), or
+            (IndexScore.ss_keys; off: not yet measured) with its keys staged in shared
+            memory for the SS wgmma, the warpgroups sharing each staged page (`_group_ss`);
+            a rows-2
             build optionally (IndexScore.alternate_one_pair; off: measured slower) issues
             step s's chain before step s-1's epilogue (`_pipeline_alternate`).
 
@@ -528,21 +531,28 @@ class IndexScore(Stage):
         R, H, HP = p.rows, p.heads, p.heads_pad
         ncol = (R + 1) * HP
         cb = ncol // 8 * 256  # bytes a chunk
-        qs = k.lds("ix_qstage", u32, T.chunks * cb // 4)
-        off = k.lds_offset("ix_qstage")
         tid = _tid(k)
         Tn = k.W * k.L
-        for c in range(T.chunks):
-            for kk4 in range(8):
-                wsrc = T.perm[c * 32 + 4 * kk4] // 4
-                for n0 in range(0, ncol, Tn):
-                    nn = n0 + tid
-                    row, head = nn / HP, nn % HP
-                    m = (nn < ncol) & (row < R) & (head < H)
-                    v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW + wsrc,
-                                mask=m)
-                    boff = c * cb + (nn >> 3) * 256 + (kk4 >> 2) * 128 + (nn & 7) * 16 + (kk4 & 3) * 4
-                    k.store(qs, boff >> 2, v, mask=nn < ncol)
+        descs = {}
+        # the RS path's K order is the tiling's permutation (its A fragments); the SS path's
+        # keys sit in shared memory in head-byte order, so its B copy is in that order too
+        for name, perm in [("ix_qstage", T.perm)] + ([("ix_qstage_ss", range(HD))]
+                                                      if self.ss_keys else []):
+            qs = k.lds(name, u32, T.chunks * cb // 4)
+            off = k.lds_offset(name)
+            for c in range(T.chunks):
+                for kk4 in range(8):
+                    wsrc = perm[c * 32 + 4 * kk4] // 4
+                    for n0 in range(0, ncol, Tn):
+                        nn = n0 + tid
+                        row, head = nn / HP, nn % HP
+                        m = (nn < ncol) & (row < R) & (head < H)
+                        v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW
+                                    + wsrc, mask=m)
+                        boff = c * cb + (nn >> 3) * 256 + (kk4 >> 2) * 128 + (nn & 7) * 16 + \
+                            (kk4 & 3) * 4
+                        k.store(qs, boff >> 2, v, mask=nn < ncol)
+            descs[name] = [at.smem_descriptor(off + c * cb) for c in range(T.chunks)]
         # weights: wl[(row * 4 + t) * NH + jj] = w[row, head of thread t's jj-th column]
         NH = HP // 4
         heads_t = self._wg_heads()
@@ -558,8 +568,7 @@ class IndexScore(Stage):
             v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * p.nb_words + NW0 + k.min(head, H - 1),
                                   mask=mm), f32)
             k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
-        descs = [at.smem_descriptor(off + c * cb) for c in range(T.chunks)]
-        return dict(wl=wl, descs=descs, NH=NH)
+        return dict(wl=wl, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"), NH=NH)
 
     @staticmethod
     def _acc_slots(atom, heads_pad: int, lane: int):
@@ -616,6 +625,13 @@ class IndexScore(Stage):
     # the setting that was measured.
     PIPELINE_MIN_PAIRS = 4
     pipeline_min_pairs = None
+    # Hopper, groups of all the plan's pairs: keys staged in shared memory and read by the
+    # SS wgmma (A and B from shared memory: `_group_ss`), each warpgroup a share of the pairs
+    # on the same staged keys, its chain overlapped with its previous step's epilogue. Off
+    # (False: keys straight into registers, the issue's Hopper form) until measured: the
+    # question bench/h200.py --overlap answers first (bench/NOTES.md v9).
+    ss_keys = False
+
     # Hopper builds of ONE row pair (rows 2) may overlap step s's chain with step s-1's
     # epilogue (`_pipeline_alternate`). Off (False: chain, wait, epilogue) by default:
     # measured SLOWER on the H200 (index_scoring 512K x 2 W1 48.5 against 45.4 us, fused
@@ -791,6 +807,14 @@ class IndexScore(Stage):
                 for q in range(hp):
                     finish(acc, half_maps[q], hp * h + q, b0, sc)
 
+        if self._ss_on():
+            with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
+                with all_pairs:
+                    self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks, finish)
+                with fewer:
+                    with k.if_(my_n > 0):
+                        self._pipeline(k, my_n, locate, load, compute)
+            return
         with k.if_(my_n > 0):
             if wide is None:
                 one_pair_builds()
@@ -804,6 +828,113 @@ class IndexScore(Stage):
                                                   half.c_slots)
                     with fewer:
                         self._pipeline(k, my_n, locate, load, compute)
+
+    # -- Hopper, keys in shared memory (ss_keys) -------------------------------------------
+    SS_KEY_BYTES = PAGE * HD  # a step's keys: one page
+    SS_SLOT_WORDS = (PAGE * HD + PAGE * 4) // 4  # keys, then their 64 fp32 scales
+
+    def _ss_on(self) -> bool:
+        """Whether groups of all the plan's pairs take the SS path (`_group_ss`)."""
+        return self.ss_keys and self.p.wgmma and self.p.pairs >= 2
+
+    def _group_ss(self, k, io, gi, g, hist, stage, key_lo, nblocks, finish):
+        """A group of all the plan's pairs, its keys staged in shared memory a page a step
+        (two slots; every thread copies 16-byte pieces to the canonical K-major places of
+        the SS wgmma's A), warpgroup w taking pairs [w * ppw, (w + 1) * ppw) on the same
+        keys: step t's chain is issued, then step t-1's epilogue runs (the chain in flight),
+        then step t+1's keys are stored into the other slot (its chain t-1 retired), step
+        t+3's loaded into registers, wait(0), and one CTA barrier (with the proxy fence)
+        hands the slots on. Steps past the last repeat its keys; their results go unread."""
+        p = self.p
+        a = io.args
+        W, L = k.W, k.L
+        nwg = W // 4
+        if p.pairs % nwg:
+            raise ValueError(f"ss_keys: {p.pairs} pairs do not split over {nwg} warpgroups")
+        ppw = p.pairs // nwg
+        HP, MP = p.heads_pad, p.max_pages
+        atom = wgmma_e4m3(2 * ppw * HP, a_smem=True)
+        maps = self._wide_slot_maps(atom)
+        pieces = self.SS_KEY_BYTES // 16
+        if pieces % (W * L):
+            raise ValueError(f"ss_keys: {pieces} 16-byte pieces a page do not split over "
+                             f"{W * L} threads")
+        per = pieces // (W * L)
+        SW = self.SS_SLOT_WORDS
+        slots = k.lds("ix_kslots", u32, 2 * SW)
+        base = k.lds_offset("ix_kslots")
+        tid, w = _tid(k), k.wave_id()
+        wg, ww, lane = w >> 2, w & 3, _lane(k)
+        g8, t4 = lane >> 2, lane & 3
+        kf = ww * 16 + g8 + ((t4 >> 1) & 1) * 8
+        btrow = g[6]
+        chunk_bytes = atom.M * atom.K  # one K chunk of A: 64 keys x 32 bytes
+
+        def load(t):
+            blk = key_lo + k.min(t, nblocks - 1) * PAGE
+            page = k.load(a.block_table, btrow * MP + (blk >> 6), i32)
+            out = []
+            for i in range(per):
+                pc = tid + i * W * L
+                out.append(k.load(a.index_cache, page * PAGE_WORDS + (pc >> 3) * (HD // 4)
+                                  + (pc & 7) * 4, u32, 4, nontemporal=True))
+            out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + (tid & (PAGE - 1)),
+                              u32, nontemporal=True))
+            return out
+
+        def store(slot, vals):
+            for i in range(per):
+                pc = tid + i * W * L
+                m, j = pc >> 3, pc & 7
+                off = (j >> 1) * chunk_bytes + (m & 7) * 16 + (m >> 3) * 256 + (j & 1) * 128
+                k.store(slots, slot * SW + (off >> 2), vals[i])
+            k.store(slots, slot * SW + self.SS_KEY_BYTES // 4 + (tid & (PAGE - 1)), vals[per],
+                    mask=tid < PAGE)
+
+        def issue(slot):
+            rows = k.cast((gi + 2 * ppw * wg) * (HP // 8) * 256 // 16, u64)
+            k.wgmma_fence()
+            acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
+            for c in range(self.t.chunks):
+                # slot: a static 0 / 1, folded into the descriptor's start address
+                da = k.const(atom.a_smem_descriptor(base + slot * SW * 4 + c * chunk_bytes), u64)
+                acc = k.wgmma(atom, da, k.const(stage["descs_ss"][c], u64) + rows, acc)
+            k.wgmma_commit()
+            return acc
+
+        def scale(slot):
+            """The lane's key scale (key kf) of the step in `slot`: read right after the
+            barrier that publishes the slot, carried to that step's epilogue (a wave still in
+            it while another stores the next keys into the slot would read theirs)."""
+            return k.bitcast(k.load(slots, slot * SW + self.SS_KEY_BYTES // 4 + kf, u32), f32)
+
+        def epilogue(t, acc, sc):
+            for q in range(ppw):
+                finish(acc, maps[q], ppw * wg + q, key_lo + t * PAGE, sc)
+
+        with k.if_(nblocks > 0):
+            store(0, load(k.const(0, i32)))
+            ring = [[k.lane_var(x) for x in load(k.const(d, i32))] for d in (1, 2)]
+            with k.async_proxy_lds():
+                k.barrier()
+            pending = k.lane_var(k.vec(*[k.const(0.0, f32)] * atom.c_slots))
+            pending_sc = k.lane_var(k.const(0.0, f32))
+            for t0 in k.range(0, nblocks + 1, 2):
+                for d in range(2):  # step t's keys in slot d; ring[d] holds step t + 1's
+                    t = t0 + d
+                    sc = scale(d)
+                    acc = issue(d)
+                    prev = pending.get()
+                    with k.if_((t >= 1) & (t <= nblocks)):
+                        epilogue(t - 1, prev, pending_sc.get())
+                    store(1 - d, [v.get() for v in ring[d]])
+                    for v, x in zip(ring[d], load(t + 3)):
+                        v.set(x)
+                    k.wgmma_wait(0)
+                    pending.set(acc)
+                    pending_sc.set(sc)
+                    with k.async_proxy_lds():
+                        k.barrier()
 
     def reference(self, env):
         from .index_ref import score_reference

@@ -2,7 +2,8 @@
 default, measured slower on the H200): `_pipeline_halves`, the N = 2 x pairs x heads chain
 split in two halves whose wgmmas run while the other half's epilogue runs, and
 `_pipeline_alternate` (rows 2: step s's chain issued before step s-1's epilogue; bit-identical
-scores, its PTX checked as the halves').
+scores, its PTX checked as the halves'); and the keys-in-shared-memory path (`ss_keys`, off
+until measured: the SS wgmma on keys staged a page a step, within the float64 checks).
 
   * interpreter: at 8 rows (4 pairs) the scores and first-digit histograms are bit-identical
     to the unpipelined one-chain path (`pipeline_min_pairs = None`) and within the float64
@@ -135,6 +136,59 @@ def test_sm90a_one_pair_alternating_ptx():
     check_wgmma_schedule(ptx, " ".join(["W F M M M M C"] * ALT_SLOTS), r"mma_async")
 
 
+# ------------------------------------------------------ keys in shared memory (ss_keys)
+
+SS_CASES = [
+    (8, [(8, 2045)], "inorder"),            # one group of 4 pairs, 32 pages
+    (8, [(7, 1500), (1, 64)], "relaxed"),   # odd group (4 pairs) + a 1-row group (RS path)
+    (4, [(4, 700)], "random"),              # 2 pairs
+    (4, [(1, 1), (3, 130)], "random"),      # a one-key group, a short one
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode", SS_CASES, ids=[f"r{c[0]}-{c[2]}" for c in SS_CASES])
+def test_keys_in_shared_memory_score_as_the_register_path(rows, requests, mode):
+    """IndexScore.ss_keys: groups of all the plan's pairs stage their keys in shared memory
+    (two slots, one CTA barrier a step) for the SS wgmma, each warpgroup's chain overlapped
+    with its previous step's epilogue. Within the float64 checks of test_index, and within
+    f32 rounding of the register path (the K chunks are summed in another order); the
+    interpreter reports a wave reading a slot another wave already refilled (it did: the
+    key scales are now read right after the barrier that publishes them)."""
+    out = {}
+    for ss in (True, False):
+        L, st = _launch("tiny", rows, False, capacity=CAP, cache_pages=PAGES)
+        st.ss_keys = ss
+        n_ss = sum(op.opcode == "wgmma" and op.attrs["atom"].a_smem is not None
+                   for op in L.kernel("interp", 32).walk())
+        assert (n_ss > 0) == ss, n_ss  # the path under test is the one built
+        inp = make_inputs(st.p, np.random.default_rng(3 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=7)
+        check_launch(L, inp, res)
+        out[ss] = res.regions["scores"].astype(np.float64)
+    both = ~np.isnan(out[True]) & ~np.isnan(out[False])
+    assert np.array_equal(np.isnan(out[True]), np.isnan(out[False]))
+    scale = np.abs(out[False][both]).max()
+    assert np.abs(out[True][both] - out[False][both]).max() <= 1e-5 * scale
+
+
+def test_sm90a_keys_in_shared_memory_ptx():
+    """The glm5 rows-8 build with ss_keys: SS wgmmas (A and B descriptors) of N = 128 (two
+    warpgroups, two pairs each), only wait(0), no in-flight register touched, and ptxas
+    (where installed) neither serializes nor spills, in the scoring and the fused kernel."""
+    from monokernel.build import build_many
+    from stages.index import index_launch
+    kernels = []
+    for mk in (index_scoring_launch, index_launch):
+        L = mk(BuildSpec.make("glm5", rows=8, target="sm_90a"))
+        next(s for s in L.stages if isinstance(s, IndexScore)).ss_keys = True
+        kernels.append(L.kernel("sm_90a"))
+    for art in build_many(kernels):
+        ptx = art.data.decode()
+        ss = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3 \{[^}]*\}, %rd", ptx)
+        assert len(ss) == 2 * 4, len(ss)  # two steps unrolled, 4 K chunks
+        check_wgmma_schedule(ptx, "F M M M M C", r"mma_async\S*m64n128")
+
+
 # ------------------------------------------------------------ interpreter: pending in a variable
 
 def _carried_kernel(read_early: bool):
@@ -226,8 +280,9 @@ def inflight_violations(ptx: str) -> list:
         groups, open_ = state
         for s in blocks[b]:
             if "wgmma.mma_async" in s:
-                d, a = re.search(r"wgmma\.mma_async[^{]*\{([^}]*)\},\s*\{([^}]*)\}", s).groups()
-                open_ = open_ | set(_REG.findall(d)) | set(_REG.findall(a))
+                # D's registers, then A's ({...}: registers; an SS wgmma's A is a descriptor)
+                d, a = re.search(r"wgmma\.mma_async[^{]*\{([^}]*)\},\s*(\{[^}]*\}|%rd\d+)", s).groups()
+                open_ = open_ | set(_REG.findall(d)) | (set(_REG.findall(a)) if a[0] == "{" else set())
             elif "wgmma.commit_group" in s:
                 groups, open_ = groups + (frozenset(open_),), frozenset()
             elif "wgmma.wait_group" in s:
