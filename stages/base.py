@@ -79,6 +79,9 @@ class Stage:
     declare. `deps(j)` is filled by `resolve` from every stage's writes."""
     name: str = ""
     rel_tol: float = 1e-5  # relative error against the float64 reference (max-norm)
+    # attributes a user may set per run (the tools' --tune STAGE.ATTR=VALUE): a stage's
+    # measured alternatives, each documented where it is defined
+    TUNABLES: tuple = ()
 
     def jobs(self) -> list[Job]:
         raise NotImplementedError

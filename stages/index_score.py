@@ -83,6 +83,8 @@ class IndexScore(Stage):
     """Scores of every visible cached key (module doc)."""
     name = "ix_score"
     rel_tol = 1e-5
+    # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
+    TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs")
 
     def __init__(self, p: IndexPlan):
         self.p = p

@@ -370,3 +370,49 @@ def test_time_layers_jobs_csv_lists_every_job_with_its_times(tmp_path, capsys):
         time_layers.main(["--kind", "synthetic", "--config", "tiny", "--backend", "interp",
                           "--jobs-csv", str(path)])
     assert e.value.code == 2
+
+
+# ----------------------------------------------------------------------------------- --tune
+
+def test_tune_sets_a_listed_tunable_and_names_what_is_wrong():
+    """--tune STAGE.ATTR=VALUE: parsed, typed by the tunable's current value, set on the
+    launch's stages of that name; an unknown stage, an attribute the stage does not list in
+    TUNABLES, a bad value or a malformed item is an error naming it."""
+    import argparse
+    from spec import BuildSpec
+    from stages import kinds
+    from stages.index_score import IndexScore
+    from tools import common
+    assert common.tune_list("ix_score.ss_keys=1, ix_score.pipeline_min_pairs=none") == [
+        ("ix_score", "ss_keys", "1"), ("ix_score", "pipeline_min_pairs", "none")]
+    with pytest.raises(argparse.ArgumentTypeError, match="STAGE.ATTR=VALUE"):
+        common.tune_list("ss_keys=1")
+    spec = BuildSpec.make("tiny", rows=8, target="interp")
+    kind = kinds.kind("index_scoring")
+    L = common.launch_for(kind, spec, common.tune_list("ix_score.ss_keys=on,"
+                                                       "ix_score.pipeline_min_pairs=4"))
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    assert st.ss_keys is True and st.pipeline_min_pairs == 4
+    assert IndexScore.ss_keys is False  # the instance, not the class
+    for bad, msg in (("ix_nope.ss_keys=1", "no stage 'ix_nope'"),
+                     ("ix_score.rel_tol=1", "not a tunable of stage ix_score"),
+                     ("ix_score.ss_keys=maybe", "expected a boolean")):
+        with pytest.raises(ValueError, match=msg):
+            common.launch_for(kind, spec, common.tune_list(bad))
+
+
+def test_build_with_tune_records_it_and_builds_the_tuned_path(tmp_path):
+    """build --tune ix_score.ss_keys=1: the PTX has the SS wgmma (A from a descriptor), the
+    manifest lists the setting; without it, neither."""
+    import re
+    for tune in ("", "ix_score.ss_keys=1"):
+        out = tmp_path / (tune or "default")
+        argv = ["--kind", "index_scoring", "--rows", "8", "--target", "sm_90a",
+                "--out", str(out)] + (["--tune", tune] if tune else [])
+        assert build.main(argv) == 0
+        d = out / "glm5" / "tp8" / "r8" / "fp8"
+        ptx = (d / "index_scoring.sm_90a.ptx").read_text()
+        manifest = json.loads((d / "index_scoring.sm_90a.json").read_text())
+        ss = re.search(r"m64n128k32\.f32\.e4m3\.e4m3 \{[^}]*\}, %rd", ptx) is not None
+        assert ss == bool(tune), tune
+        assert manifest["tunes"] == ([tune] if tune else [])

@@ -140,7 +140,7 @@ def build_kinds(args, ap) -> int:
             spec = common.make_spec(args.config, tp, rows, kv, tgt)
         except ValueError as e:
             ap.error(str(e))
-        L = kinds.kind(kname).launch(spec)
+        L = common.launch_for(kinds.kind(kname), spec, args.tune)
         items.append((kname, spec, L, L.kernel(tgt)))
         prog.update(f"{kname} {spec.path} {tgt}")
     prog.close()
@@ -176,7 +176,8 @@ def build_kinds(args, ap) -> int:
             arena=L.arena.to_json(), schedule=schedule_json(L),
             registers=register_notes(fig, kern, kern.target),
             bytes_moved=dict(total=sum(moved.values()), items=moved),
-            llvm_ir_sha256=hashlib.sha256(ir.encode()).hexdigest())
+            llvm_ir_sha256=hashlib.sha256(ir.encode()).hexdigest(),
+            tunes=[f"{s}.{a}={v}" for s, a, v in args.tune])
         paths.append(art.write(out_root / spec.path, f"{kname}.{kern.target}"))
         row = dict(fig, kind=kname, spec=spec.path, grid=L.table.grid,
                    arch=None if fig.get("vgpr") is None else arch_vgprs(fig["vgpr"], fig["agpr"]),

@@ -78,8 +78,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run_one(kind, spec, backend, *, launches: int, seed: int, perturb: bool,
-            workload: str = "W1") -> dict:
-    L = kind.launch(spec)
+            workload: str = "W1", tunes=()) -> dict:
+    L = common.launch_for(kind, spec, tunes)
     arena = backend.new_arena(L)
     flipped = common.perturb_target(L) if perturb else None
     records = []
@@ -157,7 +157,7 @@ def run(args, ap) -> int:
         kind = kinds.kind(kname)
         try:
             rec = run_one(kind, spec, be, launches=args.launches, seed=args.seed,
-                          perturb=args.perturb, workload=wl)
+                          perturb=args.perturb, workload=wl, tunes=args.tune)
         except Exception as e:  # noqa: BLE001 - a failed launch is reported, the rest run
             failed += 1
             rows.append(dict(kind=kname, spec=spec.path, wl=wl, launch="-", digest="-",

@@ -247,6 +247,9 @@ def _parser():
                     help="select (default): the selection launch on injected distributions; "
                     "index: end to end through launch kind index, on the kernel's own scores")
     from tools import common
+    ap.add_argument("--tune", type=common.tune_list, default=[], metavar="STAGE.ATTR=VALUE",
+                    help="with --through index: set a stage's tunable (its class's TUNABLES, "
+                         "e.g. ix_score.ss_keys=1)")
     ap.add_argument("--workload", type=common.workload_list, default=["W1"],
                     help="with --through index: comma list of W1, W2 (default W1)")
     return ap
@@ -351,7 +354,7 @@ def run_index(args, ap) -> int:
     for R in args.rows:
         spec = common.make_spec(args.config, common.resolve_tp(ap, args.config, None), R,
                                 args.kv, be.target)
-        L = kind.launch(spec)
+        L = common.launch_for(kind, spec, args.tune)
         c = L.select_cfg
         arena = be.new_arena(L)
         records = []

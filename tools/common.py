@@ -498,9 +498,68 @@ def backend(name: str, *, chip: str = "gfx950", mode: str = "inorder", seed: int
     raise ValueError(f"unknown backend {name!r}")
 
 
+def tune_list(s: str) -> list[tuple]:
+    """--tune STAGE.ATTR=VALUE[,...] -> [(stage, attr, value text)]; a malformed item is an
+    argparse error naming it (the stage and attribute are checked against the launch)."""
+    out = []
+    for item in csv(s):
+        lhs, eq, val = item.partition("=")
+        stage, dot, attr = lhs.partition(".")
+        if not (eq and dot and stage and attr and val):
+            raise argparse.ArgumentTypeError(f"--tune {item!r}: expected STAGE.ATTR=VALUE, "
+                                             "e.g. ix_score.ss_keys=1")
+        out.append((stage.strip(), attr.strip(), val.strip()))
+    return out
+
+
+def _tune_value(stage, attr: str, text: str):
+    """`text` as the type of the tunable's current value (bool, int, or int-or-None)."""
+    cur = getattr(stage, attr)
+    t = text.lower()
+    if isinstance(cur, bool):
+        if t in ("1", "true", "on", "yes"):
+            return True
+        if t in ("0", "false", "off", "no"):
+            return False
+        raise ValueError(f"--tune {stage.name}.{attr}={text}: expected a boolean (1/0, on/off)")
+    if t == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--tune {stage.name}.{attr}={text}: expected an integer or none") from None
+
+
+def apply_tunes(launch, tunes):
+    """Set each (stage, attr, value) on the launch's stages of that name: only attributes
+    a stage class lists in TUNABLES (its measured alternatives), before any kernel is built.
+    Unknown stages, attributes or values are errors naming them. Returns the launch."""
+    for stage_name, attr, text in tunes:
+        stages = [st for st in launch.stages if st.name == stage_name]
+        if not stages:
+            raise ValueError(f"--tune: launch {launch.name} has no stage {stage_name!r}; its "
+                             f"stages: {', '.join(dict.fromkeys(st.name for st in launch.stages))}")
+        for st in stages:
+            allowed = getattr(type(st), "TUNABLES", ())
+            if attr not in allowed:
+                raise ValueError(f"--tune: {attr!r} is not a tunable of stage {stage_name} "
+                                 f"(tunables: {', '.join(allowed) or 'none'})")
+            setattr(st, attr, _tune_value(st, attr, text))
+    launch.tunes = list(tunes)
+    return launch
+
+
+def launch_for(kind, spec, tunes=()):
+    """kind.launch(spec) with the --tune settings applied."""
+    return apply_tunes(kind.launch(spec), tunes)
+
+
 def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
-    """The build-matrix options every tool shares (--kind --config --tp --rows --kv), with
-    the tool's own defaults for config and kv."""
+    """The build-matrix options every tool shares (--kind --config --tp --rows --kv --tune),
+    with the tool's own defaults for config and kv."""
+    ap.add_argument("--tune", type=tune_list, default=[], metavar="STAGE.ATTR=VALUE",
+                    help="set a stage's tunable for this run (its class's TUNABLES, e.g. "
+                         "ix_score.ss_keys=1); the build manifest records it")
     ap.add_argument("--kind", type=kind_list, default=None, help=kind_help)
     ap.add_argument("--config", type=config_name, default=config,
                     help=f"model config (default {config})")

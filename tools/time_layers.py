@@ -207,7 +207,7 @@ def run_interp(args, ap, tp) -> int:
             for kv in args.kv:
                 kind = kinds.kind(kname)
                 spec = common.make_spec(args.config, tp, r, kv, "interp")
-                L = kind.launch(spec)
+                L = common.launch_for(kind, spec, args.tune)
                 for pos in args.pos:
                     for wl in common.workloads_for(L, args.workload):
                         rng = np.random.default_rng(args.seed)
@@ -365,7 +365,7 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
     (inputs, pos used) common.workload_inputs returns for (seed, pos, workload), made elsewhere."""
     import torch
     from monokernel.launch import timing
-    L = launch or kind.launch(spec)
+    L = launch or common.launch_for(kind, spec, getattr(args, "tune", ()))
     rng = np.random.default_rng(args.seed)
     inp, used = inputs or common.workload_inputs(kind, L, spec, rng, pos, workload)
     keyed = common.has_key_cache(L)
@@ -496,7 +496,8 @@ def run_gpu(args, ap, tp) -> int:
             for kv in args.kv:
                 tgt = "sm_90a" if args.backend == "cuda" else args.chip
                 spec = common.make_spec(args.config, tp, r, kv, tgt)
-                L = kind.launch(spec)  # one Launch (its kernels loaded once) for every pos
+                # one Launch (its kernels loaded once) for every pos
+                L = common.launch_for(kind, spec, args.tune)
                 wls = common.workloads_for(L, args.workload)
                 if wls == ["-"] and args.workload != ["W1"]:
                     print(f"  note: {kname} has no key cache; --workload ignored", flush=True)
