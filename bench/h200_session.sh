@@ -4,14 +4,7 @@
 # (bench/NOTES.md v5/v6; the overlap probe adds ~1 min). Each step has its own time limit so
 # a slow step cannot eat the rest.
 #   run:  bash bench/h200_session.sh            (on the device machine)
-set -uo pipefail
-OUT=${OUT:-h200-logs}
-mkdir -p "$OUT"
-step() {  # step NAME SECONDS COMMAND...: run, keep its log, print its tail
-    local name=$1 secs=$2; shift 2
-    timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
-    echo "== $name (rc $?)"; grep -v "it/s" "$OUT/$name.log" | tail -n 14 | cut -c1-200
-}
+source "$(dirname "$0")/steps.sh"
 # the GPU test files by name: the device has no pyelftools, which four CPU-only test modules
 # import at collection (code objects)
 step gpu_tests 150 python3 -m pytest -q -m gpu test/test_cuda_run.py test/test_front.py \

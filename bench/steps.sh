@@ -1,0 +1,11 @@
+# Sourced by the bench/h200_*.sh device scripts: logs under $OUT (default ./h200-logs), and
+#   step NAME SECONDS COMMAND...   run COMMAND with its own time limit (a slow step cannot eat
+#                                  the device call), keep its log, print its last $TAIL lines
+set -uo pipefail
+OUT=${OUT:-h200-logs}
+mkdir -p "$OUT"
+step() {
+    local name=$1 secs=$2; shift 2
+    timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name (rc $?)"; grep -v "it/s" "$OUT/$name.log" | tail -n "${TAIL:-14}" | cut -c1-200
+}
