@@ -871,24 +871,30 @@ class IndexScore(Stage):
         kf = ww * 16 + g8 + ((t4 >> 1) & 1) * 8
         btrow = g[6]
         chunk_bytes = atom.M * atom.K  # one K chunk of A: 64 keys x 32 bytes
+        sa = atom.a_smem
+        PPK = HD // 16  # 16-byte pieces a key
+        lppk = int(math.log2(PPK))
 
         def load(t):
             blk = key_lo + k.min(t, nblocks - 1) * PAGE
             page = k.load(a.block_table, btrow * MP + (blk >> 6), i32)
             out = []
-            for i in range(per):
+            for i in range(per):  # piece pc: key pc / PPK, its 16 bytes pc % PPK
                 pc = tid + i * W * L
-                out.append(k.load(a.index_cache, page * PAGE_WORDS + (pc >> 3) * (HD // 4)
-                                  + (pc & 7) * 4, u32, 4, nontemporal=True))
+                out.append(k.load(a.index_cache, page * PAGE_WORDS + (pc >> lppk) * (HD // 4)
+                                  + (pc & (PPK - 1)) * 4, u32, 4, nontemporal=True))
             out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + (tid & (PAGE - 1)),
                               u32, nontemporal=True))
             return out
 
         def store(slot, vals):
+            # key m's bytes [16j, 16j + 16) are chunk j / 2's K bytes [16 (j % 2), ...): the
+            # canonical no-swizzle K-major place (core matrix = 8 keys x 16 bytes; the next 8
+            # keys SBO on, the next 16 K bytes LBO on)
             for i in range(per):
                 pc = tid + i * W * L
-                m, j = pc >> 3, pc & 7
-                off = (j >> 1) * chunk_bytes + (m & 7) * 16 + (m >> 3) * 256 + (j & 1) * 128
+                m, j = pc >> lppk, pc & (PPK - 1)
+                off = (j >> 1) * chunk_bytes + (m & 7) * 16 + (m >> 3) * sa.sbo + (j & 1) * sa.lbo
                 k.store(slots, slot * SW + (off >> 2), vals[i])
             k.store(slots, slot * SW + self.SS_KEY_BYTES // 4 + (tid & (PAGE - 1)), vals[per],
                     mask=tid < PAGE)
