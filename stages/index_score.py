@@ -632,8 +632,7 @@ class IndexScore(Stage):
     # epilogue; groups of all the plan's pairs split the pairs over the warpgroups on one
     # staged page, one-pair groups (rows 2, workload W2) take a page a warpgroup. Off
     # (False: keys straight into registers, the issue's Hopper form) until measured: the
-    # question bench/h200.py --overlap answers first (bench/NOTES.md v9). On, the fused
-    # `index` kernel at 8 rows spills 16 bytes (its other builds do not).
+    # question bench/h200.py --overlap answers first (bench/NOTES.md v9).
     ss_keys = False
 
     # Hopper builds of ONE row pair (rows 2) may overlap step s's chain with step s-1's
@@ -932,13 +931,18 @@ class IndexScore(Stage):
             rows = k.cast((gi + 2 * ppw * (wg if split_pairs else 0)) * (HP // 8) * 256 // 16, u64)
             # this warpgroup's page of the slot, in the descriptor's 16-byte units
             page_off = None if split_pairs else k.cast(my_page * (PW * 4 // 16), u64)
+            # one opaque descriptor of each operand, offsets added in the loop (start address
+            # field, 16-byte units, no carry below 256 KiB): a descriptor per chunk and slot
+            # as a constant became a 64-bit register pair (constant + the CTA's shared-window
+            # address) hoisted out of the persistent loop, and the fused rows-8 kernel spilled
+            a0 = k.opaque(atom.a_smem_descriptor(base), u64)
+            b0 = k.opaque(stage["descs_ss"][0], u64)
             k.wgmma_fence()
             acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
             for c in range(self.t.chunks):
-                # slot: a static 0 / 1, folded into the descriptor's start address
-                da = k.const(atom.a_smem_descriptor(base + slot * SW * 4 + c * chunk_bytes), u64)
-                acc = k.wgmma(atom, da if page_off is None else da + page_off,
-                              k.const(stage["descs_ss"][c], u64) + rows, acc)
+                da = a0 + (slot * SW * 4 + c * chunk_bytes) // 16  # slot: a static 0 / 1
+                db = b0 + (stage["descs_ss"][c] - stage["descs_ss"][0]) + rows
+                acc = k.wgmma(atom, da if page_off is None else da + page_off, db, acc)
             k.wgmma_commit()
             return acc
 
