@@ -33,6 +33,19 @@ from ..types import DType
 OPERANDS = ("a", "b", "c")
 
 
+# a descriptor's address fields hold a byte value >> DESC_SHIFT in DESC_FIELD_BITS bits
+DESC_SHIFT, DESC_FIELD_BITS = 4, 14
+DESC_FIELD_MASK = (1 << DESC_FIELD_BITS) - 1
+
+
+def desc_units(nbytes: int) -> int:
+    """A byte offset in a descriptor's address fields' units (16 bytes): added to a
+    descriptor's start address it moves the matrix by `nbytes`."""
+    if nbytes & ((1 << DESC_SHIFT) - 1):
+        raise ValueError(f"descriptor offset {nbytes:#x} is not a multiple of 16 bytes")
+    return nbytes >> DESC_SHIFT
+
+
 def smem_descriptor(addr: int, lbo: int, sbo: int, swizzle: int = 0, base_offset: int = 0) -> int:
     """The wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"):
     bits 0-13 start address, 16-29 leading dimension byte offset, 32-45 stride dimension
@@ -46,14 +59,16 @@ def smem_descriptor(addr: int, lbo: int, sbo: int, swizzle: int = 0, base_offset
             raise ValueError(f"descriptor {what} {v:#x} does not fit 18 bits")
     if swizzle not in (0, 1, 2, 3) or not 0 <= base_offset < 8:
         raise ValueError("swizzle must be 0..3 and base_offset 0..7")
-    return (addr >> 4) | (lbo >> 4) << 16 | (sbo >> 4) << 32 | base_offset << 49 | swizzle << 62
+    return desc_units(addr) | desc_units(lbo) << 16 | desc_units(sbo) << 32 | \
+        base_offset << 49 | swizzle << 62
 
 
 def decode_smem_descriptor(desc: int) -> dict:
     """Inverse of smem_descriptor: byte values of its fields."""
     desc = int(desc) & (1 << 64) - 1
-    return dict(addr=(desc & 0x3FFF) << 4, lbo=((desc >> 16) & 0x3FFF) << 4,
-                sbo=((desc >> 32) & 0x3FFF) << 4, base_offset=(desc >> 49) & 7, swizzle=desc >> 62)
+    field = lambda lo: ((desc >> lo) & DESC_FIELD_MASK) << DESC_SHIFT  # noqa: E731
+    return dict(addr=field(0), lbo=field(16), sbo=field(32), base_offset=(desc >> 49) & 7,
+                swizzle=desc >> 62)
 
 
 def kmajor_interleave(mn: int, k: int, elem_bytes: int, lbo: int, sbo: int) -> Layout:
@@ -314,5 +329,6 @@ def is_bijection(layout: Layout, n: int) -> bool:
     return vals.size == n and bool(np.array_equal(vals, np.arange(n)))
 
 
-__all__ = ["MMAAtom", "SmemOperand", "OPERANDS", "decode_smem_descriptor", "is_bijection",
+__all__ = ["DESC_FIELD_MASK", "DESC_SHIFT", "MMAAtom", "SmemOperand", "OPERANDS",
+           "decode_smem_descriptor", "desc_units", "is_bijection",
            "kmajor_interleave", "lane_slot_layout", "smem_descriptor"]

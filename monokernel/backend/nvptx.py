@@ -37,6 +37,7 @@ Choices, with the fact behind each (checked against LLVM 22's NVPTX output):
 """
 from __future__ import annotations
 
+from ..atoms.base import DESC_FIELD_MASK, DESC_SHIFT
 from ..ir import Kernel
 from ..types import DType, bf16, f32, fp8e4m3fn
 from .llvm_common import TargetHooks, BackendError, Emitter, lower
@@ -440,12 +441,7 @@ class NVPTXHooks(TargetHooks):
         if (not ss and len(aw) != 4) or len(cf) != nd:
             raise BackendError(f"atom {atom.name}: A has {len(aw)} registers and D {len(cf)} "
                                f"floats per lane; m64n{n}k32 takes 4 and {nd}")
-        instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
-        dl = "{" + ", ".join(f"${j}" for j in range(nd)) + "}"
-        na = 1 if ss else 4
-        al = f"${nd}" if ss else "{" + ", ".join(f"${j}" for j in range(nd, nd + 4)) + "}"
-        asm = (f"{{ .reg .pred p; setp.ne.b32 p, ${nd + na + 1}, 0; "
-               f"{instr} {dl}, {al}, ${nd + na}, p, 1, 1; }}")
+        asm = atom.asm.replace("%", "$")  # the atom's PTX, operands numbered LLVM's way
         cons = ",".join(["=f"] * nd + (["l"] if ss else ["r"] * 4) + ["l", "r"]
                         + [str(j) for j in range(nd)] + ["~{memory}"])
         a_args = [f"i64 {self._lds_descriptor(e, a)}"] if ss else [f"i32 {x}" for x in aw]
@@ -462,9 +458,9 @@ class NVPTXHooks(TargetHooks):
         base = e.fresh("wg")
         e.emit(f"{base} = ptrtoint ptr addrspace(3) @lds to i64")
         sh = e.fresh("wg")
-        e.emit(f"{sh} = lshr i64 {base}, 4")
+        e.emit(f"{sh} = lshr i64 {base}, {DESC_SHIFT}")
         lo = e.fresh("wg")
-        e.emit(f"{lo} = and i64 {sh}, 16383")
+        e.emit(f"{lo} = and i64 {sh}, {DESC_FIELD_MASK}")
         d = e.fresh("wg")
         e.emit(f"{d} = add i64 {e.val(desc)}, {lo}")
         return d
