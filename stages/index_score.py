@@ -38,8 +38,7 @@ key path):
             chains alternating with each other's epilogue (`_pipeline_halves`), or
             (IndexScore.ss_keys; off: not yet measured) with its keys staged in shared
             memory for the SS wgmma, the warpgroups sharing each staged page (`_group_ss`);
-            a rows-2
-            build optionally (IndexScore.alternate_one_pair; off: measured slower) issues
+            a rows-2 build optionally (IndexScore.alternate_one_pair; off: measured slower) issues
             step s's chain before step s-1's epilogue (`_pipeline_alternate`).
 
 Keys this launch writes: a row's new key lands in a slot that the group's key loop also
@@ -65,7 +64,8 @@ import math
 
 from layouts.regions import PlainBuffer, TaggedPairs
 from layouts.scores import FIRST_DIGIT_BINS
-from monokernel.atoms.nvidia import wgmma_e4m3
+from monokernel.atoms.base import DESC_SHIFT, desc_units
+from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_e4m3
 from monokernel.types import f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
@@ -77,6 +77,8 @@ from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body, wait_flags
 # step ahead measured 157 us against 104 with two, bench/NOTES.md v9); 4 made the fused
 # rows-2 kernel spill
 ALT_SLOTS = 3
+# a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
+CORE_ROW_BYTES = 16
 
 
 class IndexScore(Stage):
@@ -94,7 +96,7 @@ class IndexScore(Stage):
         p = self.p
         keys = p.capacity * p.rows // max(p.score_jobs, 1)
         return [Job(j, cost_bytes=keys * (HD + 4) // 2, cost_flops=keys * HD * p.heads * 2,
-                    lds_bytes=p.hist_slots * 256) for j in range(p.score_jobs)]
+                    lds_bytes=p.hist_slots * FIRST_DIGIT_BINS * 4) for j in range(p.score_jobs)]
 
     keys_read = 8192  # the byte floor's context (kind inputs with `pos` set it)
 
@@ -532,7 +534,7 @@ class IndexScore(Stage):
         at = T.atom
         R, H, HP = p.rows, p.heads, p.heads_pad
         ncol = (R + 1) * HP
-        cb = ncol // 8 * 256  # bytes a chunk
+        cb = ncol // 8 * WGMMA_B_SBO  # bytes a chunk: 8 columns (a core matrix pair) a SBO
         tid = _tid(k)
         Tn = k.W * k.L
         descs = {}
@@ -551,8 +553,8 @@ class IndexScore(Stage):
                         m = (nn < ncol) & (row < R) & (head < H)
                         v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW
                                     + wsrc, mask=m)
-                        boff = c * cb + (nn >> 3) * 256 + (kk4 >> 2) * 128 + (nn & 7) * 16 + \
-                            (kk4 & 3) * 4
+                        boff = c * cb + (nn >> 3) * WGMMA_B_SBO + (kk4 >> 2) * WGMMA_B_LBO + \
+                            (nn & 7) * CORE_ROW_BYTES + (kk4 & 3) * 4
                         k.store(qs, boff >> 2, v, mask=nn < ncol)
             descs[name] = [at.smem_descriptor(off + c * cb) for c in range(T.chunks)]
         # weights: wl[(row * 4 + t) * NH + jj] = w[row, head of thread t's jj-th column]
@@ -692,7 +694,7 @@ class IndexScore(Stage):
         wg, ww, nwg = w >> 2, w & 3, k.W // 4
         lane = _lane(k)
         g8, t4 = lane >> 2, lane & 3
-        kf = ww * 16 + g8 + ((t4 >> 1) & 1) * 8
+        kf = self._wg_lane_key(ww, g8, t4)
         rf = t4 & 1
         NH = stage["NH"]
         slot_map = self._slot_map
@@ -721,7 +723,7 @@ class IndexScore(Stage):
         def issue(atom, A, ra):
             """One wgmma per MMA chunk, B = the staged query columns from row ra on, committed
             as one group; the result is pending until a wgmma_wait retires the group."""
-            off = k.cast(ra * (HP // 8) * 256 // 16, u64)
+            off = self._b_rows_offset(k, ra)
             k.wgmma_fence()
             acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
             for c in range(T.chunks):
@@ -811,23 +813,17 @@ class IndexScore(Stage):
                     finish(acc, half_maps[q], hp * h + q, b0, sc)
 
         if self._ss_on():
-            nwg_ = k.W // 4
-            split = p.pairs > 1 and p.pairs % nwg_ == 0  # all pairs split over warpgroups
-            with k.if_else(P.eq(p.pairs if split else 1)) as (ss_group, other):
-                with ss_group:
-                    self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks, finish, split)
-                with other:
-                    if split:  # groups of fewer pairs: one pair a page, or the register path
-                        with k.if_else(P.eq(1)) as (one, more):
-                            with one:
-                                self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks,
-                                               finish, False)
-                            with more:
-                                with k.if_(my_n > 0):
-                                    self._pipeline(k, my_n, locate, load, compute)
-                    else:
-                        with k.if_(my_n > 0):
-                            self._pipeline(k, my_n, locate, load, compute)
+            # SS paths: all the plan's pairs split over the warpgroups (where they split),
+            # one-pair groups a page a warpgroup; other groups keep the register path
+            split = p.pairs > 1 and p.pairs % nwg == 0
+            ss_paths = ([(p.pairs, True)] if split else []) + [(1, False)]
+            for n_pairs, split_pairs in ss_paths:
+                with k.if_(P.eq(n_pairs)):
+                    self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks, finish,
+                                   split_pairs)
+            others = P.ne(1) & (P.ne(p.pairs) if split else k.const(True, "i1"))
+            with k.if_(others & (my_n > 0)):
+                self._pipeline(k, my_n, locate, load, compute)
             return
         with k.if_(my_n > 0):
             if wide is None:
@@ -845,6 +841,17 @@ class IndexScore(Stage):
 
     # -- Hopper, keys in shared memory (ss_keys) -------------------------------------------
     PAGE_SLOT_WORDS = (PAGE * HD + PAGE * 4) // 4  # a page's keys, then their 64 fp32 scales
+
+    @staticmethod
+    def _wg_lane_key(ww, g8, t4):
+        """The key (of a wgmma's 64) whose scores a lane holds after a pair's quad butterfly:
+        warp ww's 16 keys, the lane's row g8 of them or g8 + 8 (accumulator rows), by t4."""
+        return ww * 16 + g8 + ((t4 >> 1) & 1) * 8
+
+    def _b_rows_offset(self, k, ra):
+        """What a staged-queries descriptor adds to start at row ra (runtime): heads_pad B
+        columns a row, a SBO per 8 of them, in the descriptor's 16-byte units."""
+        return k.cast(ra * (self.p.heads_pad // 8) * WGMMA_B_SBO // (1 << DESC_SHIFT), u64)
 
     def _ss_on(self) -> bool:
         """Whether Hopper groups take the SS path (`_group_ss`): all the plan's pairs split
@@ -875,7 +882,7 @@ class IndexScore(Stage):
             [[(i, h, rho, jj) for i, (h, rho, jj) in enumerate(self._slot_map)]]
         PW = self.PAGE_SLOT_WORDS
         SW = npg * PW  # a slot: npg pages
-        page_pieces = PAGE * HD // 16
+        page_pieces = PAGE * HD // CORE_ROW_BYTES
         if page_pieces % (W * L):  # so each of a thread's pieces lies in one page (static)
             raise ValueError(f"ss_keys: {page_pieces} 16-byte pieces a page do not split over "
                              f"{W * L} threads")
@@ -886,11 +893,11 @@ class IndexScore(Stage):
         tid, w = _tid(k), k.wave_id()
         wg, ww, lane = w >> 2, w & 3, _lane(k)
         g8, t4 = lane >> 2, lane & 3
-        kf = ww * 16 + g8 + ((t4 >> 1) & 1) * 8
+        kf = self._wg_lane_key(ww, g8, t4)
         btrow = g[6]
         chunk_bytes = atom.M * atom.K  # one K chunk of A: 64 keys x 32 bytes
         sa = atom.a_smem
-        PPK = HD // 16  # 16-byte pieces a key
+        PPK = HD // CORE_ROW_BYTES  # 16-byte pieces a key
         lppk = int(math.log2(PPK))
         my_page = 0 if split_pairs else wg  # the page of a step this warpgroup scores
 
@@ -921,16 +928,17 @@ class IndexScore(Stage):
             for i in range(per):
                 pg, pc = piece(i)
                 m, j = pc >> lppk, pc & (PPK - 1)
-                off = (j >> 1) * chunk_bytes + (m & 7) * 16 + (m >> 3) * sa.sbo + (j & 1) * sa.lbo
+                off = (j >> 1) * chunk_bytes + (m & 7) * CORE_ROW_BYTES + (m >> 3) * sa.sbo + \
+                    (j & 1) * sa.lbo
                 k.store(slots, slot * SW + pg * PW + (off >> 2), vals[i])
             for pg in range(npg):
                 k.store(slots, slot * SW + pg * PW + PAGE * HD // 4 + (tid & (PAGE - 1)),
                         vals[per + pg], mask=tid < PAGE)
 
         def issue(slot):
-            rows = k.cast((gi + 2 * ppw * (wg if split_pairs else 0)) * (HP // 8) * 256 // 16, u64)
+            rows = self._b_rows_offset(k, gi + 2 * ppw * (wg if split_pairs else 0))
             # this warpgroup's page of the slot, in the descriptor's 16-byte units
-            page_off = None if split_pairs else k.cast(my_page * (PW * 4 // 16), u64)
+            page_off = None if split_pairs else k.cast(my_page * desc_units(PW * 4), u64)
             # one opaque descriptor of each operand, offsets added in the loop (start address
             # field, 16-byte units, no carry below 256 KiB): a descriptor per chunk and slot
             # as a constant became a 64-bit register pair (constant + the CTA's shared-window
@@ -940,7 +948,7 @@ class IndexScore(Stage):
             k.wgmma_fence()
             acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
             for c in range(self.t.chunks):
-                da = a0 + (slot * SW * 4 + c * chunk_bytes) // 16  # slot: a static 0 / 1
+                da = a0 + desc_units(slot * SW * 4 + c * chunk_bytes)  # slot: a static 0 / 1
                 db = b0 + (stage["descs_ss"][c] - stage["descs_ss"][0]) + rows
                 acc = k.wgmma(atom, da if page_off is None else da + page_off, db, acc)
             k.wgmma_commit()
