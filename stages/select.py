@@ -606,13 +606,23 @@ def ordered_keys(k, bits, want_nan=False):
     only: (key, is_nan or None). k0 = bits ^ (sign ? ~0 : 0x80000000); then -0.0 -> +0.0's
     key, and -inf / NaN (k0 < 2**23: -inf and negative NaNs; k0 > 0xFF800000 or 0: positive
     NaNs) -> 0."""
-    sign = k.bitcast(k.bitcast(bits, i32) >> 31, u32)
-    k0 = bits ^ (sign | 0x80000000)
-    twice = bits << 1  # drops the sign: 0 for +-0.0
-    key = k.select(twice.eq(0), 0x80000000, k0)
+    k0, twice, key = _flipped(k, bits)
     bad = (k0 >> 23).eq(0) | ((0 - k0) >> 23).eq(0)
     key = k.select(bad, 0, key)
     return key, (twice > 0xFF000000 if want_nan else None)
+
+
+def _flipped(k, bits):
+    """(k0, twice, key): the sign flip k0 = bits ^ (sign ? ~0 : 0x80000000), twice = bits << 1
+    (0 for +-0.0), key = k0 with -0.0 given +0.0's key."""
+    sign = k.bitcast(k.bitcast(bits, i32) >> 31, u32)
+    k0 = bits ^ (sign | 0x80000000)
+    twice = bits << 1  # drops the sign: 0 for +-0.0
+    return k0, twice, k.select(twice.eq(0), 0x80000000, k0)
+
+
+# the ordered keys of the selectable scores other than -0.0: -FLT_MAX .. +inf
+NORMAL_KEY_LO, NORMAL_KEY_HI = 0x00800000, 0xFF800000
 
 
 def keys_and_specials(k, bits):
@@ -621,14 +631,8 @@ def keys_and_specials(k, bits):
     ordered_keys = select(special, 0, key): its `bad` test (k0 < 2**23 or k0 > 0xFF800000)
     is `key - 2**23 > 0xFF000000` in unsigned arithmetic, key being k0 but for -0.0, which
     is not bad."""
-    sign = k.bitcast(k.bitcast(bits, i32) >> 31, u32)
-    k0 = bits ^ (sign | 0x80000000)
-    key = k.select((bits << 1).eq(0), 0x80000000, k0)
+    key = _flipped(k, bits)[2]
     return key, (key - NORMAL_KEY_LO) > (NORMAL_KEY_HI - NORMAL_KEY_LO)
-
-
-# the ordered keys of the selectable scores other than -0.0: -FLT_MAX .. +inf
-NORMAL_KEY_LO, NORMAL_KEY_HI = 0x00800000, 0xFF800000
 
 
 def _pos(k, p, e):
