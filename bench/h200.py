@@ -104,7 +104,7 @@ def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
     mma_loops.ensure_atoms()
     kern, at = mma_loops.build(name, waves=waves)
     ck = CudaKernel(kern)
-    src = torch.randint(0, 64, (256,), dtype=torch.uint8, device="cuda")
+    src = torch.randint(0, 64, (mma_loops.SRC_BYTES,), dtype=torch.uint8, device="cuda")
     out = torch.zeros(132 * waves * 32, device="cuda")
     us = timed(lambda: ck.launch(dict(src=src, out=out, iters=iters), grid=132, sync=False,
                                  cooperative=False), reps=10, warmup=2)
@@ -118,7 +118,7 @@ def overlap_bench(iters: int = 2048, works=(256, 512), waves: int = 8) -> list:
     flight), with A from registers (RS, the scoring's form) and from shared memory (SS);
     overlap = (t_tensor + t_work - t_both) / min(t_tensor, t_work): 1 = fully hidden, 0 =
     serialized (bench/NOTES.md v9: the scoring's epilogue)."""
-    src = torch.randint(0, 64, (256,), dtype=torch.uint8, device="cuda")
+    src = torch.randint(0, 64, (mma_loops.SRC_BYTES,), dtype=torch.uint8, device="cuda")
     out = torch.zeros(132 * waves * 32, device="cuda")
 
     def t(work, tensor, ss):

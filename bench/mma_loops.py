@@ -13,6 +13,7 @@ from monokernel.ir import ABI, Ptr, Scalar
 from monokernel.types import f32, i32, u8, u64
 
 CHAINS = 4
+SRC_BYTES = 256  # the `src` buffer the loops read their operands from (bench/h200.py's)
 
 
 def _abi():
@@ -21,7 +22,7 @@ def _abi():
 
 def _fragment(k, at, op, lane):
     dt, slots = at.dtype(op), at.slots(op)
-    vals = [k.load(k.args.src, (lane * slots + s) % 256, dt) for s in range(slots)]
+    vals = [k.load(k.args.src, (lane * slots + s) % SRC_BYTES, dt) for s in range(slots)]
     return vals[0] if slots == 1 else k.vec(*vals)
 
 
@@ -39,16 +40,29 @@ def mma_sync_loop(k, *, at):
     k.store(k.args.out, gid, k.extract(total, 0))
 
 
-def wgmma_loop(k, *, at):
-    lane = k.wave_id() % 4 * k.L + k.lane_id()
+def _wg_operands(k, at):
+    """A warpgroup MMA's operands from `src` bytes: B staged in shared memory (and A, for
+    an SS atom), a proxy-fenced barrier, then A's registers (or descriptor) and B's
+    descriptor."""
     smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
     for e0 in k.range(0, at.K * at.N, k.W * k.L):
         e = e0 + k.thread_id()
-        k.store(smem, e, k.load(k.args.src, e % 256, at.b_dtype), mask=e < at.K * at.N)
-    with k.async_proxy_lds():  # B is read next by wgmma (the async proxy)
+        k.store(smem, e, k.load(k.args.src, e % SRC_BYTES, at.b_dtype), mask=e < at.K * at.N)
+    if at.a_smem is not None:  # the SS form: A [64, 32] in shared memory too
+        a_lds = k.lds("a_smem", at.a_dtype, int(at.a_smem.table().max()) + 1)
+        for e0 in k.range(0, at.M * at.K, k.W * k.L):
+            e = e0 + k.thread_id()
+            k.store(a_lds, e, k.load(k.args.src, (e * 7) % SRC_BYTES, at.a_dtype),
+                    mask=e < at.M * at.K)
+    with k.async_proxy_lds():  # B (and A) is read next by wgmma (the async proxy)
         k.barrier()
-    A = _fragment(k, at, "a", lane)
-    desc = k.const(at.smem_descriptor(0), u64)
+    A = (k.const(at.a_smem_descriptor(k.lds_offset("a_smem")), u64) if at.a_smem is not None
+         else _fragment(k, at, "a", k.wave_id() % 4 * k.L + k.lane_id()))
+    return A, k.const(at.smem_descriptor(0), u64)
+
+
+def wgmma_loop(k, *, at):
+    A, desc = _wg_operands(k, at)
     acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
     for _ in k.range(k.args.iters):
         k.wgmma_fence()
@@ -77,25 +91,12 @@ def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
     if work % (2 * EPI_CHAINS):
         raise ValueError(f"work {work} must be a multiple of {2 * EPI_CHAINS} instructions")
     lane = k.wave_id() % 4 * k.L + k.lane_id()
-    smem = k.lds("b_smem", at.b_dtype, int(at.b_smem.table().max()) + 1)
-    for e0 in k.range(0, at.K * at.N, k.W * k.L):
-        e = e0 + k.thread_id()
-        k.store(smem, e, k.load(k.args.src, e % 256, at.b_dtype), mask=e < at.K * at.N)
-    if at.a_smem is not None:  # the SS form: A [64, 32] in shared memory too
-        a_lds = k.lds("a_smem", at.a_dtype, int(at.a_smem.table().max()) + 1)
-        for e0 in k.range(0, at.M * at.K, k.W * k.L):
-            e = e0 + k.thread_id()
-            k.store(a_lds, e, k.load(k.args.src, (e * 7) % 256, at.a_dtype), mask=e < at.M * at.K)
-    with k.async_proxy_lds():  # B (and A) is read next by wgmma (the async proxy)
-        k.barrier()
-    A = (k.const(at.a_smem_descriptor(k.lds_offset("a_smem")), u64) if at.a_smem is not None
-         else _fragment(k, at, "a", lane))
-    desc = k.const(at.smem_descriptor(0), u64)
+    A, desc = _wg_operands(k, at)
     acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * at.c_slots))
     # a negative weight: relu(v) * w + v decays positive values and keeps negative ones,
     # so the chains stay finite over any number of iterations
-    w = k.cast(k.load(k.args.src, lane % 256, u8), f32) * (-1.0 / 256)
-    ep = [k.lane_var(k.cast(k.load(k.args.src, (lane + 7 * i) % 256, u8), f32) - 31.5)
+    w = k.cast(k.load(k.args.src, lane % SRC_BYTES, u8), f32) * (-1.0 / 256)
+    ep = [k.lane_var(k.cast(k.load(k.args.src, (lane + 7 * i) % SRC_BYTES, u8), f32) - 31.5)
           for i in range(EPI_CHAINS)]
     for _ in k.range(k.args.iters):
         d = acc.get()

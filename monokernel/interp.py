@@ -760,9 +760,9 @@ class Run:
             return np.broadcast_to(c, (32, c.shape[1]))
         c = np.concatenate([acc(t) for t in issued])
         desc = int(issued[0][2][0, 0])
-        reads = [("B", atom.read_b_smem, desc)]
-        if atom.a_smem is not None:  # the SS form: A's descriptor in the A operand
-            reads.append(("A", atom.read_a_smem, int(issued[0][1][0, 0])))
+        a_desc = int(issued[0][1][0, 0]) if atom.a_smem is not None else None  # SS: A's
+        reads = [("B", atom.read_b_smem, desc)] + ([("A", atom.read_a_smem, a_desc)]
+                                                    if a_desc is not None else [])
         if self.unfenced is not None:
             for what, read, d in reads:
                 dirty = read(self.unfenced[cta], d).view(np.uint8)
@@ -776,8 +776,8 @@ class Run:
         b = atom.read_b_smem(self.lds[cta], desc)  # (K, N) raw storage values
         B = numerics.to_f64(b, atom.b_dtype)
         C = np.zeros((atom.M, atom.N))
-        if atom.a_smem is not None:
-            A = numerics.to_f64(atom.read_a_smem(self.lds[cta], reads[1][2]), atom.a_dtype)
+        if a_desc is not None:
+            A = numerics.to_f64(atom.read_a_smem(self.lds[cta], a_desc), atom.a_dtype)
         else:
             a = np.concatenate([np.broadcast_to(t[1], (32, t[1].shape[1])) for t in issued])
             A = np.zeros((atom.M, atom.K))

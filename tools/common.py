@@ -545,7 +545,6 @@ def apply_tunes(launch, tunes):
                 raise ValueError(f"--tune: {attr!r} is not a tunable of stage {stage_name} "
                                  f"(tunables: {', '.join(allowed) or 'none'})")
             setattr(st, attr, _tune_value(st, attr, text))
-    launch.tunes = list(tunes)
     return launch
 
 
