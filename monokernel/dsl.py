@@ -139,6 +139,11 @@ class KernelBuilder:
         self.uses.add("clock")
         return self._v("clock", (), VType(u64, 1, True))
 
+    def cycles(self) -> Value:
+        """The processor's cycle counter (for cycle accounts inside a job: JobEnv.tally)."""
+        self.uses.add("clock")
+        return self._v("cycles", (), VType(u64, 1, True))
+
     # ------------------------------------------------------------------ arithmetic
     def _coerce_pair(self, a, b, what):
         if not isinstance(a, Value) and not isinstance(b, Value):
@@ -508,6 +513,26 @@ class KernelBuilder:
             # wave that skips a barrier the others wait at is reported as a stall).
             pass
         self._emit("barrier", attrs={"async_proxy": True} if self._async_proxy else None)
+
+    def named_barrier(self, bid, waves: int, *, arrive: bool = False):
+        """Named barrier `bid` (uniform i32, 1 .. NAMED_BARRIERS-1) of `waves` waves: with
+        arrive=False this wave waits until `waves` waves have reached it (by arriving or
+        waiting), with arrive=True it counts itself and goes on. An ordering of warps (e.g.
+        warpgroups taking turns at the tensor cores), no memory fence; every completion
+        needs exactly `waves` arrivals (the interpreter reports a wave left waiting and a
+        count left over at the kernel's end). NVIDIA only: AMD has one barrier a CTA."""
+        if self.target.name != "interp" and self.target.vendor != "nvidia":
+            raise DSLError(f"named barriers exist on NVIDIA targets, not {self.target.name}")
+        if not 1 < waves <= self.W:
+            raise DSLError(f"named barrier of {waves} waves: this CTA has {self.W}")
+        if not isinstance(bid, Value):
+            if not 0 < bid < ir.NAMED_BARRIERS:
+                raise DSLError(f"named barrier id {bid}: ids are 1 .. {ir.NAMED_BARRIERS - 1} "
+                               "(0 is the CTA barrier's)")
+            bid = self.const(bid, i32)
+        if not bid.uniform or bid.dtype != i32 or bid.n != 1:
+            raise DSLError(f"named barrier id must be a uniform i32 scalar, got {bid!r}")
+        self._emit("named_barrier", (bid,), attrs={"waves": waves, "arrive": arrive})
 
     @contextlib.contextmanager
     def predicated_masks(self):

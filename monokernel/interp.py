@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics
-from .ir import Kernel, Ptr, access_alignment
+from .ir import NAMED_BARRIERS, Kernel, Ptr, access_alignment
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1
 
@@ -201,6 +201,8 @@ class Wave:
         # interleaved with it), strictly increasing from one read to the next
         self.run.ticks = max(self.run.ticks + 1, self.run.accesses)
         self.put(op.result, np.uint64(self.run.ticks))
+
+    op_cycles = op_clock  # one time base: the interpreter has no processor clock
 
     # arithmetic
     def _bin(self, op, f):
@@ -536,6 +538,29 @@ class Wave:
         yield "barrier"
         self.wait_addr = None
 
+    def op_named_barrier(self, op):
+        bid = int(self.get(op.args[0])[0, 0])
+        if not 0 < bid < NAMED_BARRIERS:
+            raise InterpError(f"named barrier id {bid}: ids are 1 .. {NAMED_BARRIERS - 1}")
+        need = op.attrs["waves"]
+        state = self.run.named.setdefault((self.cta, bid), [0, []])
+        state[0] += 1
+        if state[0] == need:  # complete: every waiter goes on, the next completion opens
+            for w in state[1]:
+                self.run.named_waiting.discard(id(w))
+            self.run.named[(self.cta, bid)] = [0, []]
+            return None
+        if op.attrs["arrive"]:
+            return None
+        state[1].append(self)
+        self.run.named_waiting.add(id(self))
+        return self._named_wait(bid)
+
+    def _named_wait(self, bid):
+        self.wait_addr = f"named barrier {bid}"
+        yield "named"
+        self.wait_addr = None
+
     def op_poll(self, op):
         return self._poll(op)
 
@@ -718,6 +743,10 @@ class Run:
         self.arg_values = {}
         self.buffers = {}
         self._wg = {}
+        # named barriers: (cta, id) -> [waves counted toward the open completion, the waves
+        # waiting for it]; a waiting wave is not runnable until the completion
+        self.named: dict[tuple, list] = {}
+        self.named_waiting: set[int] = set()
         self._bind(args)
 
     def _bind(self, args):
@@ -799,7 +828,8 @@ class Run:
         cursor = 0
         randomised = self.mode != "inorder"
         while live:
-            runnable = [w for w in live if id(w) not in at_barrier[w.cta]]
+            runnable = [w for w in live if id(w) not in at_barrier[w.cta]
+                        and id(w) not in self.named_waiting]
             if not runnable:
                 self._stall(live, "every live wave waits at a barrier")
             if polling and len(polling) == len(runnable) and \
@@ -850,6 +880,11 @@ class Run:
                     cursor += 1
             else:
                 polling.discard(id(w))
+        left = {key: st[0] for key, st in self.named.items() if st[0]}
+        if left:
+            raise Stall("named barriers left with arrivals no completion used (an unbalanced "
+                        "turn protocol: the next use of the id would complete early): "
+                        + ", ".join(f"CTA {c} id {b}: {n}" for (c, b), n in sorted(left.items())))
 
     def _release_barrier(self, at_barrier, alive_in_cta, cta, live):
         if at_barrier[cta] and len(at_barrier[cta]) == alive_in_cta[cta]:

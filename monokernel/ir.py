@@ -29,6 +29,7 @@ ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
 ATOMIC_OPS = ("add", "max", "min", "cas", "exch", "or", "and")
 CMP_PREDS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_OPS = ("add", "max", "min", "or", "and")
+NAMED_BARRIERS = 16  # PTX bar ids 0..15 a CTA; 0 is the CTA barrier's (bar.sync 0)
 
 OPCODES: dict[str, str] = {
     # values
@@ -42,6 +43,8 @@ OPCODES: dict[str, str] = {
     "cta_id": "this CTA's index in the grid (uniform i32)",
     "num_ctas": "number of CTAs in the grid (uniform i32)",
     "clock": "a monotone time counter in nanoseconds-like ticks (uniform u64)",
+    "cycles": "this wave's processor cycle counter (uniform u64): differences between two reads "
+              "of one wave count its clocks; not comparable across CTAs",
     # arithmetic (same dtype on both sides; storage-only bf16/fp8 must be cast first)
     "add": "a + b", "sub": "a - b", "mul": "a * b",
     "div": "a / b (ints: toward zero, b != 0)", "rem": "a % b (ints: sign of a)",
@@ -66,6 +69,10 @@ OPCODES: dict[str, str] = {
     "atomic": "read-modify-write attrs.op at ptr + idx*size, returns the old value",
     "fence": "memory fence with attrs.scope and attrs.order",
     "barrier": "CTA barrier, with a CTA-scope acq_rel fence (LDS and global)",
+    "named_barrier": "named barrier args[0] (uniform i32, 1..NAMED_BARRIERS-1; 0 is the CTA "
+                     "barrier's) completing when attrs.waves waves of the CTA have reached it; "
+                     "attrs.arrive: this wave counts itself and goes on, else it waits for the "
+                     "completion (an ordering of warps, no memory fence: sm_90a)",
     "poll": "load (relaxed, attrs.scope) until the field (x >> shift) & mask <pred> expected holds "
             "on every active lane, at most attrs.bound times; -> (value, timed_out)",
     # cross-lane

@@ -32,8 +32,10 @@ The kernel ABI (one `ir.ABI`, never positional sprawl):
                       timeline[W*e + 1], W = TIMELINE_WORDS, and the job's phase marks
                       (JobEnv.phase(i): where a stage says its waiting, loading or
                       publishing ends) into timeline[W*e + 2 + i] (globaltimer ns on
-                      NVIDIA, s_memrealtime ticks on AMD, the interpreter's tick counter);
-                      `timeline_records` decodes it
+                      NVIDIA, s_memrealtime ticks on AMD, the interpreter's tick counter),
+                      and the job's tallies (JobEnv.tally(i, v): every wave's lane 0 adds v,
+                      e.g. cycles a wave spent in a part of its loop) into
+                      timeline[W*e + TALLY_WORD0 + i]; `timeline_records` decodes it
 
 Table layout (int32 words):
 
@@ -85,7 +87,10 @@ from .types import i32, u8, u32, u64
 LINK_ARGS = ("arena", "sched", "err", "tag")
 TIMELINE_ARG = "timeline"  # the optional per-entry timestamp buffer (link(timeline=True))
 PHASE_SLOTS = 4  # marks a job may stamp between its start and end (JobEnv.phase)
-TIMELINE_WORDS = 2 + PHASE_SLOTS  # u64 a table entry: start, end, then the phase marks
+TALLY_SLOTS = 4  # cycle accounts a job may sum over its waves (JobEnv.tally)
+# u64 a table entry: start, end, the phase marks, then the tallies
+TIMELINE_WORDS = 2 + PHASE_SLOTS + TALLY_SLOTS
+TALLY_WORD0 = 2 + PHASE_SLOTS
 TABLE_MAGIC = 0x4D4B4C31  # "MKL1"
 HEADER_WORDS = 4
 ENTRY_WORDS = 4
@@ -226,6 +231,24 @@ class JobEnv:
             self._l.stamp(self._l.entry, 2 + i)
 
     @property
+    def timing(self) -> bool:
+        """Whether this is a timeline kernel: a stage adds its cycle accounts only then."""
+        return self._l.timeline
+
+    def tally(self, i: int, value):
+        """Add `value` (uniform u64: e.g. a wave's clocks in one part of its loop, from
+        k.cycles()) from every wave into the job's tally i (0 .. TALLY_SLOTS-1) in a timeline
+        kernel: `time_layers --timeline` prints each stage's median per wave. No code
+        otherwise."""
+        if not 0 <= i < TALLY_SLOTS:
+            raise DSLError(f"tally {i}: a job has tallies 0 .. {TALLY_SLOTS - 1}")
+        if self._l.timeline:
+            k = self.k
+            k.atomic("add", k.args.timeline, self._l.entry * TIMELINE_WORDS + TALLY_WORD0 + i,
+                     k.cast(value, u64), mask=k.lane_id().eq(0), order="relaxed",
+                     scope="device")
+
+    @property
     def ok(self):
         """Uniform i1: this wave has not recorded a failure."""
         return self._l.failed.get().eq(0)
@@ -353,6 +376,7 @@ class TimelineRecord:
     start: int  # clock ticks (ns on NVIDIA); 0 = never recorded (the job was skipped)
     end: int
     phases: tuple = ()  # PHASE_SLOTS marks (ticks; 0 = the job stamped none there)
+    tallies: tuple = ()  # TALLY_SLOTS sums over the job's waves (JobEnv.tally; 0 = none)
 
 
 def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | None = None
@@ -377,7 +401,8 @@ def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | 
                 continue
             sid, job = int(d[hdr + ENTRY_WORDS * e]), int(d[hdr + ENTRY_WORDS * e + 1])
             out.append(TimelineRecord(c, p, ids.get(sid, str(sid)), job, t0, t1,
-                                      tuple(int(x) for x in ts[w + 2:w + TIMELINE_WORDS])))
+                                      tuple(int(x) for x in ts[w + 2:w + TALLY_WORD0]),
+                                      tuple(int(x) for x in ts[w + TALLY_WORD0:w + TIMELINE_WORDS])))
     return out
 
 

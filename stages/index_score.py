@@ -69,6 +69,7 @@ from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_e4m3
 from monokernel.types import f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
+from .cycles import CycleTally
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body, wait_flags
 
@@ -86,7 +87,25 @@ class IndexScore(Stage):
     name = "ix_score"
     rel_tol = 1e-5
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
-    TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs")
+    TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
+                "turns")
+    # The key loop's block-table entries load DEPTH steps before the key loads that use them
+    # (`_pipeline`). Without it (False) a step's key loads address through an entry loaded a
+    # few instructions before: in the sm_90a rows-8 SASS the second step of each unrolled
+    # pair issues its four key loads ~20 instructions after their block-table load, so the
+    # warp waits one memory latency (a DRAM miss every 8 entries) before its next wgmma.
+    prefetch_pages = False
+    # Hopper, two warpgroups a CTA: they take turns at the tensor cores (named barriers 1
+    # and 2: a warpgroup waits for its turn, issues its chain, hands the turn over, then
+    # waits for its chain and runs its epilogue while the other's chain runs). Without it the
+    # timeline's cycle accounts (v10) show the two in step: each waits ~1000 clocks for a
+    # ~600-clock chain and runs its epilogue while the other runs its own.
+    turns = False
+    TURN_BARRIERS = (1, 2)  # named barrier of warpgroup 0 / 1 (0 is the CTA barrier's)
+    # a timeline build's cycle accounts of the key loop (stages/cycles.py), per wave: from a
+    # step's start to its loads issued, to its chain's results in (issue + wait), the
+    # epilogue (relu, weights, lane swaps, store, count), and the steps run
+    TALLIES = ("loads", "chain", "epilogue", "steps")
 
     def __init__(self, p: IndexPlan):
         self.p = p
@@ -206,6 +225,8 @@ class IndexScore(Stage):
             stage = self._stage_queries(k, io) if p.wgmma else None
             if k.W > 1:
                 k.barrier()
+        self._cyc = CycleTally(k, io.env, len(self.TALLIES))
+        self._turns_open(k)
         for gi in k.range(R):
             g = self._row(k, tab, gi)
             with k.if_(g[0].eq(1)):
@@ -213,9 +234,11 @@ class IndexScore(Stage):
                     self._group_wgmma(k, io, gi, g, hist, stage)
                 else:
                     self._group_mfma(k, io, gi, g, hist, stage)
+        self._turns_close(k)
         if k.W > 1:
             k.barrier()
         io.env.phase(1)  # every key of the job is scored
+        self._cyc.flush()
         self._fixup(k, io, tab, hist)
         if k.W > 1:
             k.barrier()
@@ -333,22 +356,42 @@ class IndexScore(Stage):
         k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(ordered_digit(k, score), i32),
                  k.const(1, u32), mask=ok, scope="cta")
 
-    def _pipeline(self, k, my_n, locate, load, compute):
+    def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None):
         """DEPTH steps in flight: step t + DEPTH's loads issue before step t computes,
         straight from memory into registers (past the end, loads repeat the last step).
-        `locate(t)` loads step t's cache page from the block table, `load(t, page)` its keys.
-        (Loading the block-table entries a wave-width ahead measured no faster on the H200:
-        bench/NOTES.md, index v2.)"""
-        ring = [[k.lane_var(x) for x in load(k.const(d, i32), locate(k.const(d, i32)))]
-                for d in range(DEPTH)]
-        for t0 in k.range(0, my_n, DEPTH):
+        `locate(t)` loads step t's cache page from the block table, `load(t, page)` its keys;
+        with `prefetch_pages` the block-table entries load DEPTH steps before the key loads
+        that address through them (past the end, locate repeats the last step's page).
+        With `n_all` (warpgroups taking turns) the loop runs n_all steps, every warpgroup the
+        same count, and a step past my_n runs `idle()` (its turns' barriers) instead."""
+        c = lambda v: k.const(v, i32)  # noqa: E731
+        ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(DEPTH)]
+        if self.prefetch_pages:  # pages[d]: the page of step t + DEPTH (t = d mod DEPTH)
+            pages = [k.lane_var(locate(c(DEPTH + d))) for d in range(DEPTH)]
+        for t0 in k.range(0, my_n if n_all is None else n_all, DEPTH):
             for d in range(DEPTH):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
-                for v, x in zip(ring[d], load(t + DEPTH, locate(t + DEPTH))):
+                self._cyc.start()
+                if self.prefetch_pages:
+                    page = pages[d].get()
+                    pages[d].set(locate(t + 2 * DEPTH))
+                else:
+                    page = locate(t + DEPTH)
+                for v, x in zip(ring[d], load(t + DEPTH, page)):
                     v.set(x)
-                with k.if_(t < my_n):
-                    compute(t, cur)
+                self._cyc.mark(0)
+                if n_all is None:
+                    with k.if_(t < my_n):
+                        compute(t, cur)
+                        self._cyc.count(3)
+                else:
+                    with k.if_else(t < my_n) as (run, skip):
+                        with run:
+                            compute(t, cur)
+                            self._cyc.count(3)
+                        with skip:
+                            idle()
 
     def _pipeline_halves(self, k, my_n, locate, load, issue, finish, nacc):
         """Hopper, all pairs: the chain split in two halves A, B (own accumulators, own
@@ -699,10 +742,26 @@ class IndexScore(Stage):
         NH = stage["NH"]
         slot_map = self._slot_map
         my_n = (nblocks - wg + nwg - 1) / nwg
+        turns = self._taking_turns(k)
+        if turns:
+            n_all = (nblocks + nwg - 1) / nwg  # warpgroup 0's steps, the most any has
+            own = k.const(self.TURN_BARRIERS[0], i32) + wg
+            other = k.const(self.TURN_BARRIERS[1], i32) - wg
 
         def locate(t):  # past the end: the last step again
+            if turns:  # (a warpgroup with no step of its own reads block 0's page)
+                return k.load(a.block_table, btrow * MP + (key_lo >> 6) +
+                              k.min(wg + t * nwg, nblocks - 1), i32)
             b0 = key_lo + (wg + k.min(t, my_n - 1) * nwg) * 64
             return k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
+
+        def turn_begin():
+            if turns:
+                k.named_barrier(own, k.W)
+
+        def turn_end():
+            if turns:
+                k.named_barrier(other, k.W, arrive=True)
 
         def load(t, page):
             out = []
@@ -724,16 +783,19 @@ class IndexScore(Stage):
             """One wgmma per MMA chunk, B = the staged query columns from row ra on, committed
             as one group; the result is pending until a wgmma_wait retires the group."""
             off = self._b_rows_offset(k, ra)
+            turn_begin()
             k.wgmma_fence()
             acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
             for c in range(T.chunks):
                 acc = k.wgmma(atom, A[c], k.const(stage["descs"][c], u64) + off, acc)
             k.wgmma_commit()
+            turn_end()
             return acc
 
         def chain(atom, A, ra):
             acc = issue(atom, A, ra)
             k.wgmma_wait(0)
+            self._cyc.mark(1)
             return acc
 
         def finish(acc, smap, pp, b0, sc):
@@ -758,6 +820,7 @@ class IndexScore(Stage):
                 vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
             self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, key_lo, vals[0] * sc,
                         k.const(True, "i1"))
+            self._cyc.mark(2)
 
         narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(slot_map)]
 
@@ -812,6 +875,32 @@ class IndexScore(Stage):
                 for q in range(hp):
                     finish(acc, half_maps[q], hp * h + q, b0, sc)
 
+        if turns:
+            if self._ss_on() or half is not None or self.alternate_one_pair:
+                raise ValueError("ix_score: turns take the plain pipeline (not with ss_keys, "
+                                 "pipeline_min_pairs or alternate_one_pair)")
+
+            def taking_turns(comp, chains):
+                """The pipeline with the warpgroups' turns: every step's chains are turns,
+                an idle step (past a warpgroup's own steps) still takes them, so both take
+                the same turns in every group (`_turns_open` / `_turns_close` hand the
+                job's first and last turn)."""
+                def idle():
+                    for _ in k.range(chains):
+                        turn_begin()
+                        turn_end()
+                self._pipeline(k, my_n, locate, load, comp, n_all, idle)
+
+            with k.if_(n_all > 0):
+                if wide is None:
+                    taking_turns(compute, P)
+                else:
+                    with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
+                        with all_pairs:
+                            taking_turns(compute_wide, 1)
+                        with fewer:
+                            taking_turns(compute, P)
+            return
         if self._ss_on():
             # SS paths: all the plan's pairs split over the warpgroups (where they split),
             # one-pair groups a page a warpgroup; other groups keep the register path
@@ -847,6 +936,24 @@ class IndexScore(Stage):
         """The key (of a wgmma's 64) whose scores a lane holds after a pair's quad butterfly:
         warp ww's 16 keys, the lane's row g8 of them or g8 + 8 (accumulator rows), by t4."""
         return ww * 16 + g8 + ((t4 >> 1) & 1) * 8
+
+    def _taking_turns(self, k) -> bool:
+        return self.turns and self.p.wgmma and k.W // 4 == len(self.TURN_BARRIERS)
+
+    def _turns_open(self, k):
+        """Warpgroup 1 hands the job's first turn to 0. Once a job, not once a group: a
+        barrier counts arrivals, not who made them, so 1's last hand-over of one group and
+        a first one of the next would complete 0's barrier without 0."""
+        if self._taking_turns(k):
+            with k.if_((k.wave_id() >> 2).eq(1)):
+                k.named_barrier(self.TURN_BARRIERS[0], k.W, arrive=True)
+
+    def _turns_close(self, k):
+        """Warpgroup 0 takes the turn 1's last chain handed over (every completion has both
+        warpgroups; the CTA barrier after it keeps the next job's hand-over apart)."""
+        if self._taking_turns(k):
+            with k.if_((k.wave_id() >> 2).eq(0)):
+                k.named_barrier(self.TURN_BARRIERS[0], k.W)
 
     def _b_rows_offset(self, k, ra):
         """What a staged-queries descriptor adds to start at row ra (runtime): heads_pad B

@@ -374,3 +374,81 @@ def check_wgmma_schedule(ptx: str, pattern: str, mma: str):
     if report is not None:
         assert "C7514" not in report and "serialized" not in report, report
         assert "0 bytes spill stores" in report, report
+
+
+# ------------------------------------------------ block-table entries loaded a ring ahead
+
+PREFETCH_CASES = [
+    ("sm_90a", 8, [(8, 700)], "random"),            # all pairs in one chain, many steps
+    ("sm_90a", 2, [(1, 1500), (1, 63)], "inorder"),  # one-pair groups: a long and a 1-step one
+    ("gfx950", 4, [(3, 900), (1, 130)], "relaxed"),  # the MFMA path's 16-key steps
+    ("gfx942", 2, [(2, 64)], "random"),              # one page: every lookahead past the end
+]
+
+
+@pytest.mark.parametrize("chip,rows,requests,mode", PREFETCH_CASES,
+                         ids=[f"{c[0]}-r{c[1]}-{c[3]}" for c in PREFETCH_CASES])
+def test_prefetched_pages_give_the_same_bits(chip, rows, requests, mode):
+    """IndexScore.prefetch_pages: the key loop's block-table entries load DEPTH steps before
+    the key loads that use them (past the end: the last page again). Within the float64
+    checks (a page taken from the wrong step scores the wrong keys) and bit-identical to
+    the loop that looks each page up just before its loads, pages shuffled in the table."""
+    out = {}
+    for prefetch in (True, False):
+        spec = BuildSpec.make("tiny", rows=rows, target="interp")
+        # two scoring jobs: each loops over many steps (the default split gives a job 1-2)
+        L = index_scoring_launch(spec, chip=chip, capacity=CAP, cache_pages=PAGES,
+                                 score_jobs=2)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.prefetch_pages = prefetch
+        inp = make_inputs(st.p, np.random.default_rng(17 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=9)
+        check_launch(L, inp, res)
+        out[prefetch] = (res.regions["scores"].view(np.uint32).copy(),
+                         res.regions["score_hist"].copy())
+    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
+    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+
+
+# ------------------------------------------------ warpgroups taking turns at the tensor cores
+
+TURN_CASES = [
+    (8, [(8, 700)], "random"),               # all pairs in one chain (N = 256 at glm5)
+    (8, [(3, 900), (4, 300), (1, 64)], "inorder"),  # groups of fewer pairs: P chains a step
+    (2, [(1, 1500), (1, 63)], "random"),     # one-pair groups; a 1-step group: wg 1 idles
+    (4, [(4, 64)], "relaxed"),               # one page: warpgroup 1 has no step of its own
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode", TURN_CASES,
+                         ids=[f"r{c[0]}-{c[2]}-{len(c[1])}req" for c in TURN_CASES])
+def test_warpgroup_turns_give_the_same_bits(rows, requests, mode):
+    """IndexScore.turns (two warpgroups alternate their chains through named barriers; a
+    warpgroup with fewer steps takes its turns idle): within the float64 checks and
+    bit-identical to the plain pipeline; the interpreter reports a turn protocol that
+    deadlocks or leaves arrivals behind, so every group shape here also proves it balanced."""
+    out = {}
+    for turns in (True, False):
+        spec = BuildSpec.make("tiny", rows=rows, target="interp")
+        L = index_scoring_launch(spec, chip="sm_90a", capacity=CAP, cache_pages=PAGES,
+                                 score_jobs=3, waves=8)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.turns = turns
+        named = sum(op.opcode == "named_barrier" for op in L.kernel("interp", 32).walk())
+        assert (named > 0) == turns, named
+        inp = make_inputs(st.p, np.random.default_rng(23 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=4)
+        check_launch(L, inp, res)
+        out[turns] = (res.regions["scores"].view(np.uint32).copy(),
+                      res.regions["score_hist"].copy())
+    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
+    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+
+
+def test_turns_refuse_the_other_pipelines():
+    spec = BuildSpec.make("tiny", rows=8, target="interp")
+    L = index_scoring_launch(spec, chip="sm_90a", capacity=CAP, cache_pages=PAGES, waves=8)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.turns, st.ss_keys = True, True
+    with pytest.raises(ValueError, match="turns take the plain pipeline"):
+        L.kernel("interp", 32)

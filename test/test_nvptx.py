@@ -399,6 +399,50 @@ MMA_E4M3 = nv_atoms.MMA_M16N8K32_E4M3
 WGMMA16 = nv_atoms.wgmma_e4m3(16)
 WGMMA256 = nv_atoms.wgmma_e4m3(256)
 
+TURN_STEPS = 8  # turns each group of waves takes
+TURN_GROUP = 2  # waves a group (the kernel has two groups)
+
+
+def _turns(k, *, named=True, final_sync=True):
+    """Two groups of TURN_GROUP waves take turns through named barriers 1 and 2 (the
+    scoring's warpgroup ping-pong: stages/index_score.py): before its turn a group waits on
+    its own barrier, after it it arrives on the other's; group 1 arrives once up front, group
+    0 takes a last wait at the end (every completion has exactly 2 x TURN_GROUP arrivals).
+    In a turn every wave counts itself in the CTA's counter and stores old // TURN_GROUP:
+    with the turns kept, group g's turn s reads 2s + g."""
+    a = k.args
+    c = k.cta_id()
+    g = k.wave_id() / TURN_GROUP
+    both = 2 * TURN_GROUP
+    if named:
+        with k.if_(g.eq(1)):
+            k.named_barrier(1, both, arrive=True)
+    for s in k.range(TURN_STEPS):
+        if named:
+            k.named_barrier(g + 1, both)
+        old = k.atomic("add", a.counter, c, k.const(1, i32), order="relaxed", scope="device")
+        k.store(a.out, (c * k.W + k.wave_id()) * TURN_STEPS + s, old / TURN_GROUP,
+                mask=k.lane_id().eq(0))
+        if named:
+            k.named_barrier(2 - g, both, arrive=True)
+    if named and final_sync:
+        with k.if_(g.eq(0)):
+            k.named_barrier(1, both)
+
+
+def _turns_args(rng, grid):
+    return dict(counter=np.zeros(grid, np.int32),
+                out=np.full(grid * 2 * TURN_GROUP * TURN_STEPS, -1, np.int32))
+
+
+def _turns_reference(args):
+    grid = args["counter"].size
+    w = np.arange(2 * TURN_GROUP)[:, None] // TURN_GROUP
+    one = 2 * np.arange(TURN_STEPS)[None, :] + w
+    return dict(out=np.tile(one.reshape(-1), grid).astype(np.int32),
+                counter=np.full(grid, 2 * TURN_GROUP * TURN_STEPS, np.int32))
+
+
 CASES = [
     Case("vscale", _k("vscale", _vscale, ABI(x=Ptr(f32), out=Ptr(f32), out4=Ptr(f32),
                                             n=Scalar(i32), s=Scalar(f32)), chunks=3),
@@ -473,6 +517,11 @@ CASES = [
          _wgmma_args(WGMMA256), 1, ("D",), floats={"D": (1e-5, 1e-4)},
          expect=(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e4m3\.e4m3",),
          reference=_wgmma_reference(WGMMA256), bound=_wgmma_bound(WGMMA256)),
+    Case("turns", _k("turns", _turns, ABI(counter=Ptr(i32), out=Ptr(i32)), waves=2 * TURN_GROUP),
+         _turns_args, 4, ("out", "counter"), interp_kw=dict(mode="random", seed=3),
+         expect=(r"barrier\.sync\.aligned\s+%r\d+, 128|bar\.sync\s+%r\d+, 128",
+                 r"barrier\.arrive\.aligned\s+(1|%r\d+), 128|bar\.arrive\s+(1|%r\d+), 128"),
+         reference=_turns_reference),
 ]
 CASE = {c.name: c for c in CASES}
 
@@ -670,7 +719,7 @@ def test_unknown_sm_is_rejected():
 # ----------------------------------------------------------------------------- interpreter
 
 @pytest.mark.parametrize("name", ["vscale", "xlane", "atomics", "casts", "lds_barrier",
-                                  "mma_bf16", "mma_e4m3", "wgmma16", "wgmma256"])
+                                  "mma_bf16", "mma_e4m3", "wgmma16", "wgmma256", "turns"])
 def test_cases_run_in_the_interpreter(name):
     """The shared cases are valid programs (the GPU test compares against these runs)."""
     case = CASE[name]

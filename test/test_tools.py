@@ -263,7 +263,8 @@ def test_phase_marks_land_between_a_jobs_start_and_end_in_order():
     time_layers.write_jobs_csv(recs, path, 1.0, "ticks")
     with open(path) as f:
         head = next(csv.reader(f))
-    assert head[-mlink.PHASE_SLOTS:] == [f"phase{i}_ticks" for i in range(mlink.PHASE_SLOTS)]
+    assert head[6:6 + mlink.PHASE_SLOTS] == [f"phase{i}_ticks" for i in range(mlink.PHASE_SLOTS)]
+    assert head[6 + mlink.PHASE_SLOTS:] == [f"tally{i}" for i in range(mlink.TALLY_SLOTS)]
     from monokernel.dsl import DSLError
 
     class Bad(type(L.stages[0])):
@@ -273,6 +274,48 @@ def test_phase_marks_land_between_a_jobs_start_and_end_in_order():
     bad.__dict__.update(L.stages[0].__dict__)
     from stages.launch import Launch
     with pytest.raises(DSLError, match=f"phase {mlink.PHASE_SLOTS}"):
+        Launch("bad", [bad], grid=1).kernel("interp", timeline=True)
+
+
+def test_scoring_cycle_tallies_count_its_steps_and_only_in_timeline_kernels():
+    """The scoring's cycle accounts (stages/cycles.py, JobEnv.tally): in a timeline kernel
+    every wave adds its loop's parts into its job's tallies (the steps part counts the key
+    steps it ran: a warpgroup's 64-key pages, summed over the job's 4 waves); time_layers'
+    stage table names them; a kernel without a timeline reads no cycle counter; a tally index
+    out of range is an error naming it."""
+    from stages.index import index_scoring_launch
+    from stages.index_ref import make_inputs as ix_inputs
+    from stages.index_score import IndexScore
+    from spec import BuildSpec
+    keys, jobs = 1500, 2
+    L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                             capacity=4096, cache_pages=80, score_jobs=jobs)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    inp = ix_inputs(st.p, np.random.default_rng(3), [(4, keys)], cache_pages=80)
+    ts = L.timeline_buffer()
+    L.run_interp(inp, step=0, mode="inorder", seed=1, timeline=ts)
+    recs = [r for r in L.timeline(ts) if r.stage == st.name]
+    steps = IndexScore.TALLIES.index("steps")
+    pages = -(-keys // 64)
+    assert sum(r.tallies[steps] for r in recs) == pages * 4  # each page once, 4 waves a page
+    assert all(r.tallies[i] > 0 for r in recs for i in range(steps))
+    rows = time_layers.stage_rows(L.timeline(ts), 1.0, "ticks", [s.name for s in L.stages],
+                                  L.waves, {st.name: IndexScore.TALLIES})
+    row = next(r for r in rows if r["stage"] == st.name)
+    assert row[time_layers.TALLY_COLUMN].startswith("loads ") and "steps " in \
+        row[time_layers.TALLY_COLUMN]
+    plain = L.kernel("interp", 32)
+    assert not any(op.opcode == "cycles" for op in plain.walk())
+    assert any(op.opcode == "cycles" for op in L.kernel("interp", 32, timeline=True).walk())
+    from monokernel.dsl import DSLError
+
+    class Bad(type(L.stages[0])):
+        def body(self, k, job, io):
+            io.env.tally(mlink.TALLY_SLOTS, k.const(1, "u64"))
+    bad = object.__new__(Bad)
+    bad.__dict__.update(L.stages[0].__dict__)
+    from stages.launch import Launch
+    with pytest.raises(DSLError, match=f"tally {mlink.TALLY_SLOTS}"):
         Launch("bad", [bad], grid=1).kernel("interp", timeline=True)
 
 

@@ -98,9 +98,14 @@ def _parser() -> argparse.ArgumentParser:
 
 # -------------------------------------------------------------------------------- timeline
 
-def stage_rows(records, scale: float, unit: str, stages) -> list[dict]:
+TALLY_COLUMN = "tallies (median a wave)"
+
+
+def stage_rows(records, scale: float, unit: str, stages, waves: int = 1,
+               tally_names: dict | None = None) -> list[dict]:
     """Per stage: jobs, first start / last end (from the launch's earliest start), median job
-    time; `scale` converts clock ticks to `unit`."""
+    time, phase ends, tallies; `scale` converts clock ticks to `unit`, `waves` a job's waves
+    (tallies are sums over them), `tally_names` a stage's names for its tallies."""
     if not records:
         return []
     t0 = min(r.start for r in records)
@@ -113,8 +118,20 @@ def stage_rows(records, scale: float, unit: str, stages) -> list[dict]:
                     f"first start ({unit})": (min(r.start for r in rs) - t0) * scale,
                     f"last end ({unit})": (max(r.end for r in rs) - t0) * scale,
                     f"median job ({unit})": statistics.median(r.end - r.start for r in rs) * scale,
-                    "phase ends (median from job start)": phase_medians(rs, scale)})
+                    "phase ends (median from job start)": phase_medians(rs, scale),
+                    TALLY_COLUMN: tally_medians(rs, waves, (tally_names or {}).get(st, ()))})
     return out
+
+
+def tally_medians(records, waves: int, names=()) -> str:
+    """'name x / ...': per tally a stage's jobs added (JobEnv.tally: sums over a job's
+    waves), the median over its jobs of the per-wave value ('-' where none)."""
+    parts = []
+    for i in range(max((len(r.tallies) for r in records), default=0)):
+        vs = [r.tallies[i] / waves for r in records if r.tallies[i]]
+        if vs:
+            parts.append(f"{names[i] if i < len(names) else f't{i}'} {statistics.median(vs):.0f}")
+    return " / ".join(parts) or "-"
 
 
 def phase_medians(records, scale: float) -> str:
@@ -162,9 +179,11 @@ def _print_timeline(L, stamps, scale, unit, args, title):
     recs = L.timeline(stamps)
     names = [s.name for s in L.stages]
     print(f"\ntimeline of {title} ({len(recs)} jobs on {L.table.grid} CTAs, {unit}):")
-    print(common.table(stage_rows(recs, scale, unit, names),
+    tallies = {s.name: getattr(s, "TALLIES", ()) for s in L.stages}
+    print(common.table(stage_rows(recs, scale, unit, names, L.waves, tallies),
                        ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
-                        f"median job ({unit})", "phase ends (median from job start)"]))
+                        f"median job ({unit})", "phase ends (median from job start)",
+                        TALLY_COLUMN]))
     if args.plot:
         print(plot(recs, _numbered(args, "plot"), title, scale, unit))
     if args.jobs_csv:
@@ -188,12 +207,13 @@ def write_jobs_csv(records, path: str, scale: float, unit: str) -> str:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         nph = max((len(r.phases) for r in records), default=0)
+        nt = max((len(r.tallies) for r in records), default=0)
         w.writerow(["cta", "position", "stage", "job", f"start_{unit}", f"end_{unit}"]
-                   + [f"phase{i}_{unit}" for i in range(nph)])
+                   + [f"phase{i}_{unit}" for i in range(nph)] + [f"tally{i}" for i in range(nt)])
         for r in sorted(records, key=lambda r: (r.cta, r.position)):
             w.writerow([r.cta, r.position, r.stage, r.job, (r.start - t0) * scale,
                         (r.end - t0) * scale]
-                       + [(x - t0) * scale if x else "" for x in r.phases])
+                       + [(x - t0) * scale if x else "" for x in r.phases] + list(r.tallies))
     return f"--jobs-csv: {len(records)} jobs -> {path}"
 
 
@@ -419,6 +439,7 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
         stamps = torch.from_numpy(L.timeline_buffer().view(np.int64)).to(dev)
         spans = []
         for _ in range(SPAN_LAUNCHES):  # each from another input copy
+            stamps.zero_()  # the tallies add up: each launch's own
             tgpu.launch(tgpu.lk.args(timeline=stamps, **next_args()))
             host = stamps.cpu().numpy().view(np.uint64)
             spans.append(score_span(L, L.timeline(host), scale))

@@ -130,6 +130,9 @@ class AMDGCNHooks(TargetHooks):
     def clock(self, e: Emitter) -> str:
         return e.call("i64", "llvm.amdgcn.s.memrealtime", "")
 
+    def cycles(self, e: Emitter) -> str:
+        return e.call("i64", "llvm.amdgcn.s.memtime", "")  # the shader clock (s_memtime)
+
     # cross-lane ------------------------------------------------------------------------
     def _swap32(self, e: Emitter, x: str, mask: int) -> str:
         if mask in DPP_QUAD_PERM:
@@ -201,6 +204,10 @@ class AMDGCNHooks(TargetHooks):
 
     def backoff(self, e: Emitter):
         e.call("void", "llvm.amdgcn.s.sleep", f"i32 {SLEEP_UNITS}")
+
+    def named_barrier(self, e: Emitter, bid: str, waves: int, arrive: bool):
+        raise NotImplementedError("named barriers: AMD has one barrier a CTA (the DSL refuses "
+                                  "them on AMD targets)")
 
     def barrier(self, e: Emitter, async_proxy: bool = False):
         # LDS and global writes of the CTA become visible to its other waves (async_proxy:

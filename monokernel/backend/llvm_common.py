@@ -294,6 +294,7 @@ class Emitter:
     def op_cta_id(self, op): self.alias(op.result, self.h.cta_id(self))
     def op_num_ctas(self, op): self.alias(op.result, self.h.num_ctas(self))
     def op_clock(self, op): self.alias(op.result, self.h.clock(self))
+    def op_cycles(self, op): self.alias(op.result, self.h.cycles(self))
 
     _INT = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or", "xor": "xor",
             "shl": "shl"}
@@ -626,6 +627,9 @@ class Emitter:
 
     def op_barrier(self, op):
         self.h.barrier(self, async_proxy=bool(op.attrs.get("async_proxy")))
+
+    def op_named_barrier(self, op):
+        self.h.named_barrier(self, self.val(op.args[0]), op.attrs["waves"], op.attrs["arrive"])
 
     def op_poll(self, op):
         p, idx, expected = op.args[:3]

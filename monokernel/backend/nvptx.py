@@ -52,6 +52,7 @@ PTX_VERSION = 84
 SCOPES = {"wave": "block", "cta": "block", "device": "device", "system": ""}
 PTX_SCOPES = {"wave": "cta", "cta": "cta", "device": "gpu", "system": "sys"}
 FULL_MASK = -1
+WARP = 32  # threads a warp (a named barrier counts threads)
 SHFL_CLAMP = 0x1F  # shfl `c` operand: clamp 31, segment mask 0 (the whole warp)
 BACKOFF_NS = 64  # nanosleep between polls: off the memory path, still prompt
 BARRIER_FENCES = False  # explicit CTA fences around bar.sync (see barrier()): off, measured
@@ -137,6 +138,9 @@ class NVPTXHooks(TargetHooks):
     def clock(self, e: Emitter) -> str:
         return self._sreg(e, "globaltimer", "i64")
 
+    def cycles(self, e: Emitter) -> str:
+        return self._sreg(e, "clock64", "i64")
+
     # cross-lane ------------------------------------------------------------------------
     def _shfl(self, e: Emitter, mode: str, x: str, lane: str) -> str:
         return e.call("i32", f"llvm.nvvm.shfl.sync.{mode}.i32",
@@ -187,6 +191,13 @@ class NVPTXHooks(TargetHooks):
         e.call("void", "llvm.nvvm.barrier.cta.sync.aligned.all", "i32 0")
         if BARRIER_FENCES:
             e.emit('fence syncscope("block") acquire')
+
+    def named_barrier(self, e: Emitter, bid: str, waves: int, arrive: bool):
+        # bar.sync / bar.arrive id, threads (the .aligned forms: every thread of a warp
+        # executes it, as the IR's uniform control flow promises)
+        kind = "arrive" if arrive else "sync"
+        e.call("void", f"llvm.nvvm.barrier.cta.{kind}.aligned.count",
+               f"i32 {bid}, i32 {waves * WARP}")
 
     # atomics ---------------------------------------------------------------------------
     _ATOM_SEM = {"relaxed": "relaxed", "acquire": "acquire", "release": "release",
@@ -470,7 +481,7 @@ def check_kernel(kernel: Kernel, sm: str = "sm_90a"):
     """Raise BackendError for anything sm_90a lacks, before any LLVM runs."""
     if sm not in SMS:
         raise BackendError(f"unknown NVIDIA SM {sm!r}; known: {list(SMS)}")
-    if kernel.wave_size != 32:
+    if kernel.wave_size != WARP:
         raise BackendError(f"{sm} runs 32-lane warps; kernel {kernel.name} was built for "
                            f"{kernel.wave_size}")
     if kernel.target not in (sm, "interp"):
