@@ -157,6 +157,9 @@ class IndexPlan:
         if self.capacity % self.segment or self.segment % PAGE:
             raise ValueError(f"index: capacity {self.capacity} must be whole segments of "
                              f"{self.segment} keys, a segment whole pages of {PAGE}")
+        if self.segment & (self.segment - 1):
+            raise ValueError(f"index: a segment of {self.segment} keys; segments are powers "
+                             "of two (the histogram's segment is a shift of the key)")
         if self.cache_pages < 1 or self.cache_pages * PAGE_BYTES > 2**31 - 1:
             raise ValueError(f"index: {self.cache_pages} cache pages overflow int32 byte offsets")
         if self.chip not in (*SCORE_ATOMS, SM90):

@@ -71,13 +71,16 @@ from monokernel.types import f32, i32, u8, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
-from .index_dsl import _lane, _tid, _scan, ordered_digit, stage_body, wait_flags
+from .index_dsl import (_lane, _tid, _scan, ordered_digit, ordered_digit_canonical, stage_body,
+                        wait_flags)
 
 # Key steps in the ring of the alternating one-pair pipeline (`_pipeline_alternate`): its
 # loads run ALT_SLOTS - 1 steps ahead, as DEPTH's (one-pair chains are short: W2's keys one
 # step ahead measured 157 us against 104 with two, bench/NOTES.md v9); 4 made the fused
 # rows-2 kernel spill
 ALT_SLOTS = 3
+# log2 of a segment's keys (IndexPlan checks segments are powers of two)
+SEGMENT_SHIFT = {1 << s: s for s in range(6, 31)}
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
 
@@ -345,16 +348,26 @@ class IndexScore(Stage):
             tot = s if tot is None else tot + s
         return tot
 
-    def _store(self, k, io, hist, g, gi, row_rel, kpos, key_lo, score, valid):
-        """One score a lane: scores[row, kpos] and its first digit into the LDS histogram."""
+    def _store(self, k, io, hist, g, gi, row_rel, kpos, step_key, score, valid):
+        """One score a lane: scores[row, kpos] and its first digit into the LDS histogram.
+        `step_key`: the step's first key (uniform; a step's keys lie in one segment, a
+        segment being whole pages), so the histogram's segment is the step's, not a lane's;
+        `score` is never -0.0 (made +0.0 by the scale's FMA), for the 5-operation digit."""
         p = self.p
         n, lo, base, posf = g[1], g[2], g[4], g[5]
         row = gi + row_rel
         ok = valid & (row_rel < n) & (kpos <= posf + row_rel)
         io.store("scores", row * p.capacity + kpos, score, mask=ok)
-        slot = base + ((kpos / p.segment) - lo) * n + row_rel
-        k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(ordered_digit(k, score), i32),
+        slot = base + ((step_key >> SEGMENT_SHIFT[p.segment]) - lo) * n + row_rel
+        digit = ordered_digit_canonical(k, score)
+        k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32),
                  k.const(1, u32), mask=ok, scope="cta")
+
+    @staticmethod
+    def _scaled(k, val, scale):
+        """The stored score: val x the key's scale in an FMA adding +0.0, which makes a -0.0
+        product +0.0 (equal in the selection's order) and changes no other bit."""
+        return k.fma(val, scale, k.const(0.0, f32))
 
     def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None):
         """DEPTH steps in flight: step t + DEPTH's loads issue before step t computes,
@@ -563,8 +576,8 @@ class IndexScore(Stage):
                     send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
                     vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
                 val = vals[0] + k.lane_swap(vals[0], 1)
-                score = val * sc
-                self._store(k, io, hist, g, gi, 2 * pp + rf, p0 + kf, key_lo, score, store_lane)
+                score = self._scaled(k, val, sc)
+                self._store(k, io, hist, g, gi, 2 * pp + rf, p0 + kf, p0, score, store_lane)
 
             with k.if_(my_n > 0):
                 self._pipeline(k, my_n, locate, load, compute)
@@ -818,8 +831,8 @@ class IndexScore(Stage):
                 keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
                 send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
                 vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
-            self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, key_lo, vals[0] * sc,
-                        k.const(True, "i1"))
+            self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, b0,
+                        self._scaled(k, vals[0], sc), k.const(True, "i1"))
             self._cyc.mark(2)
 
         narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(slot_map)]

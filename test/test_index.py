@@ -344,3 +344,50 @@ def test_check_layer_digests_repeat_and_perturb_changes_them(tmp_path):
     assert same.returncode == 0, same.stdout
     diff = subprocess.run(cmp + [dumps[0], dumps[2]], cwd=root, capture_output=True, text=True)
     assert diff.returncode == 1 and "differ" in diff.stdout, diff.stdout
+
+
+def test_scoring_digit_of_canonical_scores_is_the_contracts_first_digit():
+    """The scoring's 5-operation digit (index_dsl.ordered_digit_canonical) equals the
+    contract's first digit (layouts.scores: ordered_key >> 26) on every special bit pattern
+    and random ones, -0.0 excepted: the scoring stores no -0.0, its scale's FMA (adding
+    +0.0) turns a -0.0 product into +0.0 and leaves every other product's bits alone."""
+    from monokernel import interp
+    from monokernel.dsl import ABI, Ptr, build_kernel
+    from monokernel.types import f32, u32
+    from stages.index_dsl import ordered_digit_canonical
+    from stages.index_score import IndexScore
+    from test_select import SPECIAL
+    rng = np.random.default_rng(5)
+    bits = np.concatenate([SPECIAL[SPECIAL != 0x80000000],
+                           rng.integers(0, 2**32, 128, dtype=np.uint64).astype(np.uint32)])
+    bits = bits[:128]
+    scale = np.float32(rng.uniform(0.5, 2.0, 128).astype(np.float32))
+    scale[:4] = [1.0, -1.0, 0.0, -0.0]
+
+    def kern(k):
+        i = k.lane_id() * 4
+        x = k.bitcast(k.load(k.args.x, i, u32, 4), f32, 4)
+        s = k.load(k.args.s, i, f32, 4)
+        k.store(k.args.digit, i, ordered_digit_canonical(k, x))
+        k.store(k.args.scaled, i, IndexScore._scaled(k, x, s))
+    K = build_kernel("digits", kern, abi=ABI(x=Ptr(u32), s=Ptr(f32), digit=Ptr(u32),
+                                             scaled=Ptr(f32)), wave_size=32)
+    args = dict(x=bits.copy(), s=scale.copy(), digit=np.zeros(128, np.uint32),
+                scaled=np.zeros(128, np.float32))
+    with np.errstate(all="ignore"):  # the specials' products: inf, NaN
+        interp.run(K, args)
+        f = bits.view(np.float32)
+        prod = f * scale
+    assert np.array_equal(args["digit"], first_digit(ordered_key(f)))
+    got = args["scaled"]
+    zero = prod == 0
+    assert not np.signbit(got[zero]).any(), "a zero score kept its sign"
+    same = ~zero & ~np.isnan(prod)
+    assert np.array_equal(got[same].view(np.uint32), prod[same].view(np.uint32))
+    assert np.array_equal(np.isnan(got), np.isnan(prod))
+
+
+def test_segments_must_be_powers_of_two():
+    with pytest.raises(ValueError, match="a segment of 192 keys; segments are powers of two"):
+        index_scoring_launch(BuildSpec.make("tiny", rows=2, target="interp"), capacity=3072,
+                             segment=192)
