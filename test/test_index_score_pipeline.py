@@ -48,6 +48,25 @@ def _launch(cfg, rows, pipelined, **kw):
     return L, st
 
 
+def _same_bits_on_and_off(build, attr, requests, mode, seed, rng_seed, built=None):
+    """Run the launch `build()` returns ((L, its IndexScore)) with the stage's `attr` on and
+    off on the same inputs: each within the float64 checks (test_index.check_launch), and the
+    scores and first-digit histograms bit-identical. `built(L, on)` checks the kernel built."""
+    out = {}
+    for on in (True, False):
+        L, st = build()
+        setattr(st, attr, on)
+        if built is not None:
+            built(L, on)
+        inp = make_inputs(st.p, np.random.default_rng(rng_seed), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=seed)
+        check_launch(L, inp, res)
+        out[on] = (res.regions["scores"].view(np.uint32).copy(),
+                   res.regions["score_hist"].copy())
+    assert np.array_equal(out[True][0], out[False][0]), f"{attr}: scores differ"
+    assert np.array_equal(out[True][1], out[False][1]), f"{attr}: histograms differ"
+
+
 def _wgmma_atoms(L):
     return sorted({op.attrs["atom"].n for op in L.kernel("interp", 32).walk()
                    if op.opcode == "wgmma"})
@@ -106,20 +125,11 @@ def test_one_pair_alternating_scores_are_bit_identical_to_chain_wait_epilogue(re
     """Rows 2 (one pair): step s's chain issued before step s-1's epilogue
     (`_pipeline_alternate`, its result carried through a variable, the keys from a ring of
     ALT_SLOTS steps) gives the same bits as chain, wait, epilogue, within the float64 checks."""
-    out = {}
-    for alternate in (True, False):
-        L, st = _launch("tiny", 2, False, capacity=CAP, cache_pages=PAGES)
-        st.alternate_one_pair = alternate
+    def built(L, alternate):  # the path under test is the one built
         chains = sum(op.opcode == "wgmma" for op in L.kernel("interp", 32).walk()) // 4
-        assert chains == (ALT_SLOTS if alternate else DEPTH), chains  # the path under test
-        inp = make_inputs(st.p, np.random.default_rng(11 + len(requests)), requests,
-                          cache_pages=PAGES)
-        res = _run(L, inp, mode=mode, seed=5)
-        check_launch(L, inp, res)
-        out[alternate] = (res.regions["scores"].view(np.uint32).copy(),
-                          res.regions["score_hist"].copy())
-    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
-    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+        assert chains == (ALT_SLOTS if alternate else DEPTH), chains
+    _same_bits_on_and_off(lambda: _launch("tiny", 2, False, capacity=CAP, cache_pages=PAGES),
+                          "alternate_one_pair", requests, mode, 5, 11 + len(requests), built)
 
 
 def test_sm90a_one_pair_alternating_ptx():
@@ -393,21 +403,11 @@ def test_prefetched_pages_give_the_same_bits(chip, rows, requests, mode):
     the key loads that use them (past the end: the last page again). Within the float64
     checks (a page taken from the wrong step scores the wrong keys) and bit-identical to
     the loop that looks each page up just before its loads, pages shuffled in the table."""
-    out = {}
-    for prefetch in (True, False):
-        spec = BuildSpec.make("tiny", rows=rows, target="interp")
-        # two scoring jobs: each loops over many steps (the default split gives a job 1-2)
-        L = index_scoring_launch(spec, chip=chip, capacity=CAP, cache_pages=PAGES,
-                                 score_jobs=2)
-        st = next(s for s in L.stages if isinstance(s, IndexScore))
-        st.prefetch_pages = prefetch
-        inp = make_inputs(st.p, np.random.default_rng(17 + rows), requests, cache_pages=PAGES)
-        res = _run(L, inp, mode=mode, seed=9)
-        check_launch(L, inp, res)
-        out[prefetch] = (res.regions["scores"].view(np.uint32).copy(),
-                         res.regions["score_hist"].copy())
-    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
-    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+    def build():  # two scoring jobs: each loops over many steps (the default split: 1-2)
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"), chip=chip,
+                                 capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        return L, next(s for s in L.stages if isinstance(s, IndexScore))
+    _same_bits_on_and_off(build, "prefetch_pages", requests, mode, 9, 17 + rows)
 
 
 # ------------------------------------------------ warpgroups taking turns at the tensor cores
@@ -427,22 +427,16 @@ def test_warpgroup_turns_give_the_same_bits(rows, requests, mode):
     warpgroup with fewer steps takes its turns idle): within the float64 checks and
     bit-identical to the plain pipeline; the interpreter reports a turn protocol that
     deadlocks or leaves arrivals behind, so every group shape here also proves it balanced."""
-    out = {}
-    for turns in (True, False):
-        spec = BuildSpec.make("tiny", rows=rows, target="interp")
-        L = index_scoring_launch(spec, chip="sm_90a", capacity=CAP, cache_pages=PAGES,
-                                 score_jobs=3, waves=8)
-        st = next(s for s in L.stages if isinstance(s, IndexScore))
-        st.turns = turns
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=3,
+                                 waves=8)
+        return L, next(s for s in L.stages if isinstance(s, IndexScore))
+
+    def built(L, turns):
         named = sum(op.opcode == "named_barrier" for op in L.kernel("interp", 32).walk())
         assert (named > 0) == turns, named
-        inp = make_inputs(st.p, np.random.default_rng(23 + rows), requests, cache_pages=PAGES)
-        res = _run(L, inp, mode=mode, seed=4)
-        check_launch(L, inp, res)
-        out[turns] = (res.regions["scores"].view(np.uint32).copy(),
-                      res.regions["score_hist"].copy())
-    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
-    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+    _same_bits_on_and_off(build, "turns", requests, mode, 4, 23 + rows, built)
 
 
 def test_turns_refuse_the_other_pipelines():

@@ -45,7 +45,12 @@ first start and last end (from the launch's earliest start) and the median job t
 `--jobs-csv FILE.csv` writes every job's record (CTA, position in its list, stage, job, start,
 end) to find the job a stage's last end belongs to. `--plot FILE.png` draws the jobs as a
 Gantt chart (one row per CTA) with matplotlib, if it is
-installed. Clocks: globaltimer ns on NVIDIA (shown in us), s_memrealtime on AMD (100 MHz,
+installed. A stage's phase marks (JobEnv.phase) print as the median time from a job's start
+to each; its tallies (JobEnv.tally, e.g. the scoring's cycle accounts of its key loop:
+stages/cycles.py, names from the stage's TALLIES) as the median over its jobs of the
+per-wave value, in processor clocks (`%clock64`, `s_memtime`). The clock reads constrain the
+compiler's scheduling of the timeline build: read the parts as a breakdown of that build,
+beside its span; `us/launch` always comes from the build without them. Clocks: globaltimer ns on NVIDIA (shown in us), s_memrealtime on AMD (100 MHz,
 shown in us), and with `--backend interp` (for testing, --timeline only) the interpreter's
 tick counter (memory accesses, shown in ticks).
 
