@@ -91,7 +91,7 @@ class IndexScore(Stage):
     rel_tol = 1e-5
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
-                "turns")
+                "turns", "split_pairs", "depth")
     # The key loop's block-table entries load DEPTH steps before the key loads that use them
     # (`_pipeline`). Without it (False) a step's key loads address through an entry loaded a
     # few instructions before: in the sm_90a rows-8 SASS the second step of each unrolled
@@ -104,6 +104,13 @@ class IndexScore(Stage):
     # timeline's cycle accounts (v10) show the two in step: each waits ~1000 clocks for a
     # ~600-clock chain and runs its epilogue while the other runs its own.
     turns = False
+    # Hopper, four warpgroups a CTA (waves=16): two page streams, each page's row pairs
+    # split over a warpgroup pair (N = 128 at 8 rows: 64 accumulator registers, not 128),
+    # for more warps to hide the epilogue's latencies. Off: prepared, not yet timed.
+    split_pairs = False
+    # key steps the register pipeline keeps in flight (`_pipeline`): DEPTH; 1 fits the
+    # split path's 128 registers a thread (16 warps) without spills
+    depth = DEPTH
     TURN_BARRIERS = (1, 2)  # named barrier of warpgroup 0 / 1 (0 is the CTA barrier's)
     # a timeline build's cycle accounts of the key loop (stages/cycles.py), per wave: from a
     # step's start to its loads issued, to its chain's results in (issue + wait), the
@@ -370,28 +377,30 @@ class IndexScore(Stage):
         return k.fma(val, scale, k.const(0.0, f32))
 
     def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None):
-        """DEPTH steps in flight: step t + DEPTH's loads issue before step t computes,
-        straight from memory into registers (past the end, loads repeat the last step).
-        `locate(t)` loads step t's cache page from the block table, `load(t, page)` its keys;
-        with `prefetch_pages` the block-table entries load DEPTH steps before the key loads
+        """`depth` (IndexScore.depth, DEPTH by default) steps in flight: step t + depth's
+        loads issue before step t computes, straight from memory into registers (past the
+        end, loads repeat the last step). `locate(t)` loads step t's cache page from the
+        block table, `load(t, page)` its keys; with `prefetch_pages` the block-table
+        entries load `depth` steps before the key loads
         that address through them (past the end, locate repeats the last step's page).
         With `n_all` (warpgroups taking turns) the loop runs n_all steps, every warpgroup the
         same count, and a step past my_n runs `idle()` (its turns' barriers) instead."""
         c = lambda v: k.const(v, i32)  # noqa: E731
-        ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(DEPTH)]
-        if self.prefetch_pages:  # pages[d]: the page of step t + DEPTH (t = d mod DEPTH)
-            pages = [k.lane_var(locate(c(DEPTH + d))) for d in range(DEPTH)]
-        for t0 in k.range(0, my_n if n_all is None else n_all, DEPTH):
-            for d in range(DEPTH):
+        depth = self.depth
+        ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(depth)]
+        if self.prefetch_pages:  # pages[d]: the page of step t + depth (t = d mod depth)
+            pages = [k.lane_var(locate(c(depth + d))) for d in range(depth)]
+        for t0 in k.range(0, my_n if n_all is None else n_all, depth):
+            for d in range(depth):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
                 self._cyc.start()
                 if self.prefetch_pages:
                     page = pages[d].get()
-                    pages[d].set(locate(t + 2 * DEPTH))
+                    pages[d].set(locate(t + 2 * depth))
                 else:
-                    page = locate(t + DEPTH)
-                for v, x in zip(ring[d], load(t + DEPTH, page)):
+                    page = locate(t + depth)
+                for v, x in zip(ring[d], load(t + depth, page)):
                     v.set(x)
                 self._cyc.mark(0)
                 if n_all is None:
@@ -888,6 +897,34 @@ class IndexScore(Stage):
                 for q in range(hp):
                     finish(acc, half_maps[q], hp * h + q, b0, sc)
 
+        split = self.split_pairs and wide is not None and nwg == 4 and p.pairs % 2 == 0
+        if split:
+            # four warpgroups: two page streams, each page's pairs split over a warpgroup
+            # pair (N = pairs x heads each: half the accumulators, twice the key reads)
+            streams, stream, hf = nwg // 2, wg >> 1, wg & 1
+            hp = p.pairs // 2
+            split_atom = wgmma_e4m3(hp * 2 * p.heads_pad)
+            split_maps = self._wide_slot_maps(split_atom)
+            my_s = (nblocks - stream + streams - 1) / streams
+
+            def locate_s(t):
+                b0 = key_lo + (stream + k.min(t, my_s - 1) * streams) * 64
+                return k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
+
+            def compute_split(t, cur):
+                b0 = key_lo + (stream + t * streams) * 64
+                acc = chain(split_atom, operands(cur), gi + 2 * hp * hf)
+                for q in range(hp):
+                    finish(acc, split_maps[q], hp * hf + q, b0, cur[4])
+
+            with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
+                with all_pairs:
+                    with k.if_(my_s > 0):
+                        self._pipeline(k, my_s, locate_s, load, compute_split)
+                with fewer:
+                    with k.if_(my_n > 0):
+                        self._pipeline(k, my_n, locate, load, compute)
+            return
         if turns:
             if self._ss_on() or half is not None or self.alternate_one_pair:
                 raise ValueError("ix_score: turns take the plain pipeline (not with ss_keys, "

@@ -446,3 +446,49 @@ def test_turns_refuse_the_other_pipelines():
     st.turns, st.ss_keys = True, True
     with pytest.raises(ValueError, match="turns take the plain pipeline"):
         L.kernel("interp", 32)
+
+
+# ------------------------------------ four warpgroups, each page's pairs split over two
+
+SPLIT_CASES = [
+    (8, [(8, 700)], "random"),                       # every step split (N = 2 x 2 x heads)
+    (8, [(3, 900), (4, 300), (1, 64)], "inorder"),   # groups of fewer pairs: 4 page streams
+    (4, [(4, 1100)], "relaxed"),                     # 2 pairs: one a warpgroup
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode", SPLIT_CASES,
+                         ids=[f"r{c[0]}-{c[2]}-{len(c[1])}req" for c in SPLIT_CASES])
+def test_split_pairs_on_four_warpgroups_give_the_same_bits(rows, requests, mode):
+    """IndexScore.split_pairs (16 warps: two page streams, a page's row pairs split over a
+    warpgroup pair, N = pairs x heads each) with a one-step key ring (depth 1, what fits 128
+    registers): within the float64 checks and bit-identical to four warpgroups each taking
+    its own pages with every pair in one chain (the split build has no such chain)."""
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2,
+                                 waves=16)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.depth = 1
+        return L, st
+
+    def built(L, split):  # the all-pairs chain (N = 2 x pairs x heads) only without split
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        wide = 2 * st.p.pairs * st.p.heads_pad
+        assert (wide in _wgmma_atoms(L)) != split, _wgmma_atoms(L)
+    _same_bits_on_and_off(build, "split_pairs", requests, mode, 6, 29 + rows, built)
+
+
+def test_sm90a_split_pairs_at_depth_1_fit_128_registers():
+    """The split build (16 warps: at most 128 registers a thread) of the glm5 rows-8 scoring:
+    the m64n128k32 chains in its PTX, and where ptxas is installed, no spill."""
+    from monokernel.build import build_many
+    L = index_scoring_launch(BuildSpec.make("glm5", rows=8, target="sm_90a"), waves=16)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.split_pairs, st.depth = True, 1
+    (art,) = build_many([L.kernel("sm_90a")])
+    ptx = art.data.decode()
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in ptx
+    rep = ptxas_report(ptx)
+    if rep is not None:
+        assert "0 bytes spill stores" in rep, rep

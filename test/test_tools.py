@@ -417,6 +417,26 @@ def test_time_layers_jobs_csv_lists_every_job_with_its_times(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------------- --tune
 
+def test_tune_launch_waves_builds_the_launch_with_that_cta_size():
+    """--tune launch.waves=N: the kind's launch built with N waves a CTA (with stage tunables
+    beside it); a launch attribute that is not listed, a non-integer, or a kind whose launch
+    fixes its own CTA size is an error naming it."""
+    from spec import BuildSpec
+    from stages import kinds
+    from stages.index_score import IndexScore
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=8, target="interp")
+    L = common.launch_for(kinds.kind("index_scoring"), spec,
+                          common.tune_list("launch.waves=16,ix_score.split_pairs=1"))
+    assert L.waves == 16
+    assert next(s for s in L.stages if isinstance(s, IndexScore)).split_pairs is True
+    for kind, tune, msg in (("index_scoring", "launch.grid=4", "launch's tunables are waves"),
+                            ("index_scoring", "launch.waves=many", "expected an integer"),
+                            ("select", "launch.waves=4", "kind select builds its launch with")):
+        with pytest.raises(ValueError, match=msg):
+            common.launch_for(kinds.kind(kind), spec, common.tune_list(tune))
+
+
 def test_tune_sets_a_listed_tunable_and_names_what_is_wrong():
     """--tune STAGE.ATTR=VALUE: parsed, typed by the tunable's current value, set on the
     launch's stages of that name; an unknown stage, an attribute the stage does not list in

@@ -548,9 +548,29 @@ def apply_tunes(launch, tunes):
     return launch
 
 
+LAUNCH_TUNABLES = ("waves",)  # --tune launch.ATTR=VALUE: passed to the kind's launch
+
+
 def launch_for(kind, spec, tunes=()):
-    """kind.launch(spec) with the --tune settings applied."""
-    return apply_tunes(kind.launch(spec), tunes)
+    """kind.launch(spec) with the --tune settings applied: `launch.waves=N` builds the launch
+    with N waves a CTA (kinds whose launch takes `waves`), the others set stage tunables."""
+    kw, rest = {}, []
+    for stage_name, attr, text in tunes:
+        if stage_name != "launch":
+            rest.append((stage_name, attr, text))
+            continue
+        if attr not in LAUNCH_TUNABLES:
+            raise ValueError(f"--tune launch.{attr}: the launch's tunables are "
+                             f"{', '.join(LAUNCH_TUNABLES)}")
+        try:
+            kw[attr] = int(text)
+        except ValueError:
+            raise ValueError(f"--tune launch.{attr}={text}: expected an integer") from None
+    if kw and "waves" not in inspect.signature(kind.launch).parameters and not any(
+            p.kind == p.VAR_KEYWORD for p in inspect.signature(kind.launch).parameters.values()):
+        raise ValueError(f"--tune launch.waves: kind {kind.name} builds its launch with its "
+                         "own CTA size")
+    return apply_tunes(kind.launch(spec, **kw), rest)
 
 
 def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
@@ -558,7 +578,8 @@ def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
     with the tool's own defaults for config and kv."""
     ap.add_argument("--tune", type=tune_list, default=[], metavar="STAGE.ATTR=VALUE",
                     help="set a stage's tunable for this run (its class's TUNABLES, e.g. "
-                         "ix_score.ss_keys=1); the build manifest records it")
+                         "ix_score.ss_keys=1; launch.waves=N: the CTA size in waves); the build "
+                         "manifest records it")
     ap.add_argument("--kind", type=kind_list, default=None, help=kind_help)
     ap.add_argument("--config", type=config_name, default=config,
                     help=f"model config (default {config})")
