@@ -1194,22 +1194,35 @@ class SelectPass(Stage):
             incl = _scan(k, own)  # the wave's total: its last lane's, kept per lane (VGPR)
             per_round.append((key, p, kp, incl - own, k.shuffle(incl, k.const(k.L - 1, i32))))
         if W > 1:
-            if U * W > k.L:
-                raise ValueError(f"select: {U} rounds x {W} waves of counts exceed a wave of "
-                                 f"{k.L} lanes (SCAN_UNROLL too large for the CTA)")
             em = lds["emit"]
             for u, (_, _, _, _, tot) in enumerate(per_round):
                 k.store(em, (par * U + u) * W + w, tot)
             k.barrier()
             lane = k.lane_id()
-            cnt = k.load(em, par * U * W + k.min(lane, U * W - 1), i32)
-            cnt = k.select(lane < U * W, cnt, 0)
-            incl = _scan(k, cnt)
-            excl_lanes = incl - cnt
+            # count j = u * W + w sits in lane j % L of chunk j // L (more than one chunk
+            # where U x W counts exceed a wave: 16 waves); each chunk's exclusive prefix plus
+            # the chunks' totals before it
+            nch = -(-(U * W) // k.L)
+            chunks, before = [], None  # before: the counts of the chunks so far
+            for ch in range(nch):
+                idx = lane if ch == 0 else lane + ch * k.L
+                cnt = k.load(em, par * U * W + k.min(idx, U * W - 1), i32)
+                cnt = k.select(idx < U * W, cnt, 0)
+                incl = _scan(k, cnt)
+                chunks.append(incl - cnt if before is None else incl - cnt + before)
+                if ch < nch - 1:
+                    before = _last(k, incl) if before is None else before + _last(k, incl)
+
+            def offset(j):  # (round, wave) count j's exclusive prefix, per lane
+                out = k.shuffle(chunks[0], j if nch == 1 else j & (k.L - 1))
+                for ch in range(1, len(chunks)):
+                    out = k.select(j >= ch * k.L,
+                                   k.shuffle(chunks[ch], (j - ch * k.L) & (k.L - 1)), out)
+                return out
             # per-lane copies (VGPRs): U uniform offsets held across the stores would each
             # take an SGPR, which the fused kernel on AMD does not have to spare
-            woffs = [k.shuffle(excl_lanes, k.const(u * W, i32) + w) for u in range(U)]
-            rtot = _last(k, incl)
+            woffs = [offset(k.const(u * W, i32) + w) for u in range(U)]
+            rtot = _last(k, incl) if before is None else before + _last(k, incl)
         else:
             woffs, acc = [], k.const(0, i32)
             for *_, tot in per_round:

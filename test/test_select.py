@@ -378,14 +378,28 @@ def test_scores_and_first_digits_as_the_index_launch_publishes_them(hist, topk):
     assert (deferred > 0) == (topk == 128)
 
 
-@pytest.mark.parametrize("waves,wave_size", [(2, 64), (3, 32)])
+@pytest.mark.parametrize("waves,wave_size", [(2, 64), (3, 32), (16, 32)])
 def test_several_waves_and_warp32(waves, wave_size):
+    """Exact with several waves a CTA, 32-lane waves among them; 16 waves of 32 lanes put
+    more (round, wave) append counts than a wave has lanes (the emit scan's chunks)."""
     L = select_launch(WIDE, grid=2, waves=waves)
     arena = L.new_arena()
     for step, dist in enumerate(("above2047",)):
         s, n, bt = _case(WIDE, dist, WIDE_N, 11)
         _run(L, WIDE, s, n, bt, arena=arena, step=step, mode="relaxed", seed=step,
              wave_size=wave_size)
+
+
+def test_sixteen_waves_append_across_every_round():
+    """16 waves of 32 lanes: an iteration's SCAN_UNROLL rounds x 16 waves of append counts
+    take two chunks of a wave's lanes in the emit scan. One slice a row of 9K-16K keys, so
+    every round of an iteration (2048 keys a round) holds kept keys: a chunk offset wrong
+    misplaces list entries and the selection is not exact."""
+    cfg = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=1)
+    L = select_launch(cfg, grid=2, waves=16)
+    for dist in ("normal", "few"):
+        s, n, bt = _case(cfg, dist, np.array([16000, 9000]), 5)
+        _run(L, cfg, s, n, bt, mode="random", seed=3, wave_size=32)
 
 
 @pytest.mark.parametrize("digits", [(6, 8, 8, 10), (6, 10, 10, 6), (6, 2, 8, 8, 8)])
