@@ -33,13 +33,12 @@ key path):
             A operand, every row pair of the group reads its queries from shared memory as
             B (staged once a job, K-major), 4 chained wgmmas a pair: all rows of the CTA
             share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
-            A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP);
-            optionally (IndexScore.pipeline_min_pairs; off: measured slower) as two half
-            chains alternating with each other's epilogue (`_pipeline_halves`), or
-            (IndexScore.ss_keys; off: not yet measured) with its keys staged in shared
-            memory for the SS wgmma, the warpgroups sharing each staged page (`_group_ss`);
-            a rows-2 build optionally (IndexScore.alternate_one_pair; off: measured slower) issues
-            step s's chain before step s-1's epilogue (`_pipeline_alternate`).
+            A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP).
+            The group's loop and its measured alternatives (halves, alternation, turns,
+            keys in shared memory, 16 warps with the pairs split: all off by default) are
+            stages/index_score_sm90.py's `WgmmaGroup`; the pipelines it hands its steps to
+            (`_pipeline`, `_pipeline_halves`, `_pipeline_alternate`) and the SS staging
+            (`_group_ss`) are here.
 
 Keys this launch writes: a row's new key lands in a slot that the group's key loop also
 reads (the key job may be writing it); the loop's value there is discarded: after the CTA
@@ -70,6 +69,7 @@ from monokernel.types import f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
+from .index_score_sm90 import WgmmaGroup
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (_lane, _tid, _scan, ordered_digit, ordered_digit_canonical, stage_body,
                         wait_flags)
@@ -749,234 +749,8 @@ class IndexScore(Stage):
         return out
 
     def _group_wgmma(self, k, io, gi, g, hist, stage):
-        p, T = self.p, self.t
-        at = T.atom
-        a = io.args
-        MP, HP = p.max_pages, p.heads_pad
-        btrow = g[6]
-        key_lo, nblocks, P = self._key_steps(k, g, at.m)
-        w = k.wave_id()
-        wg, ww, nwg = w >> 2, w & 3, k.W // 4
-        lane = _lane(k)
-        g8, t4 = lane >> 2, lane & 3
-        kf = self._wg_lane_key(ww, g8, t4)
-        rf = t4 & 1
-        NH = stage["NH"]
-        slot_map = self._slot_map
-        my_n = (nblocks - wg + nwg - 1) / nwg
-        turns = self._taking_turns(k)
-        if turns:
-            n_all = (nblocks + nwg - 1) / nwg  # warpgroup 0's steps, the most any has
-            own = k.const(self.TURN_BARRIERS[0], i32) + wg
-            other = k.const(self.TURN_BARRIERS[1], i32) - wg
-
-        def locate(t):  # past the end: the last step again
-            if turns:  # (a warpgroup with no step of its own reads block 0's page)
-                return k.load(a.block_table, btrow * MP + (key_lo >> 6) +
-                              k.min(wg + t * nwg, nblocks - 1), i32)
-            b0 = key_lo + (wg + k.min(t, my_n - 1) * nwg) * 64
-            return k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
-
-        def turn_begin():
-            if turns:
-                k.named_barrier(own, k.W)
-
-        def turn_end():
-            if turns:
-                k.named_barrier(other, k.W, arrive=True)
-
-        def load(t, page):
-            out = []
-            for h in range(2):
-                base = page * PAGE_WORDS + (ww * 16 + g8 + 8 * h) * 32 + t4 * 8
-                out.append(k.load(a.index_cache, base, u32, 4, nontemporal=True))
-                out.append(k.load(a.index_cache, base + 4, u32, 4, nontemporal=True))
-            out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + kf, f32,
-                              nontemporal=True))
-            return out
-
-        def operands(cur):
-            kw = [k.vec(*[cur[2 * h][i] for i in range(4)], *[cur[2 * h + 1][i] for i in range(4)])
-                  for h in range(2)]
-            return [k.bitcast(k.vec(*[kw[h][wi] for (h, wi) in T.a_words[c]]), at.a_dtype,
-                              4 * len(T.a_words[c])) for c in range(T.chunks)]
-
-        def issue(atom, A, ra):
-            """One wgmma per MMA chunk, B = the staged query columns from row ra on, committed
-            as one group; the result is pending until a wgmma_wait retires the group."""
-            off = self._b_rows_offset(k, ra)
-            turn_begin()
-            k.wgmma_fence()
-            acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
-            for c in range(T.chunks):
-                acc = k.wgmma(atom, A[c], k.const(stage["descs"][c], u64) + off, acc)
-            k.wgmma_commit()
-            turn_end()
-            return acc
-
-        def chain(atom, A, ra):
-            acc = issue(atom, A, ra)
-            k.wgmma_wait(0)
-            self._cyc.mark(1)
-            return acc
-
-        def finish(acc, smap, pp, b0, sc):
-            """Pair pp's scores from the accumulator slots `smap` lists for it: relu, head
-            weights, the quad's butterfly, the key scale, the store."""
-            ra = gi + 2 * pp
-            wv = []
-            for rho in range(2):
-                b = ((k.min(ra + rho, p.rows - 1)) * 4 + t4) * NH
-                parts = [k.load(stage["wl"], b + c4, f32, min(4, NH - c4)) for c4 in range(0, NH, 4)]
-                wv.append([x[i] if x.n > 1 else x for x in parts for i in range(x.n)])
-            vals = [None] * 4
-            for i, h, rho, jj in smap:  # one fma a head (not a rounded product, then a sum)
-                q = 2 * h + rho
-                r = k.max(acc[i], 0.0)
-                vals[q] = r * wv[rho][jj] if vals[q] is None else k.fma(r, wv[rho][jj], vals[q])
-            for m in (2, 1):
-                half = len(vals) // 2
-                bit = (lane & m).ne(0)
-                keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
-                send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
-                vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
-            self._store(k, io, hist, g, gi, 2 * pp + rf, b0 + kf, b0,
-                        self._scaled(k, vals[0], sc), k.const(True, "i1"))
-            self._cyc.mark(2)
-
-        narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(slot_map)]
-
-        def compute(t, cur):
-            """A pair at a time: N = 2 rows x heads."""
-            b0 = key_lo + (wg + t * nwg) * 64
-            A = operands(cur)
-            for pp in k.range(P):
-                finish(chain(at, A, gi + 2 * pp), narrow_map, pp, b0, cur[4])
-
-        def issue_one(cur):
-            """One pair's chain on keys `cur`, not waited for (`_pipeline_alternate`)."""
-            return issue(at, operands(cur), gi)
-
-        def finish_one(t, acc, scales):
-            finish(acc, narrow_map, 0, key_lo + (wg + t * nwg) * 64, scales[0])
-
-        def one_pair_builds():
-            """Builds of one row pair (rows 2): every group has one pair. (Builds of more
-            pairs keep chain, wait, epilogue for their smaller groups: the alternating
-            ring there made the fused `index` kernel spill at rows 4 and 8.)"""
-            if self.alternate_one_pair:
-                self._pipeline_alternate(k, my_n, locate, load, issue_one, finish_one,
-                                         at.c_slots)
-            else:
-                self._pipeline(k, my_n, locate, load, compute)
-
-        wide = self._wide_atom()
-        wide_maps = self._wide_slot_maps(wide) if wide is not None else None
-
-        def compute_wide(t, cur):
-            """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A
-            operand comes from registers once per instruction, so the narrow N = 64 chains ran
-            at about a quarter of the tensor rate (H200: 4 pairs took 4x one pair's time,
-            ~18 us per pair at 512K keys, with or without batching the four chains)."""
-            b0 = key_lo + (wg + t * nwg) * 64
-            acc = chain(wide, operands(cur), gi)
-            for pp in range(p.pairs):
-                finish(acc, wide_maps[pp], pp, b0, cur[4])
-
-        half = self._half_atom()
-        if half is not None:
-            hp = p.pairs // 2
-            half_maps = self._wide_slot_maps(half)
-
-            def issue_half(h, cur):
-                """Pairs [h * hp, h * hp + hp) of step `cur`'s keys: one chain, not waited for."""
-                return issue(half, operands(cur), gi + 2 * hp * h)
-
-            def finish_half(h, t, acc, sc):
-                b0 = key_lo + (wg + t * nwg) * 64
-                for q in range(hp):
-                    finish(acc, half_maps[q], hp * h + q, b0, sc)
-
-        split = self.split_pairs and wide is not None and nwg == 4 and p.pairs % 2 == 0
-        if split:
-            # four warpgroups: two page streams, each page's pairs split over a warpgroup
-            # pair (N = pairs x heads each: half the accumulators, twice the key reads)
-            streams, stream, hf = nwg // 2, wg >> 1, wg & 1
-            hp = p.pairs // 2
-            split_atom = wgmma_e4m3(hp * 2 * p.heads_pad)
-            split_maps = self._wide_slot_maps(split_atom)
-            my_s = (nblocks - stream + streams - 1) / streams
-
-            def locate_s(t):
-                b0 = key_lo + (stream + k.min(t, my_s - 1) * streams) * 64
-                return k.load(a.block_table, btrow * MP + (b0 >> 6), i32)
-
-            def compute_split(t, cur):
-                b0 = key_lo + (stream + t * streams) * 64
-                acc = chain(split_atom, operands(cur), gi + 2 * hp * hf)
-                for q in range(hp):
-                    finish(acc, split_maps[q], hp * hf + q, b0, cur[4])
-
-            with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
-                with all_pairs:
-                    with k.if_(my_s > 0):
-                        self._pipeline(k, my_s, locate_s, load, compute_split)
-                with fewer:
-                    with k.if_(my_n > 0):
-                        self._pipeline(k, my_n, locate, load, compute)
-            return
-        if turns:
-            if self._ss_on() or half is not None or self.alternate_one_pair:
-                raise ValueError("ix_score: turns take the plain pipeline (not with ss_keys, "
-                                 "pipeline_min_pairs or alternate_one_pair)")
-
-            def taking_turns(comp, chains):
-                """The pipeline with the warpgroups' turns: every step's chains are turns,
-                an idle step (past a warpgroup's own steps) still takes them, so both take
-                the same turns in every group (`_turns_open` / `_turns_close` hand the
-                job's first and last turn)."""
-                def idle():
-                    for _ in k.range(chains):
-                        turn_begin()
-                        turn_end()
-                self._pipeline(k, my_n, locate, load, comp, n_all, idle)
-
-            with k.if_(n_all > 0):
-                if wide is None:
-                    taking_turns(compute, P)
-                else:
-                    with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
-                        with all_pairs:
-                            taking_turns(compute_wide, 1)
-                        with fewer:
-                            taking_turns(compute, P)
-            return
-        if self._ss_on():
-            # SS paths: all the plan's pairs split over the warpgroups (where they split),
-            # one-pair groups a page a warpgroup; other groups keep the register path
-            split = p.pairs > 1 and p.pairs % nwg == 0
-            ss_paths = ([(p.pairs, True)] if split else []) + [(1, False)]
-            for n_pairs, split_pairs in ss_paths:
-                with k.if_(P.eq(n_pairs)):
-                    self._group_ss(k, io, gi, g, hist, stage, key_lo, nblocks, finish,
-                                   split_pairs)
-            others = P.ne(1) & (P.ne(p.pairs) if split else k.const(True, "i1"))
-            with k.if_(others & (my_n > 0)):
-                self._pipeline(k, my_n, locate, load, compute)
-            return
-        with k.if_(my_n > 0):
-            if wide is None:
-                one_pair_builds()
-            else:
-                with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
-                    with all_pairs:
-                        if half is None:
-                            self._pipeline(k, my_n, locate, load, compute_wide)
-                        else:
-                            self._pipeline_halves(k, my_n, locate, load, issue_half, finish_half,
-                                                  half.c_slots)
-                    with fewer:
-                        self._pipeline(k, my_n, locate, load, compute)
+        """A group's key loop on sm_90a (stages/index_score_sm90.py)."""
+        WgmmaGroup(self, k, io, gi, g, hist, stage).run()
 
     # -- Hopper, keys in shared memory (ss_keys) -------------------------------------------
     PAGE_SLOT_WORDS = (PAGE * HD + PAGE * 4) // 4  # a page's keys, then their 64 fp32 scales

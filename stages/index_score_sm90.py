@@ -1,0 +1,293 @@
+"""The Hopper scoring of one row group (stages/index_score.py: IndexScore on sm_90a).
+
+A warpgroup takes 64 keys (one page) a step as the register A operand of wgmma
+m64nNk32 e4m3, the group's queries staged in shared memory as B; `WgmmaGroup` holds what a
+group's key loop needs (its steps, this warp's place in its warpgroup and quad) and builds
+the step's parts (page lookup, key loads, the A operands, the chain, the epilogue), which
+`run` hands to one of IndexScore's pipelines:
+
+    plain        one chain of every pair a step (N = 2 x pairs x heads) or, for groups of
+                 fewer pairs, a chain a pair; optionally the warpgroups taking turns at the
+                 tensor cores (IndexScore.turns)
+    halves       the all-pairs chain split in two, alternating with each other's epilogue
+                 (IndexScore.pipeline_min_pairs)
+    alternate    rows-2 builds: step s's chain issued before step s-1's epilogue
+                 (IndexScore.alternate_one_pair)
+    split        16 warps: two page streams, a page's pairs split over a warpgroup pair
+                 (IndexScore.split_pairs)
+    SS           keys staged in shared memory for the SS wgmma (IndexScore.ss_keys)
+
+Every alternative but the plain one is off by default; bench/NOTES.md v7-v10 has their
+measurements. The order of the DSL calls here is the kernel's: the default code objects are
+byte-identical to the closures this class replaced.
+"""
+from __future__ import annotations
+
+from monokernel.atoms.nvidia import wgmma_e4m3
+from monokernel.types import f32, i32, u32, u64
+
+from .index_dsl import _lane
+from .index_plan import PAGE_WORDS, SCALE_WORD0
+
+
+class WgmmaGroup:
+    """One group's key loop on sm_90a (module doc). `st`: the IndexScore building it."""
+
+    def __init__(self, st, k, io, gi, g, hist, stage):
+        self.st, self.k, self.io, self.gi, self.g, self.hist, self.stage = \
+            st, k, io, gi, g, hist, stage
+        p, T = st.p, st.t
+        self.p, self.T, self.at, self.a = p, T, T.atom, io.args
+        self.MP = p.max_pages
+        self.btrow = g[6]
+        self.key_lo, self.nblocks, self.P = st._key_steps(k, g, self.at.m)
+        w = k.wave_id()
+        self.wg, self.ww, self.nwg = w >> 2, w & 3, k.W // 4
+        self.lane = _lane(k)
+        self.g8, self.t4 = self.lane >> 2, self.lane & 3
+        self.kf = st._wg_lane_key(self.ww, self.g8, self.t4)
+        self.rf = self.t4 & 1
+        self.NH = stage["NH"]
+        self.my_n = (self.nblocks - self.wg + self.nwg - 1) / self.nwg
+        self.turns = st._taking_turns(k)
+        if self.turns:
+            self.n_all = (self.nblocks + self.nwg - 1) / self.nwg  # warpgroup 0's steps
+            self.own = k.const(st.TURN_BARRIERS[0], i32) + self.wg
+            self.other = k.const(st.TURN_BARRIERS[1], i32) - self.wg
+        self.narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(st._slot_map)]
+
+    # -- a step's parts --------------------------------------------------------------------
+    def step_key(self, t):
+        """Step t's first key (this warpgroup's t-th page of the group's range)."""
+        return self.key_lo + (self.wg + t * self.nwg) * 64
+
+    def locate(self, t):
+        """Step t's cache page from the block table (past the end: the last step again)."""
+        k = self.k
+        if self.turns:  # (a warpgroup with no step of its own reads block 0's page)
+            return k.load(self.a.block_table, self.btrow * self.MP + (self.key_lo >> 6) +
+                          k.min(self.wg + t * self.nwg, self.nblocks - 1), i32)
+        b0 = self.key_lo + (self.wg + k.min(t, self.my_n - 1) * self.nwg) * 64
+        return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> 6), i32)
+
+    def load(self, t, page):
+        """The lane's 32 key bytes of each of its two keys (nontemporal, straight into
+        registers), then the key scale of the key it scores after the quad's butterfly."""
+        k, a = self.k, self.a
+        out = []
+        for h in range(2):
+            base = page * PAGE_WORDS + (self.ww * 16 + self.g8 + 8 * h) * 32 + self.t4 * 8
+            out.append(k.load(a.index_cache, base, u32, 4, nontemporal=True))
+            out.append(k.load(a.index_cache, base + 4, u32, 4, nontemporal=True))
+        out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + self.kf, f32,
+                          nontemporal=True))
+        return out
+
+    def operands(self, cur):
+        """The wgmma A operands (one a 32-byte MMA chunk) from a step's loaded words."""
+        k, T = self.k, self.T
+        kw = [k.vec(*[cur[2 * h][i] for i in range(4)], *[cur[2 * h + 1][i] for i in range(4)])
+              for h in range(2)]
+        return [k.bitcast(k.vec(*[kw[h][wi] for (h, wi) in T.a_words[c]]), self.at.a_dtype,
+                          4 * len(T.a_words[c])) for c in range(T.chunks)]
+
+    def turn_begin(self):
+        if self.turns:
+            self.k.named_barrier(self.own, self.k.W)
+
+    def turn_end(self):
+        if self.turns:
+            self.k.named_barrier(self.other, self.k.W, arrive=True)
+
+    def issue(self, atom, A, ra):
+        """One wgmma per MMA chunk, B = the staged query columns from row ra on, committed
+        as one group; the result is pending until a wgmma_wait retires the group."""
+        k, st = self.k, self.st
+        off = st._b_rows_offset(k, ra)
+        self.turn_begin()
+        k.wgmma_fence()
+        acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
+        for c in range(self.T.chunks):
+            acc = k.wgmma(atom, A[c], k.const(self.stage["descs"][c], u64) + off, acc)
+        k.wgmma_commit()
+        self.turn_end()
+        return acc
+
+    def chain(self, atom, A, ra):
+        acc = self.issue(atom, A, ra)
+        self.k.wgmma_wait(0)
+        self.st._cyc.mark(1)
+        return acc
+
+    def finish(self, acc, smap, pp, b0, sc):
+        """Pair pp's scores from the accumulator slots `smap` lists for it: relu, head
+        weights, the quad's butterfly, the key scale, the store."""
+        k, st, p, NH = self.k, self.st, self.p, self.NH
+        ra = self.gi + 2 * pp
+        wv = []
+        for rho in range(2):
+            b = ((k.min(ra + rho, p.rows - 1)) * 4 + self.t4) * NH
+            parts = [k.load(self.stage["wl"], b + c4, f32, min(4, NH - c4))
+                     for c4 in range(0, NH, 4)]
+            wv.append([x[i] if x.n > 1 else x for x in parts for i in range(x.n)])
+        vals = [None] * 4
+        for i, h, rho, jj in smap:  # one fma a head (not a rounded product, then a sum)
+            q = 2 * h + rho
+            r = k.max(acc[i], 0.0)
+            vals[q] = r * wv[rho][jj] if vals[q] is None else k.fma(r, wv[rho][jj], vals[q])
+        for m in (2, 1):
+            half = len(vals) // 2
+            bit = (self.lane & m).ne(0)
+            keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
+            send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
+            vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
+        st._store(k, self.io, self.hist, self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, b0,
+                  st._scaled(k, vals[0], sc), k.const(True, "i1"))
+        st._cyc.mark(2)
+
+    # -- steps of each path ----------------------------------------------------------------
+    def compute(self, t, cur):
+        """A pair at a time: N = 2 rows x heads."""
+        b0 = self.step_key(t)
+        A = self.operands(cur)
+        for pp in self.k.range(self.P):
+            self.finish(self.chain(self.at, A, self.gi + 2 * pp), self.narrow_map, pp, b0,
+                        cur[4])
+
+    def compute_wide(self, t, cur):
+        """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A
+        operand comes from registers once per instruction, so the narrow N = 64 chains ran
+        at about a quarter of the tensor rate (H200: 4 pairs took 4x one pair's time,
+        ~18 us per pair at 512K keys, with or without batching the four chains)."""
+        b0 = self.step_key(t)
+        acc = self.chain(self.wide, self.operands(cur), self.gi)
+        for pp in range(self.p.pairs):
+            self.finish(acc, self.wide_maps[pp], pp, b0, cur[4])
+
+    def issue_one(self, cur):
+        """One pair's chain on keys `cur`, not waited for (`_pipeline_alternate`)."""
+        return self.issue(self.at, self.operands(cur), self.gi)
+
+    def finish_one(self, t, acc, scales):
+        self.finish(acc, self.narrow_map, 0, self.step_key(t), scales[0])
+
+    def issue_half(self, h, cur):
+        """Pairs [h * hp, h * hp + hp) of step `cur`'s keys: one chain, not waited for."""
+        return self.issue(self.half, self.operands(cur), self.gi + 2 * self.hp * h)
+
+    def finish_half(self, h, t, acc, sc):
+        b0 = self.step_key(t)
+        for q in range(self.hp):
+            self.finish(acc, self.half_maps[q], self.hp * h + q, b0, sc)
+
+    # -- the path ----------------------------------------------------------------------------
+    def run(self):
+        st, k, p = self.st, self.k, self.p
+        self.wide = st._wide_atom()
+        self.wide_maps = st._wide_slot_maps(self.wide) if self.wide is not None else None
+        self.half = st._half_atom()
+        if self.half is not None:
+            self.hp = p.pairs // 2
+            self.half_maps = st._wide_slot_maps(self.half)
+        if st.split_pairs and self.wide is not None and self.nwg == 4 and p.pairs % 2 == 0:
+            return self._run_split()
+        if self.turns:
+            return self._run_turns()
+        if st._ss_on():
+            return self._run_ss()
+        my_n, P = self.my_n, self.P
+        with k.if_(my_n > 0):
+            if self.wide is None:
+                self._one_pair_builds()
+            else:
+                with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
+                    with all_pairs:
+                        if self.half is None:
+                            st._pipeline(k, my_n, self.locate, self.load, self.compute_wide)
+                        else:
+                            st._pipeline_halves(k, my_n, self.locate, self.load,
+                                                self.issue_half, self.finish_half,
+                                                self.half.c_slots)
+                    with fewer:
+                        st._pipeline(k, my_n, self.locate, self.load, self.compute)
+
+    def _one_pair_builds(self):
+        """Builds of one row pair (rows 2): every group has one pair. (Builds of more
+        pairs keep chain, wait, epilogue for their smaller groups: the alternating
+        ring there made the fused `index` kernel spill at rows 4 and 8.)"""
+        st, k = self.st, self.k
+        if st.alternate_one_pair:
+            st._pipeline_alternate(k, self.my_n, self.locate, self.load, self.issue_one,
+                                   self.finish_one, self.at.c_slots)
+        else:
+            st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+
+    def _run_split(self):
+        """Four warpgroups: two page streams, each page's pairs split over a warpgroup pair
+        (N = pairs x heads each: half the accumulators, twice the key reads); groups of
+        fewer pairs: a page a warpgroup, a chain a pair."""
+        st, k, p = self.st, self.k, self.p
+        streams, stream, hf = self.nwg // 2, self.wg >> 1, self.wg & 1
+        hp = p.pairs // 2
+        split_atom = wgmma_e4m3(hp * 2 * p.heads_pad)
+        split_maps = st._wide_slot_maps(split_atom)
+        my_s = (self.nblocks - stream + streams - 1) / streams
+
+        def locate_s(t):
+            b0 = self.key_lo + (stream + k.min(t, my_s - 1) * streams) * 64
+            return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> 6), i32)
+
+        def compute_split(t, cur):
+            b0 = self.key_lo + (stream + t * streams) * 64
+            acc = self.chain(split_atom, self.operands(cur), self.gi + 2 * hp * hf)
+            for q in range(hp):
+                self.finish(acc, split_maps[q], hp * hf + q, b0, cur[4])
+
+        with k.if_else(self.P.eq(p.pairs)) as (all_pairs, fewer):
+            with all_pairs:
+                with k.if_(my_s > 0):
+                    st._pipeline(k, my_s, locate_s, self.load, compute_split)
+            with fewer:
+                with k.if_(self.my_n > 0):
+                    st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+
+    def _run_turns(self):
+        """The pipeline with the warpgroups' turns: every step's chains are turns, an idle
+        step (past a warpgroup's own steps) still takes them, so both take the same turns
+        in every group (IndexScore._turns_open / _turns_close hand the job's first and
+        last turn)."""
+        st, k, p = self.st, self.k, self.p
+        if st._ss_on() or self.half is not None or st.alternate_one_pair:
+            raise ValueError("ix_score: turns take the plain pipeline (not with ss_keys, "
+                             "pipeline_min_pairs or alternate_one_pair)")
+
+        def taking_turns(comp, chains):
+            def idle():
+                for _ in k.range(chains):
+                    self.turn_begin()
+                    self.turn_end()
+            st._pipeline(k, self.my_n, self.locate, self.load, comp, self.n_all, idle)
+
+        with k.if_(self.n_all > 0):
+            if self.wide is None:
+                taking_turns(self.compute, self.P)
+            else:
+                with k.if_else(self.P.eq(p.pairs)) as (all_pairs, fewer):
+                    with all_pairs:
+                        taking_turns(self.compute_wide, 1)
+                    with fewer:
+                        taking_turns(self.compute, self.P)
+
+    def _run_ss(self):
+        """SS paths: all the plan's pairs split over the warpgroups (where they split),
+        one-pair groups a page a warpgroup; other groups keep the register path."""
+        st, k, p, P = self.st, self.k, self.p, self.P
+        split = p.pairs > 1 and p.pairs % self.nwg == 0
+        ss_paths = ([(p.pairs, True)] if split else []) + [(1, False)]
+        for n_pairs, split_pairs in ss_paths:
+            with k.if_(P.eq(n_pairs)):
+                st._group_ss(k, self.io, self.gi, self.g, self.hist, self.stage, self.key_lo,
+                             self.nblocks, self.finish, split_pairs)
+        others = P.ne(1) & (P.ne(p.pairs) if split else k.const(True, "i1"))
+        with k.if_(others & (self.my_n > 0)):
+            st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
