@@ -56,8 +56,6 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None):
         raise ValueError(f"gemv_mma: N={N} must be a multiple of {TILE_N}, K={K}/128 of the "
                          f"{k.W} waves x {ksplit} splits, rows {R} <= {MAX_ROWS}; a K split "
                          "reads x directly")
-        raise ValueError(f"gemv_mma: N={N} must be a multiple of {TILE_N}, K={K}/128 of the "
-                         f"{k.W} waves, rows {R} <= {MAX_ROWS}")
     lane = k.lane_id()
     r, q = lane >> 2, lane & 3  # the atom's groupID / thread-in-group
     # with a K split, CTA c computes split c % ksplit of tile c // ksplit: the grid has
