@@ -13,14 +13,15 @@ from monokernel.types import u64
 
 
 class CycleTally:
-    """Parts 0 .. n-1 of a wave's clocks; `count(i)` makes part i a counter instead."""
+    """Named parts of a wave's clocks, in the job's tallies in the order of `names` (the
+    stage's TALLIES); `count(name)` makes a part a counter instead."""
 
-    def __init__(self, k, env, parts: int):
-        if not 0 < parts <= TALLY_SLOTS:
-            raise ValueError(f"CycleTally: {parts} parts; a job has {TALLY_SLOTS} tallies")
-        self.k, self.env, self.on = k, env, env.timing
+    def __init__(self, k, env, names):
+        if not 0 < len(names) <= TALLY_SLOTS:
+            raise ValueError(f"CycleTally: {len(names)} parts; a job has {TALLY_SLOTS} tallies")
+        self.k, self.env, self.on, self.names = k, env, env.timing, tuple(names)
         if self.on:
-            self.sums = [k.uniform_var(k.const(0, u64), u64) for _ in range(parts)]
+            self.sums = [k.uniform_var(k.const(0, u64), u64) for _ in self.names]
             self.last = k.uniform_var(k.cycles(), u64)
 
     def start(self):
@@ -28,16 +29,23 @@ class CycleTally:
         if self.on:
             self.last.set(self.k.cycles())
 
-    def mark(self, i: int):
-        """Add the clocks since the last mark (or start) to part i."""
+    def mark(self, name: str):
+        """Add the clocks since the last mark (or start) to part `name`."""
+        part = self._part(name)
         if self.on:
             now = self.k.cycles()
-            self.sums[i].set(self.sums[i].get() + (now - self.last.get()))
+            self.sums[part].set(self.sums[part].get() + (now - self.last.get()))
             self.last.set(now)
 
-    def count(self, i: int, n: int = 1):
+    def count(self, name: str, n: int = 1):
+        part = self._part(name)
         if self.on:
-            self.sums[i].set(self.sums[i].get() + self.k.const(n, u64))
+            self.sums[part].set(self.sums[part].get() + self.k.const(n, u64))
+
+    def _part(self, name: str) -> int:
+        if name not in self.names:
+            raise ValueError(f"CycleTally: no part {name!r}; the parts are {', '.join(self.names)}")
+        return self.names.index(name)
 
     def flush(self):
         """Every part into the job's tallies (call once, at the job's top level)."""

@@ -20,6 +20,7 @@ from layouts.scores import FIRST_DIGIT_SHIFT
 from monokernel.types import f32, i32, u32, u64
 
 from .index_plan import HD, SCALE_FLOOR, IndexPlan
+from .select import sign_flip  # the scores' order: the selection's key mapping
 
 
 # ----------------------------------------------------------------------------- DSL helpers
@@ -86,9 +87,7 @@ def ordered_digit_canonical(k, score):
     specials' own rule survives where it differs: -inf and negative NaNs already map to
     digit 0 through the flip, +inf to 63 as ordered_key does, and a positive NaN (which the
     flip would put at 63) is sent to 0."""
-    u = k.bitcast(score, u32)
-    flip = k.bitcast(k.bitcast(u, i32) >> 31, u32) | 0x80000000
-    digit = (u ^ flip) >> FIRST_DIGIT_SHIFT
+    digit = sign_flip(k, k.bitcast(score, u32)) >> FIRST_DIGIT_SHIFT
     return k.select(score.ne(score), k.const(0, u32), digit)
 
 

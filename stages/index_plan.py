@@ -27,6 +27,7 @@ from . import mma_tile
 
 HD = 128  # index head dim
 PAGE = KEY_PAGE_TOKENS
+PAGE_SHIFT = PAGE.bit_length() - 1  # a key position's page: pos >> PAGE_SHIFT
 PAGE_BYTES = PAGE * (HD + 4)  # 8448
 PAGE_WORDS = PAGE_BYTES // 4  # 2112
 SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
@@ -75,6 +76,9 @@ class IndexPlan:
     def max_pages(self): return self.capacity // PAGE
     @property
     def segments(self): return self.capacity // self.segment
+    @property
+    def segment_shift(self):  # a key position's segment: pos >> segment_shift (check())
+        return self.segment.bit_length() - 1
     @property
     def fp8_max(self): return numerics.FP8_MAX[self.fp8.name]
     @property

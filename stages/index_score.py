@@ -79,8 +79,6 @@ from .index_dsl import (_lane, _tid, _scan, ordered_digit, ordered_digit_canonic
 # step ahead measured 157 us against 104 with two, bench/NOTES.md v9); 4 made the fused
 # rows-2 kernel spill
 ALT_SLOTS = 3
-# log2 of a segment's keys (IndexPlan checks segments are powers of two)
-SEGMENT_SHIFT = {1 << s: s for s in range(6, 31)}
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
 
@@ -92,7 +90,7 @@ class IndexScore(Stage):
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth")
-    # The key loop's block-table entries load DEPTH steps before the key loads that use them
+    # The key loop's block-table entries load `depth` steps before the key loads that use them
     # (`_pipeline`). Without it (False) a step's key loads address through an entry loaded a
     # few instructions before: in the sm_90a rows-8 SASS the second step of each unrolled
     # pair issues its four key loads ~20 instructions after their block-table load, so the
@@ -235,7 +233,7 @@ class IndexScore(Stage):
             stage = self._stage_queries(k, io) if p.wgmma else None
             if k.W > 1:
                 k.barrier()
-        self._cyc = CycleTally(k, io.env, len(self.TALLIES))
+        self._cyc = CycleTally(k, io.env, self.TALLIES)
         self._turns_open(k)
         for gi in k.range(R):
             g = self._row(k, tab, gi)
@@ -314,7 +312,7 @@ class IndexScore(Stage):
                                     io.load("ix_nb", u * NB + 32), f32)
                                 idx = row * p.capacity + pu
                                 old = io.load("scores", idx)
-                                slot = (base + ((pu >> int(math.log2(S))) - lo) * n + rr) * FIRST_DIGIT_BINS
+                                slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) * FIRST_DIGIT_BINS
                                 one = lane.eq(0)
                                 k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, old), i32),
                                          k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
@@ -365,7 +363,7 @@ class IndexScore(Stage):
         row = gi + row_rel
         ok = valid & (row_rel < n) & (kpos <= posf + row_rel)
         io.store("scores", row * p.capacity + kpos, score, mask=ok)
-        slot = base + ((step_key >> SEGMENT_SHIFT[p.segment]) - lo) * n + row_rel
+        slot = base + ((step_key >> p.segment_shift) - lo) * n + row_rel
         digit = ordered_digit_canonical(k, score)
         k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32),
                  k.const(1, u32), mask=ok, scope="cta")
@@ -381,8 +379,8 @@ class IndexScore(Stage):
         loads issue before step t computes, straight from memory into registers (past the
         end, loads repeat the last step). `locate(t)` loads step t's cache page from the
         block table, `load(t, page)` its keys; with `prefetch_pages` the block-table
-        entries load `depth` steps before the key loads
-        that address through them (past the end, locate repeats the last step's page).
+        entries load `depth` steps before the key loads that address through them (past
+        the end, locate repeats the last step's page).
         With `n_all` (warpgroups taking turns) the loop runs n_all steps, every warpgroup the
         same count, and a step past my_n runs `idle()` (its turns' barriers) instead."""
         c = lambda v: k.const(v, i32)  # noqa: E731
@@ -402,16 +400,18 @@ class IndexScore(Stage):
                     page = locate(t + depth)
                 for v, x in zip(ring[d], load(t + depth, page)):
                     v.set(x)
-                self._cyc.mark(0)
+                self._cyc.mark("loads")
+
+                def step():
+                    compute(t, cur)
+                    self._cyc.count("steps")
                 if n_all is None:
                     with k.if_(t < my_n):
-                        compute(t, cur)
-                        self._cyc.count(3)
+                        step()
                 else:
                     with k.if_else(t < my_n) as (run, skip):
                         with run:
-                            compute(t, cur)
-                            self._cyc.count(3)
+                            step()
                         with skip:
                             idle()
 

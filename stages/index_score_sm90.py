@@ -27,7 +27,7 @@ from monokernel.atoms.nvidia import wgmma_e4m3
 from monokernel.types import f32, i32, u32, u64
 
 from .index_dsl import _lane
-from .index_plan import PAGE_WORDS, SCALE_WORD0
+from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
 
 
 class WgmmaGroup:
@@ -59,16 +59,16 @@ class WgmmaGroup:
     # -- a step's parts --------------------------------------------------------------------
     def step_key(self, t):
         """Step t's first key (this warpgroup's t-th page of the group's range)."""
-        return self.key_lo + (self.wg + t * self.nwg) * 64
+        return self.key_lo + (self.wg + t * self.nwg) * PAGE
 
     def locate(self, t):
         """Step t's cache page from the block table (past the end: the last step again)."""
         k = self.k
         if self.turns:  # (a warpgroup with no step of its own reads block 0's page)
-            return k.load(self.a.block_table, self.btrow * self.MP + (self.key_lo >> 6) +
+            return k.load(self.a.block_table, self.btrow * self.MP + (self.key_lo >> PAGE_SHIFT) +
                           k.min(self.wg + t * self.nwg, self.nblocks - 1), i32)
-        b0 = self.key_lo + (self.wg + k.min(t, self.my_n - 1) * self.nwg) * 64
-        return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> 6), i32)
+        b0 = self.key_lo + (self.wg + k.min(t, self.my_n - 1) * self.nwg) * PAGE
+        return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> PAGE_SHIFT), i32)
 
     def load(self, t, page):
         """The lane's 32 key bytes of each of its two keys (nontemporal, straight into
@@ -116,7 +116,7 @@ class WgmmaGroup:
     def chain(self, atom, A, ra):
         acc = self.issue(atom, A, ra)
         self.k.wgmma_wait(0)
-        self.st._cyc.mark(1)
+        self.st._cyc.mark("chain")
         return acc
 
     def finish(self, acc, smap, pp, b0, sc):
@@ -143,7 +143,7 @@ class WgmmaGroup:
             vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
         st._store(k, self.io, self.hist, self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, b0,
                   st._scaled(k, vals[0], sc), k.const(True, "i1"))
-        st._cyc.mark(2)
+        st._cyc.mark("epilogue")
 
     # -- steps of each path ----------------------------------------------------------------
     def compute(self, t, cur):
@@ -234,11 +234,11 @@ class WgmmaGroup:
         my_s = (self.nblocks - stream + streams - 1) / streams
 
         def locate_s(t):
-            b0 = self.key_lo + (stream + k.min(t, my_s - 1) * streams) * 64
-            return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> 6), i32)
+            b0 = self.key_lo + (stream + k.min(t, my_s - 1) * streams) * PAGE
+            return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> PAGE_SHIFT), i32)
 
         def compute_split(t, cur):
-            b0 = self.key_lo + (stream + t * streams) * 64
+            b0 = self.key_lo + (stream + t * streams) * PAGE
             acc = self.chain(split_atom, self.operands(cur), self.gi + 2 * hp * hf)
             for q in range(hp):
                 self.finish(acc, split_maps[q], hp * hf + q, b0, cur[4])

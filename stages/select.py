@@ -149,12 +149,13 @@ from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, MAX_KEYS,
                             MAX_SLICES, TOPK, ScoresLayout, exact_topk_positions, ordered_key)
 from monokernel.types import f32, i32, u32
+from spec.config import KEY_PAGE_TOKENS
 
 from .base import Buffer, Job, Stage, Use
 from .launch import Launch
 
-PAGE = 64  # tokens per page of the key caches (spec.config.KEY_PAGE_TOKENS)
-PAGE_SHIFT = 6
+PAGE = KEY_PAGE_TOKENS  # tokens per page of the key caches
+PAGE_SHIFT = PAGE.bit_length() - 1
 MAX_PAGE = (2**31 - 1) // PAGE  # a slot page*64 + 63 must fit int32
 DEFAULT_DIGITS = (6, 7, 7, 6, 6)
 UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
@@ -612,11 +613,17 @@ def ordered_keys(k, bits, want_nan=False):
     return key, (twice > 0xFF000000 if want_nan else None)
 
 
-def _flipped(k, bits):
-    """(k0, twice, key): the sign flip k0 = bits ^ (sign ? ~0 : 0x80000000), twice = bits << 1
-    (0 for +-0.0), key = k0 with -0.0 given +0.0's key."""
+def sign_flip(k, bits):
+    """bits ^ (sign ? ~0 : 0x80000000): a float's bits (u32) as an unsigned key in the floats'
+    order, -0.0 one below +0.0 (ordered_keys gives them one key), NaNs at the ends."""
     sign = k.bitcast(k.bitcast(bits, i32) >> 31, u32)
-    k0 = bits ^ (sign | 0x80000000)
+    return bits ^ (sign | 0x80000000)
+
+
+def _flipped(k, bits):
+    """(k0, twice, key): the sign flip k0 (sign_flip), twice = bits << 1 (0 for +-0.0),
+    key = k0 with -0.0 given +0.0's key."""
+    k0 = sign_flip(k, bits)
     twice = bits << 1  # drops the sign: 0 for +-0.0
     return k0, twice, k.select(twice.eq(0), 0x80000000, k0)
 

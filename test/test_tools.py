@@ -304,6 +304,9 @@ def test_scoring_cycle_tallies_count_its_steps_and_only_in_timeline_kernels():
     row = next(r for r in rows if r["stage"] == st.name)
     assert row[time_layers.TALLY_COLUMN].startswith("loads ") and "steps " in \
         row[time_layers.TALLY_COLUMN]
+    from stages.cycles import CycleTally
+    with pytest.raises(ValueError, match="no part 'nope'; the parts are loads, chain"):
+        CycleTally(None, type("Env", (), {"timing": False})(), IndexScore.TALLIES).mark("nope")
     plain = L.kernel("interp", 32)
     assert not any(op.opcode == "cycles" for op in plain.walk())
     assert any(op.opcode == "cycles" for op in L.kernel("interp", 32, timeline=True).walk())

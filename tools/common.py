@@ -566,8 +566,8 @@ def launch_for(kind, spec, tunes=()):
             kw[attr] = int(text)
         except ValueError:
             raise ValueError(f"--tune launch.{attr}={text}: expected an integer") from None
-    if kw and "waves" not in inspect.signature(kind.launch).parameters and not any(
-            p.kind == p.VAR_KEYWORD for p in inspect.signature(kind.launch).parameters.values()):
+    params = inspect.signature(kind.launch).parameters.values()
+    if kw and not any(p.name == "waves" or p.kind == p.VAR_KEYWORD for p in params):
         raise ValueError(f"--tune launch.waves: kind {kind.name} builds its launch with its "
                          "own CTA size")
     return apply_tunes(kind.launch(spec, **kw), rest)

@@ -124,11 +124,11 @@ def opcode(text: str) -> str:
 
 
 def find_tool(name: str) -> str | None:
+    """$NAME (upper case) if set (None if it names no file), else PATH, else CUDA_BIN."""
     env = os.environ.get(name.upper())
     if env:
         return env if os.path.exists(env) else None
-    return shutil.which(name) or next(
-        (p for p in (os.path.join(CUDA_BIN, name),) if os.path.exists(p)), None)
+    return shutil.which(name) or shutil.which(name, path=CUDA_BIN)
 
 
 def disassemble(ptx: str, arch: str = "sm_90a") -> str:

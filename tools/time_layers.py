@@ -50,8 +50,8 @@ to each; its tallies (JobEnv.tally, e.g. the scoring's cycle accounts of its key
 stages/cycles.py, names from the stage's TALLIES) as the median over its jobs of the
 per-wave value, in processor clocks (`%clock64`, `s_memtime`). The clock reads constrain the
 compiler's scheduling of the timeline build: read the parts as a breakdown of that build,
-beside its span; `us/launch` always comes from the build without them. Clocks: globaltimer ns on NVIDIA (shown in us), s_memrealtime on AMD (100 MHz,
-shown in us), and with `--backend interp` (for testing, --timeline only) the interpreter's
+beside its span; `us/launch` always comes from the build without them. Clocks: globaltimer
+ns on NVIDIA (shown in us), s_memrealtime on AMD (100 MHz, shown in us), and with `--backend interp` (for testing, --timeline only) the interpreter's
 tick counter (memory accesses, shown in ticks).
 
 --pos sets the context position of kinds whose inputs take one (ignored, shown as '-', for
