@@ -385,6 +385,8 @@ class IndexScore(Stage):
         same count, and a step past my_n runs `idle()` (its turns' barriers) instead."""
         c = lambda v: k.const(v, i32)  # noqa: E731
         depth = self.depth
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"ix_score: depth {depth!r}; the key ring holds at least 1 step")
         ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(depth)]
         if self.prefetch_pages:  # pages[d]: the page of step t + depth (t = d mod depth)
             pages = [k.lane_var(locate(c(depth + d))) for d in range(depth)]

@@ -448,6 +448,13 @@ def test_turns_refuse_the_other_pipelines():
         L.kernel("interp", 32)
 
 
+def test_a_key_ring_of_no_step_is_refused():
+    L, st = _launch("tiny", 8, False, capacity=CAP, cache_pages=PAGES)
+    st.depth = 0
+    with pytest.raises(ValueError, match="depth 0; the key ring holds at least 1 step"):
+        L.kernel("interp", 32)
+
+
 # ------------------------------------ four warpgroups, each page's pairs split over two
 
 SPLIT_CASES = [
