@@ -25,7 +25,7 @@ from . import ir
 from .ir import DEFAULT_POLL_BOUND, MAX_ACCESS_BYTES, ABI, Block, LDSAlloc, Op, Ptr, Scalar, Value, Var
 from .targets import target as get_target
 from .verify import VerifyError, verify
-from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, i1, i32, i64, ptr_global,
+from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, f32, i1, i32, i64, ptr_global,
                     ptr_lds, u32, u64)
 
 _builder: ContextVar["KernelBuilder | None"] = ContextVar("monokernel_builder", default=None)
@@ -188,6 +188,14 @@ class KernelBuilder:
             raise DSLError(f"fma needs f16/f32/f64, got {a.dtype}")
         t = VType(a.dtype, max(a.n, b.n, c.n), a.uniform and b.uniform and c.uniform)
         return self._v("fma", (a, b, c), t)
+
+    def relu_bf16x2(self, a, b) -> Value:
+        """bf16 pair of relu(a) (low half) and relu(b) (high half) as one u32: an MMA's bf16
+        A operand built from f32 accumulators in one instruction a pair on sm_90a."""
+        a, b = self._coerce_pair(a, b, "relu_bf16x2")
+        if a.dtype != f32:
+            raise DSLError(f"relu_bf16x2 packs f32 values, got {a.dtype}")
+        return self._v("relu_bf16x2", (a, b), self._joined(a, b, u32))
 
     def cmp(self, pred, a, b) -> Value:
         if pred not in ir.CMP_PREDS:

@@ -291,6 +291,12 @@ class Wave:
         c, a, b = (self.get(x) for x in op.args)
         self.put(op.result, np.where(c, a, b))
 
+    def op_relu_bf16x2(self, op):
+        a, b = (self.get(x).astype(np.float32) for x in op.args)
+        lo, hi = (numerics.f32_to_bf16_bits(np.where(np.isnan(x), x, np.maximum(x, 0.0)))
+                  .astype(np.uint32) for x in (a, b))
+        self.put(op.result, lo | hi << 16)
+
     def op_cast(self, op):
         a = self.get(op.args[0])
         self.put(op.result, numerics.convert(a, op.args[0].dtype, op.result.dtype))
@@ -794,7 +800,7 @@ class Run:
                                                     if a_desc is not None else [])
         if self.unfenced is not None:
             for what, read, d in reads:
-                dirty = read(self.unfenced[cta], d).view(np.uint8)
+                dirty = np.ascontiguousarray(read(self.unfenced[cta], d)).view(np.uint8)
                 if dirty.any():
                     waves = sorted({int(x) - 1 for x in dirty.ravel() if x})
                     raise InterpError(

@@ -55,6 +55,9 @@ OPCODES: dict[str, str] = {
     "rsqrt": "1/sqrt a", "sin": "sin a", "cos": "cos a", "fma": "a*b + c, rounded once",
     "cmp": "a <pred> b -> i1", "select": "c ? a : b",
     "cast": "value conversion (numerics.convert)", "bitcast": "same bits, other type/width",
+    "relu_bf16x2": "f32 a, b -> u32 packing bf16(max(a, 0)) in bits 0-15 and bf16(max(b, 0)) in "
+                   "bits 16-31, each rounded to nearest even; a NaN gives a bf16 NaN, -0.0 a zero "
+                   "of either sign (sm_90a: one cvt.rn.relu.bf16x2.f32)",
     "vec_pack": "n scalars -> one n-vector", "extract": "element attrs.index of a vector",
     "insert": "vector with element attrs.index replaced",
     "ptr_add": "pointer + byte offset",

@@ -94,6 +94,9 @@ def compare(name, got, want, what="interpreter", bound=None):
     case = cases.CASE[name]
     for out in case.outputs:
         g, w = got[out], want[out]
+        if out in case.same:
+            case.same[out](g, w)
+            continue
         if bound is not None and out in bound:
             err = np.abs(g.astype(np.float64) - w.astype(np.float64))
             bad = ~((err <= bound[out]) | (np.isnan(g) & np.isnan(w)))
@@ -121,7 +124,7 @@ def compare(name, got, want, what="interpreter", bound=None):
 
 
 SIMPLE = ["vscale", "xlane", "atomics", "casts", "lds_barrier", "lds_big", "mma_bf16",
-          "mma_e4m3", "wgmma16", "wgmma256", "turns"]
+          "mma_e4m3", "wgmma16", "wgmma256", "turns", "relu_pack", "wgmma_relu"]
 
 
 @pytest.mark.parametrize("name", SIMPLE)

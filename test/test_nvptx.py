@@ -225,6 +225,112 @@ def _wgmma(k, *, atom):
         k.store(a.D, t * nd + 4 * q, k.vec(*[k.extract(d, 4 * q + e) for e in range(4)]))
 
 
+def _relu_pack(k):
+    """out[i] = relu_bf16x2(x[2i], x[2i + 1]) for every lane of every CTA."""
+    a = k.args
+    i = k.cta_id() * k.L + k.lane_id()
+    v = k.load(a.x, 2 * i, f32, 2)
+    k.store(a.out, i, k.relu_bf16x2(k.extract(v, 0), k.extract(v, 1)))
+
+
+def _relu_pack_args(rng, grid):
+    """Special values first (signed zeros, NaN, infinities, ties to even at bf16's last
+    bit, subnormals, the largest finite f32), then random values of every sign and scale."""
+    special = np.array([0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0,
+                        1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -9, 3.0 + 2.0 ** -7,
+                        1e-40, -1e-40, 3.4028235e38, 2.0 ** -126], np.float32)
+    n = 2 * 32 * grid
+    rest = (rng.standard_normal(n - special.size) *
+            np.exp2(rng.integers(-30, 30, n - special.size))).astype(np.float32)
+    return dict(x=np.concatenate([special, rest]), out=np.zeros(n // 2, np.uint32))
+
+
+def _relu_pack_reference(args):
+    """Independent of numerics: f32 bits rounded to their top 16 by adding 0x7FFF plus the
+    kept part's lowest bit (nearest, ties to even), negatives to +0, NaN to 0x7FC0."""
+    x = np.maximum(args["x"], np.float32(0.0))  # NaN stays NaN
+    u = x.view(np.uint32).astype(np.uint64)
+    b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32)
+    b = np.where(np.isnan(x), np.uint32(0x7FC0), b).reshape(-1, 2)
+    return dict(out=b[:, 0] | b[:, 1] << 16)
+
+
+def _relu_pack_same(got, want):
+    """Equal bits, any bf16 NaN for a NaN, either zero for a zero (the op's contract)."""
+    def halves(u):
+        return [(u >> s) & 0xFFFF for s in (0, 16)]
+    for g, w in zip(halves(got), halves(want)):
+        gn = ((g & 0x7F80) == 0x7F80) & ((g & 0x7F) != 0)
+        wn = ((w & 0x7F80) == 0x7F80) & ((w & 0x7F) != 0)
+        assert ((g == w) | (gn & wn) | (((g | w) & 0x7FFF) == 0)).all()
+
+
+def _wgmma_relu_chain(k, *, atom, atom2):
+    """The scoring's head sum on the tensor cores: an e4m3 wgmma (m64n16k32) into f32, relu
+    of its accumulator packed to bf16 pairs IN PLACE as the A operand of a bf16 wgmma
+    (m64n8k16, B2 from shared memory after B), whose D is stored."""
+    a = k.args
+    t = k.thread_id()
+    words = (atom.k * atom.n + atom2.k * atom2.n * 2) // 4
+    img = k.lds("b", u32, words)
+    for j in k.range((words + 127) // 128):
+        w = j * 128 + t
+        k.store(img, w, k.load(a.Bimg, w, u32, mask=w < words), mask=w < words)
+    with k.async_proxy_lds():
+        k.barrier()
+    av = k.load(a.A, t * 16, fp8e4m3fn, 16)
+    zero = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
+    k.wgmma_fence()
+    d = k.wgmma(atom, av, k.const(atom.smem_descriptor(0), u64), zero)
+    k.wgmma_commit()
+    k.wgmma_wait(0)
+    a2 = k.bitcast(k.vec(*[k.relu_bf16x2(k.extract(d, 2 * i), k.extract(d, 2 * i + 1))
+                           for i in range(atom.c_slots // 2)]), bf16, atom2.a_slots)
+    zero2 = k.vec(*[k.const(0.0, f32)] * atom2.c_slots)
+    k.wgmma_fence()
+    d2 = k.wgmma(atom2, a2, k.const(atom2.smem_descriptor(atom.k * atom.n), u64), zero2)
+    k.wgmma_commit()
+    k.wgmma_wait(0)
+    k.store(a.D, t * atom2.c_slots, d2)
+
+
+def _wgmma_relu_chain_args(atom, atom2):
+    def make(rng, grid):
+        A = numerics.convert(rng.standard_normal((atom.m, atom.k)) * 2, "f64", fp8e4m3fn)
+        B = numerics.convert(rng.standard_normal((atom.k, atom.n)) * 2, "f64", fp8e4m3fn)
+        B2 = numerics.convert(rng.standard_normal((atom2.k, atom2.n)), "f64", bf16)
+        img = np.concatenate([atom.b_to_smem(B), np.zeros(atom.k * atom.n - atom.b_to_smem(B).size,
+                                                          np.uint8)]).view(np.uint32)
+        img2 = atom2.b_to_smem(B2)
+        img2 = np.concatenate([img2, np.zeros(atom2.k * atom2.n - img2.size, np.uint16)])
+        return dict(A=atom.to_lanes("a", A), Bimg=np.concatenate([img, img2.view(np.uint32)]),
+                    Bmat=B, B2mat=B2, D=np.zeros((128, atom2.c_slots), np.float32))
+    return make
+
+
+def _wgmma_relu_chain_reference(atom, atom2):
+    """relu(A @ B) rounded to bf16 (from its f32 value), then @ B2, in float64."""
+    def ref(args):
+        A = atom.from_lanes("a", numerics.to_f64(args["A"], fp8e4m3fn))
+        S = (A @ numerics.to_f64(args["Bmat"], fp8e4m3fn)).astype(np.float32)
+        P = numerics.to_f64(numerics.f32_to_bf16_bits(np.maximum(S, 0.0)), bf16)
+        return dict(D=atom2.to_lanes("c", P @ numerics.to_f64(args["B2mat"], bf16))
+                    .astype(np.float32))
+    return ref
+
+
+def _wgmma_relu_chain_bound(atom, atom2):
+    """The e4m3 sums' ~14 bits (_wgmma_bound) may move a relu'd value across a bf16 rounding
+    boundary: one bf16 ulp (2**-8 relative) a product, plus f32 sums; a wrong lane map or
+    a relu on the wrong half is off by O(|D|)."""
+    def bound(args):
+        A = np.abs(atom.from_lanes("a", numerics.to_f64(args["A"], fp8e4m3fn)))
+        S = A @ np.abs(numerics.to_f64(args["Bmat"], fp8e4m3fn))
+        B2 = np.abs(numerics.to_f64(args["B2mat"], bf16))
+        return dict(D=atom2.to_lanes("c", (2.0 ** -8 + 2.0 ** -11) * S @ B2 + 1e-6))
+    return bound
+
+
 # ----------------------------------------------------------------------------- cases
 
 @dataclass
@@ -242,6 +348,8 @@ class Case:
     # (args) -> {output: per-element absolute tolerance}: for hardware that rounds in its own
     # way (wgmma e4m3 accumulates with ~14 significant bits, not the interpreter's f32)
     bound: Callable | None = None
+    # output -> check(got, want) for outputs equal under an op's own contract (e.g. any NaN)
+    same: dict = field(default_factory=dict)
 
 
 def _k(name, fn, abi, waves=1, **params) -> Callable[[], Kernel]:
@@ -398,6 +506,7 @@ MMA_BF16 = nv_atoms.MMA_M16N8K16_BF16
 MMA_E4M3 = nv_atoms.MMA_M16N8K32_E4M3
 WGMMA16 = nv_atoms.wgmma_e4m3(16)
 WGMMA256 = nv_atoms.wgmma_e4m3(256)
+WGMMA_BF16_8 = nv_atoms.wgmma_bf16(8)
 
 TURN_STEPS = 8  # turns each group of waves takes
 TURN_GROUP = 2  # waves a group (the kernel has two groups)
@@ -517,6 +626,17 @@ CASES = [
          _wgmma_args(WGMMA256), 1, ("D",), floats={"D": (1e-5, 1e-4)},
          expect=(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e4m3\.e4m3",),
          reference=_wgmma_reference(WGMMA256), bound=_wgmma_bound(WGMMA256)),
+    Case("relu_pack", _k("relu_pack", _relu_pack, ABI(x=Ptr(f32), out=Ptr(u32))),
+         _relu_pack_args, 2, ("out",), expect=(r"cvt\.rn\.relu\.bf16x2\.f32",),
+         reference=_relu_pack_reference, same={"out": _relu_pack_same}),
+    Case("wgmma_relu", _k("wgmma_relu", _wgmma_relu_chain, ABI(A=Ptr(u8), Bimg=Ptr(u32),
+                                                               D=Ptr(f32)),
+                          waves=4, atom=WGMMA16, atom2=WGMMA_BF16_8),
+         _wgmma_relu_chain_args(WGMMA16, WGMMA_BF16_8), 1, ("D",), floats={"D": (1e-5, 1e-4)},
+         expect=(r"cvt\.rn\.relu\.bf16x2\.f32",
+                 r"wgmma\.mma_async\.sync\.aligned\.m64n8k16\.f32\.bf16\.bf16 .*, 1, 1, 0;"),
+         reference=_wgmma_relu_chain_reference(WGMMA16, WGMMA_BF16_8),
+         bound=_wgmma_relu_chain_bound(WGMMA16, WGMMA_BF16_8)),
     Case("turns", _k("turns", _turns, ABI(counter=Ptr(i32), out=Ptr(i32)), waves=2 * TURN_GROUP),
          _turns_args, 4, ("out", "counter"), interp_kw=dict(mode="random", seed=3),
          expect=(r"barrier\.sync\.aligned\s+%r\d+, 128|bar\.sync\s+%r\d+, 128",
@@ -719,7 +839,8 @@ def test_unknown_sm_is_rejected():
 # ----------------------------------------------------------------------------- interpreter
 
 @pytest.mark.parametrize("name", ["vscale", "xlane", "atomics", "casts", "lds_barrier",
-                                  "mma_bf16", "mma_e4m3", "wgmma16", "wgmma256", "turns"])
+                                  "mma_bf16", "mma_e4m3", "wgmma16", "wgmma256", "turns",
+                                  "relu_pack", "wgmma_relu"])
 def test_cases_run_in_the_interpreter(name):
     """The shared cases are valid programs (the GPU test compares against these runs)."""
     case = CASE[name]
@@ -730,7 +851,10 @@ def test_cases_run_in_the_interpreter(name):
     interp.run(case.build(), iargs, grid=grid, **case.interp_kw)
     if case.reference is not None:
         for k, want in case.reference(args).items():
-            np.testing.assert_allclose(iargs[k], want, rtol=1e-6, atol=1e-6)
+            if k in case.same:
+                case.same[k](iargs[k], want)
+            else:
+                np.testing.assert_allclose(iargs[k], want, rtol=1e-6, atol=1e-6)
 
 
 def test_handoff_runs_in_the_interpreter_at_full_grid():

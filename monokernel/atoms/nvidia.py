@@ -120,9 +120,48 @@ def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO,
         notes="imm-scale-a/b = 1; fp8 wgmma has no transpose: A and B must be K-major.")
 
 
-WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N) + (wgmma_e4m3(64, a_smem=True),)
-ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3) + WGMMA_E4M3
+# wgmma.mma_async m64nNk16 .bf16, A in registers (PTX ISA Figure "WGMMA .m64nNk16 register
+# fragment layout for matrix A"), per warp w: a_i: row 16w + g + 8*((i>>1)&1), col 2t + (i&1)
+# + 8*(i>>2): the accumulator's layout at N = 16, so a f32 accumulator's two 8-column blocks,
+# converted to bf16 pairs in place, are the next wgmma's A without a lane move (FA3's P).
+_WG_A16 = Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512)))
+# B placement of a 16 x N bf16 tile: the two K core matrices (k 0-7, 8-15) of 8 N-rows back
+# to back (LBO 128 bytes), the next 8 N-rows SBO on
+WGMMA16_B_LBO, WGMMA16_B_SBO = 128, 256
 
-__all__ = ["ATOMS", "MMA_M16N8K16_BF16", "MMA_M16N8K32_E4M3", "WGMMA_COMMIT", "WGMMA_E4M3",
-           "WGMMA_FENCE", "WGMMA_N", "decode_smem_descriptor", "kmajor_interleave",
-           "smem_descriptor", "wgmma_e4m3", "wgmma_wait"]
+
+def wgmma_bf16(n: int, lbo: int = WGMMA16_B_LBO, sbo: int = WGMMA16_B_SBO) -> MMAAtom:
+    """wgmma m64nNk16 f32 += bf16 x bf16, A from registers, B (K-major, not transposed) from
+    shared memory at the canonical no-swizzle layout with the given LBO/SBO (bytes)."""
+    if n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"wgmma m64nNk16 .f32 needs N a multiple of 8 in [8, 256], got {n}")
+    instr = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"
+    nd = n // 2
+    d = "{" + ", ".join(f"%{j}" for j in range(nd)) + "}"
+    a = "{" + ", ".join(f"%{j}" for j in range(nd, nd + 4)) + "}"
+    # register A: d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b (0: K-major)
+    asm = ("{ .reg .pred p; setp.ne.b32 p, %" + str(nd + 5) + ", 0; "
+           f"{instr} {d}, {a}, %{nd + 4}, p, 1, 1, 0; }}")
+    nk = kmajor_interleave(n, 16, 2, lbo, sbo)
+    b_kn = Layout((nk.shape[1], nk.shape[0]), (nk.stride[1], nk.stride[0]))
+    return MMAAtom(
+        name=f"sm90_wgmma_m64n{n}k16_bf16", targets=("sm_90a",), m=64, n=n, k=16,
+        a_dtype=T.bf16, b_dtype=T.bf16, acc_dtype=T.f32, group=128,
+        a_layout=_WG_A16, b_layout=None,
+        c_layout=Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512))),
+        intrinsic=instr, kind="ptx",
+        signature=(("d", f"{nd} x f32 (+f)"), ("a", "4 x b32 (r)"), ("b_desc", "b64 (l)"),
+                   ("scale_d", "b32 (r): 0 -> D = A*B, else D = A*B + D")),
+        result_type=f"{nd} x f32", asm=asm,
+        b_source="smem", b_smem=SmemOperand(b_kn, lbo, sbo, elem_bytes=2), is_async=True,
+        notes="imm-scale-a/b = 1, B not transposed (K-major); each b32 of A packs 2 bf16, "
+              "low half first.")
+
+
+WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N) + (wgmma_e4m3(64, a_smem=True),)
+WGMMA_BF16 = tuple(wgmma_bf16(n) for n in (8, 16))
+ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3) + WGMMA_E4M3 + WGMMA_BF16
+
+__all__ = ["ATOMS", "MMA_M16N8K16_BF16", "MMA_M16N8K32_E4M3", "WGMMA_BF16", "WGMMA_COMMIT",
+           "WGMMA_E4M3", "WGMMA_FENCE", "WGMMA_N", "decode_smem_descriptor", "kmajor_interleave",
+           "smem_descriptor", "wgmma_bf16", "wgmma_e4m3", "wgmma_wait"]

@@ -60,6 +60,27 @@ class TargetHooks:
         instructions (`predicated_store`, `atomic_rmw(pred=...)`) instead of a branch each."""
         return False
 
+    def relu_bf16x2(self, e: "Emitter", a: str, b: str, n: int) -> str:
+        """op relu_bf16x2 on n lanes' elements: llvm.maximum (NaN in, NaN out), fptrunc
+        (round to nearest even), the two halves as one i32."""
+        if n != 1:
+            raise BackendError(f"{self.name}: relu_bf16x2 on vectors is not lowered")
+        halves = []
+        for x in (a, b):
+            m = e.call("float", "llvm.maximum.f32", f"float {x}, float 0.0")
+            t = e.fresh("rb")
+            e.emit(f"{t} = fptrunc float {m} to bfloat")
+            h = e.fresh("rb")
+            e.emit(f"{h} = bitcast bfloat {t} to i16")
+            z = e.fresh("rb")
+            e.emit(f"{z} = zext i16 {h} to i32")
+            halves.append(z)
+        hi = e.fresh("rb")
+        e.emit(f"{hi} = shl i32 {halves[1]}, 16")
+        o = e.fresh("rb")
+        e.emit(f"{o} = or i32 {hi}, {halves[0]}")
+        return o
+
     def lds_pointer(self, e: "Emitter", offset: int) -> str:
         return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
 
@@ -412,6 +433,11 @@ class Emitter:
         ct = self.ty(c.type, r.n) if c.n > 1 else "i1"
         self.define(r, f"select {ct} {self.val(c, r.n if c.n > 1 else None)}, "
                        f"{t} {self.val(a, r.n)}, {t} {self.val(b, r.n)}")
+
+    def op_relu_bf16x2(self, op):
+        r = op.result
+        a, b = (self.val(x, r.n) for x in op.args)
+        self.alias(r, self.h.relu_bf16x2(self, a, b, r.n))
 
     def op_cast(self, op):
         src, r = op.args[0], op.result

@@ -417,6 +417,16 @@ class NVPTXHooks(TargetHooks):
                                f"(m{shape[0]}n{shape[1]}k{shape[2]} {atom.a_dtype})")
         return self._unpack_struct(e, s, 4)
 
+    def relu_bf16x2(self, e: Emitter, a: str, b: str, n: int) -> str:
+        # cvt.rn.relu.bf16x2.f32 d, hi, lo: one F2FP.RELU.BF16.F32.PACK_AB (ptxas does not
+        # fuse max.f32 + cvt.rn.bf16x2.f32 into it)
+        if n != 1:
+            raise BackendError("nvptx: relu_bf16x2 on vectors is not lowered")
+        v = e.call("<2 x bfloat>", "llvm.nvvm.ff2bf16x2.rn.relu", f"float {b}, float {a}")
+        o = e.fresh("rb")
+        e.emit(f"{o} = bitcast <2 x bfloat> {v} to i32")
+        return o
+
     def _asm_void(self, e: Emitter, text: str):
         e.emit(f'call void asm sideeffect "{text}", "~{{memory}}"()')
 
@@ -439,8 +449,9 @@ class NVPTXHooks(TargetHooks):
         atom = op.attrs["atom"]
         self._check_atom(atom, 128)
         m, n, k = _dim(atom, "m"), _dim(atom, "n"), _dim(atom, "k")
-        if (m, k) != (64, 32) or atom.a_dtype != fp8e4m3fn or atom.b_dtype != fp8e4m3fn \
-                or n % 8 or not 8 <= n <= 256:
+        lowered = {(32, fp8e4m3fn), (16, bf16)}  # m64nNk32 e4m3, m64nNk16 bf16 (A: regs)
+        if m != 64 or (k, atom.a_dtype) not in lowered or atom.b_dtype != atom.a_dtype \
+                or n % 8 or not 8 <= n <= 256 or (atom.a_smem is not None and k != 32):
             raise BackendError(f"nvptx: no wgmma lowering for atom {atom.name}")
         if not e.k.lds_bytes:
             raise BackendError(f"kernel {e.k.name}: wgmma reads B from shared memory, but the "
@@ -451,7 +462,7 @@ class NVPTXHooks(TargetHooks):
         nd = n // 2
         if (not ss and len(aw) != 4) or len(cf) != nd:
             raise BackendError(f"atom {atom.name}: A has {len(aw)} registers and D {len(cf)} "
-                               f"floats per lane; m64n{n}k32 takes 4 and {nd}")
+                               f"floats per lane; m64n{n}k{k} takes 4 and {nd}")
         asm = atom.asm.replace("%", "$")  # the atom's PTX, operands numbered LLVM's way
         cons = ",".join(["=f"] * nd + (["l"] if ss else ["r"] * 4) + ["l", "r"]
                         + [str(j) for j in range(nd)] + ["~{memory}"])
