@@ -155,9 +155,18 @@ def reference(p: IndexPlan, inp: dict) -> dict:
     return dict(q=q, q8=q8, sq=sq, k=kk, k8=k8, sk=sk, w=w, scores=scores, cache=exp_cache)
 
 
-def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict) -> np.ndarray:
+def bf16_round(x):
+    """float64 -> the nearest bf16 value (ties to even; torch's conversion), as float64."""
+    import torch
+    return torch.from_numpy(np.asarray(x, np.float64)).to(torch.bfloat16).to(torch.float64).numpy()
+
+
+def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict, bf16_head_sum: bool = False
+                       ) -> np.ndarray:
     """float64 scores recomputed from the kernel's OWN quantized operands (ix_q8, ix_w,
-    ix_k8, ix_ks) and the input cache: what the scoring stage alone must reproduce."""
+    ix_k8, ix_ks) and the input cache: what the scoring stage alone must reproduce.
+    `bf16_head_sum` (IndexScore.head_sum "mma"): relu(q . k), first rounded to f32 as the
+    MMA's accumulator holds it, and w are rounded to bf16 before the weighted head sum."""
     R, fmt = p.rows, p.fp8.name
     q8, _, k8, ks, w = kernel_operands(p, regions)
     pos = _np(inp["positions"]).astype(np.int64).reshape(-1)
@@ -177,7 +186,11 @@ def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict) -> np.ndarray:
             src = new_slots.get(int(pages[x]) * PAGE + int(offs[x]))
             if src is not None:
                 keys[x], scl[x] = kn[src], ks[src]
-        out[r, :n] = scl * (np.maximum(keys @ qv[r].T, 0.0) @ w[r])
+        relu = np.maximum(keys @ qv[r].T, 0.0)
+        if bf16_head_sum:
+            out[r, :n] = scl * (bf16_round(relu.astype(np.float32)) @ bf16_round(w[r]))
+        else:
+            out[r, :n] = scl * (relu @ w[r])
     return out
 
 

@@ -64,8 +64,8 @@ import math
 from layouts.regions import PlainBuffer, TaggedPairs
 from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.atoms.base import DESC_SHIFT, desc_units
-from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_e4m3
-from monokernel.types import f32, i32, u8, u32, u64
+from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
+from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
@@ -89,7 +89,26 @@ class IndexScore(Stage):
     rel_tol = 1e-5
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
-                "turns", "split_pairs", "depth")
+                "turns", "split_pairs", "depth", "head_sum")
+    # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
+    # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
+    # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
+    # (cvt.rn.relu.bf16x2.f32), then the head sums AND the quad's reduction on the tensor
+    # cores: the packed pairs are, in place, the A operand of a bf16 wgmma m64n8k16 whose B
+    # holds the head weights (bf16) block-diagonally by row, so D's column n is row n's score
+    # (WgmmaGroup.finish_mma). Precision: relu(q . k) and w rounded to bf16 (8 significant
+    # bits, 2**-9 relative), an order below the FP8 quantization of q and k (4 bits); the
+    # own-operands references model both roundings (index_ref.scores_from_kernel).
+    # "auto" (the default): "mma" on Hopper's plain / split / turns pipelines, measured faster
+    # (H200, 512K keys, same call: index_scoring r8 W1 75.6 -> 64.5 us, W2 100.6 -> 103.2; r4
+    # 52.4 -> 51.7 / 62.9 -> 63.7; r2 46.0 -> 45.3 / 45.9 -> 45.7; index r8 W1 143.5 -> 133.0,
+    # W2 166.7 -> 167.0: bench/NOTES.md v11), "fma" elsewhere (AMD, and the measured-slower
+    # Hopper pipelines: ss_keys, pipeline_min_pairs, alternate_one_pair)
+    HEAD_SUMS = ("auto", "fma", "mma")
+    head_sum = "auto"
+    CHOICES = {"head_sum": HEAD_SUMS}  # the string tunables' values (tools' --tune)
+    # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
+    SUM_ATOM = wgmma_bf16(8)
     # The key loop's block-table entries load `depth` steps before the key loads that use them
     # (`_pipeline`). Without it (False) a step's key loads address through an entry loaded a
     # few instructions before: in the sm_90a rows-8 SASS the second step of each unrolled
@@ -118,6 +137,24 @@ class IndexScore(Stage):
     def __init__(self, p: IndexPlan):
         self.p = p
         self.t = p.tiling
+
+    @property
+    def bf16_head_sum(self) -> bool:
+        """Whether the scores' head sums run on the tensor cores in bf16 (`head_sum`)."""
+        if self.head_sum not in self.HEAD_SUMS:
+            raise ValueError(f"ix_score: head_sum {self.head_sum!r}; one of {self.HEAD_SUMS}")
+        if self.head_sum == "auto":
+            return bool(self.p.wgmma and self.p.rows <= self.SUM_ATOM.n and not (
+                self.ss_keys or self.pipeline_min_pairs is not None or self.alternate_one_pair))
+        if self.head_sum == "fma":
+            return False
+        if not self.p.wgmma:
+            raise ValueError(f"ix_score: head_sum 'mma' is the Hopper (wgmma) path; "
+                             f"{self.p.chip} sums heads with FMAs")
+        if self.p.rows > self.SUM_ATOM.n:
+            raise ValueError(f"ix_score: head_sum 'mma' takes at most {self.SUM_ATOM.n} rows "
+                             f"(one a column of its m64n{self.SUM_ATOM.n}k16), got {self.p.rows}")
+        return True
 
     def jobs(self):
         p = self.p
@@ -322,7 +359,8 @@ class IndexScore(Stage):
 
     def _new_dot(self, k, io, row, u):
         """sum_h w[row, h] * relu(q8[row, h] . k8[u]) (uniform f32): lanes over (head, part of
-        the 128 bytes), f32 FMAs of exact fp8 products, then lane swaps and a wave sum."""
+        the 128 bytes), f32 FMAs of exact fp8 products, then lane swaps and a wave sum (the
+        bf16 head sum: relu(.) and w rounded to bf16 first, as the key loop does)."""
         p = self.p
         R, H, NB = p.rows, p.heads, p.nb_words
         lane = _lane(k)
@@ -348,7 +386,11 @@ class IndexScore(Stage):
             for sh in range(int(math.log2(lph))):
                 d = d + k.lane_swap(d, 1 << sh)
             w = k.bitcast(io.load("ix_nb", row * NB + NW0 + hc), f32)
-            t = k.select(m & part.eq(0), k.max(d, 0.0) * w, k.const(0.0, f32))
+            if self.bf16_head_sum:  # the key loop's precision: relu(d) and w in bf16
+                r = k.bitcast(k.relu_bf16x2(d, d) << 16, f32)
+                t = k.select(m & part.eq(0), r * k.cast(k.cast(w, bf16), f32), k.const(0.0, f32))
+            else:
+                t = k.select(m & part.eq(0), k.max(d, 0.0) * w, k.const(0.0, f32))
             s = k.wave_sum(t)
             tot = s if tot is None else tot + s
         return tot
@@ -638,8 +680,92 @@ class IndexScore(Stage):
             mm = m & (head < H)
             v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * p.nb_words + NW0 + k.min(head, H - 1),
                                   mask=mm), f32)
+            if self.bf16_head_sum:  # the one-pair chains' FMAs take bf16 weights too
+                v = k.cast(k.cast(v, bf16), f32)
             k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
-        return dict(wl=wl, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"), NH=NH)
+        out = dict(wl=wl, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"), NH=NH)
+        if self.bf16_head_sum:
+            out["sum_desc"] = self._stage_sum_weights(k, io)
+        return out
+
+    def _stage_sum_weights(self, k, io):
+        """The head-sum wgmma's B (`head_sum` "mma"): K = (R + 1) x HP (row, head) by N = 8
+        (rows), W[(r, h), n] = bf16(w[r, h]) if n == r else 0, K-major without swizzle at
+        SUM_ATOM's LBO (the 8 x 8 core matrices of successive K back to back, one column block):
+        byte (kk // 8) * LBO + n * 16 + (kk % 8) * 2. A chain starting at row ra reads it from
+        K = ra x HP on, so D's column n is row n's sum. Returns the descriptor of K = 0."""
+        p, at = self.p, self.SUM_ATOM
+        R, H, HP, NB = p.rows, p.heads, p.heads_pad, p.nb_words
+        lbo = at.b_smem.lbo
+        words = (R + 1) * HP // 8 * lbo // 4
+        tid = _tid(k)
+        Tn = k.W * k.L
+        ws = k.lds("ix_wsum", u32, words)
+        wpr = CORE_ROW_BYTES // 4  # words a core-matrix row (8 bf16 of K)
+        for i0 in range(0, words, Tn):
+            wd = i0 + tid
+            m = wd < words
+            kk0 = (wd / (lbo // 4)) * 8 + (wd % wpr) * 2
+            n = (wd % (lbo // 4)) / wpr
+            row, h0 = kk0 / HP, kk0 % HP
+            on = m & n.eq(row) & (row < R)
+            half = []
+            for d in range(2):
+                h = h0 + d
+                v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * NB + NW0 + k.min(h, H - 1),
+                                      mask=on & (h < H)), f32)
+                half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
+            k.store(ws, k.min(wd, words - 1), half[0] | (half[1] << 16), mask=m)
+        return at.smem_descriptor(k.lds_offset("ix_wsum"))
+
+    def _sum_slots(self):
+        """[(key half hk, column offset)] of the head-sum D's slots: slot i of lane (warp w,
+        g = lane // 4, t = lane % 4) is key 16w + g + 8 hk, column 2t + offset (checked on
+        SUM_ATOM's lane table)."""
+        sa = self.SUM_ATOM
+        cr, cc = sa.c_rows(), sa.c_cols()
+        out = []
+        for i in range(sa.c_slots):
+            hk, col = i >> 1, i & 1
+            for lane in range(cr.shape[0]):
+                w, g, t = lane // 32, (lane % 32) // 4, lane % 4
+                if (int(cr[lane, i]), int(cc[lane, i])) != (16 * w + g + 8 * hk, 2 * t + col):
+                    raise ValueError(f"{sa.name}: D slot {i} of lane {lane} is not key "
+                                     f"{16 * w + g + 8 * hk}, column {2 * t + col}")
+            out.append((hk, col))
+        return out
+
+    def _acc_to_sum_a(self, atom):
+        """For the head-sum wgmma's A chunk c (K = 16c .. 16c + 15 of `atom`'s N), its four
+        registers as (accumulator slot low, high) pairs of the same lane: the f32 accumulator
+        IS the A fragment once packed (checked on the atoms' lane tables for every lane)."""
+        sa = self.SUM_ATOM
+        if atom.n % sa.k:
+            raise ValueError(f"ix_score: head_sum 'mma' needs a chain N multiple of {sa.k}, "
+                             f"got {atom.name}")
+        cr, cc = atom.c_rows(), atom.c_cols()
+        ar, ac = sa.a_rows(), sa.a_cols()
+        where = {}
+        for lane in range(cr.shape[0]):
+            for i in range(cr.shape[1]):
+                where[(int(cr[lane, i]), int(cc[lane, i]))] = (lane, i)
+        out = []
+        for c in range(atom.n // sa.k):
+            regs = None
+            for lane in range(ar.shape[0]):
+                slots = []
+                for s in range(sa.a_slots):
+                    ln, i = where[(int(ar[lane, s]), c * sa.k + int(ac[lane, s]))]
+                    if ln != lane:
+                        raise ValueError(f"{atom.name}: A element {s} of lane {lane} (chunk {c}) "
+                                         f"is held by lane {ln}")
+                    slots.append(i)
+                pairs = [tuple(slots[2 * j:2 * j + 2]) for j in range(sa.a_slots // 2)]
+                if regs is not None and pairs != regs:
+                    raise ValueError(f"{atom.name}: chunk {c}'s A slots differ across lanes")
+                regs = pairs
+            out.append(regs)
+        return out
 
     @staticmethod
     def _acc_slots(atom, heads_pad: int, lane: int):

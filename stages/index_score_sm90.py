@@ -23,8 +23,9 @@ byte-identical to the closures this class replaced.
 """
 from __future__ import annotations
 
+from monokernel.atoms.base import DESC_SHIFT
 from monokernel.atoms.nvidia import wgmma_e4m3
-from monokernel.types import f32, i32, u32, u64
+from monokernel.types import bf16, f32, i32, u32, u64
 
 from .index_dsl import _lane
 from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
@@ -55,6 +56,9 @@ class WgmmaGroup:
             self.own = k.const(st.TURN_BARRIERS[0], i32) + self.wg
             self.other = k.const(st.TURN_BARRIERS[1], i32) - self.wg
         self.narrow_map = [(i, h, rho, jj) for i, (h, rho, jj) in enumerate(st._slot_map)]
+        self.mma_sum = st.bf16_head_sum
+        # chains of several pairs sum on the tensor cores (`sums`): only builds of 2+ pairs
+        self.mma_chains = self.mma_sum and p.pairs > 1
 
     # -- a step's parts --------------------------------------------------------------------
     def step_key(self, t):
@@ -72,13 +76,19 @@ class WgmmaGroup:
 
     def load(self, t, page):
         """The lane's 32 key bytes of each of its two keys (nontemporal, straight into
-        registers), then the key scale of the key it scores after the quad's butterfly."""
+        registers), then the key scale of the key it scores after the quad's butterfly (the
+        bf16 head sum: of both its keys, rows g8 and g8 + 8 of its warp's 16)."""
         k, a = self.k, self.a
         out = []
         for h in range(2):
             base = page * PAGE_WORDS + (self.ww * 16 + self.g8 + 8 * h) * 32 + self.t4 * 8
             out.append(k.load(a.index_cache, base, u32, 4, nontemporal=True))
             out.append(k.load(a.index_cache, base + 4, u32, 4, nontemporal=True))
+        if self.mma_chains:
+            for h in range(2):
+                out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + self.ww * 16
+                                  + self.g8 + 8 * h, f32, nontemporal=True))
+            return out
         out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + self.kf, f32,
                           nontemporal=True))
         return out
@@ -130,10 +140,11 @@ class WgmmaGroup:
             parts = [k.load(self.stage["wl"], b + c4, f32, min(4, NH - c4))
                      for c4 in range(0, NH, 4)]
             wv.append([x[i] if x.n > 1 else x for x in parts for i in range(x.n)])
+        relu = self._bf16_relu(acc, smap) if self.mma_sum else None
         vals = [None] * 4
         for i, h, rho, jj in smap:  # one fma a head (not a rounded product, then a sum)
             q = 2 * h + rho
-            r = k.max(acc[i], 0.0)
+            r = relu[i] if relu is not None else k.max(acc[i], 0.0)
             vals[q] = r * wv[rho][jj] if vals[q] is None else k.fma(r, wv[rho][jj], vals[q])
         for m in (2, 1):
             half = len(vals) // 2
@@ -145,14 +156,71 @@ class WgmmaGroup:
                   st._scaled(k, vals[0], sc), k.const(True, "i1"))
         st._cyc.mark("epilogue")
 
+    def _bf16_relu(self, acc, smap):
+        """{slot: relu(acc[slot]) rounded to bf16, as f32}: the bf16 head sum's precision on
+        the FMA epilogue (one-pair chains: `sums`), a cvt a pair of slots and two unpacks."""
+        k = self.k
+        slots = sorted(i for i, _, _, _ in smap)
+        out = {}
+        for i in slots[::2]:
+            if i + 1 not in slots:
+                raise ValueError(f"ix_score: accumulator slot {i} has no pair slot {i + 1}")
+            pk = k.relu_bf16x2(acc[i], acc[i + 1])
+            out[i] = k.bitcast(pk << 16, f32)
+            out[i + 1] = k.bitcast(pk & 0xFFFF0000, f32)
+        return out
+
+    def finish_mma(self, acc, atom, ra, b0, scales):
+        """The bf16 head sum (IndexScore.head_sum "mma") of a chain `atom` whose columns are
+        rows ra .. ra + atom.n / HP - 1: relu and bf16 pairs in one cvt a pair of
+        accumulators, which are in place the A chunks of the head-sum wgmma (m64n8k16); its
+        B, the staged block-diagonal weights from K = ra x HP on, sums each row's heads into
+        D's column of that row; a lane stores its 2 keys x 2 rows."""
+        k, st, p = self.k, self.st, self.p
+        sa = st.SUM_ATOM
+        A2 = [k.bitcast(k.vec(*[k.relu_bf16x2(acc[i], acc[j]) for i, j in regs]), bf16,
+                        sa.a_slots) for regs in st._acc_to_sum_a(atom)]
+        lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (8)
+        d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // 8 * lbo_units), u64)
+        k.wgmma_fence()
+        d = k.vec(*[k.const(0.0, f32)] * sa.c_slots)
+        for c, a2 in enumerate(A2):
+            d = k.wgmma(sa, a2, d0 + c * (sa.k // 8) * lbo_units, d)
+        k.wgmma_commit()
+        k.wgmma_wait(0)
+        nrows = atom.n // p.heads_pad
+        for i, (hk, col) in enumerate(st._sum_slots()):
+            n = self.t4 * 2 + col  # D column: the row
+            valid = (n >= ra) & (n < ra + nrows)
+            st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi,
+                      b0 + self.ww * 16 + self.g8 + 8 * hk, b0,
+                      st._scaled(k, d[i], scales[hk]), valid)
+        st._cyc.mark("epilogue")
+
+    def sums(self, acc, atom, maps, pp0, b0, cur):
+        """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for
+        the bf16 head sum, the tensor cores (`finish_mma`) on chains of several pairs; a
+        one-pair chain keeps the FMAs on the same bf16 values (measured on the H200, the
+        head-sum wgmma of one pair costs more than its ~100-instruction epilogue: W2's
+        one-pair groups took 112 us against 101 at 512K x 8, bench/NOTES.md v11)."""
+        if self.mma_chains and len(maps) > 1:
+            self.finish_mma(acc, atom, self.gi + 2 * pp0, b0, cur[4:6])
+            return
+        # the key the lane scores after the butterfly (kf): its scale is the first or second
+        # loaded one where both keys' scales are loaded (`load`)
+        sc = self.k.select(((self.t4 >> 1) & 1).ne(0), cur[5], cur[4]) if self.mma_chains \
+            else cur[4]
+        for q, smap in enumerate(maps):
+            self.finish(acc, smap, pp0 + q, b0, sc)
+
     # -- steps of each path ----------------------------------------------------------------
     def compute(self, t, cur):
         """A pair at a time: N = 2 rows x heads."""
         b0 = self.step_key(t)
         A = self.operands(cur)
         for pp in self.k.range(self.P):
-            self.finish(self.chain(self.at, A, self.gi + 2 * pp), self.narrow_map, pp, b0,
-                        cur[4])
+            self.sums(self.chain(self.at, A, self.gi + 2 * pp), self.at, [self.narrow_map],
+                      pp, b0, cur)
 
     def compute_wide(self, t, cur):
         """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A
@@ -161,8 +229,7 @@ class WgmmaGroup:
         ~18 us per pair at 512K keys, with or without batching the four chains)."""
         b0 = self.step_key(t)
         acc = self.chain(self.wide, self.operands(cur), self.gi)
-        for pp in range(self.p.pairs):
-            self.finish(acc, self.wide_maps[pp], pp, b0, cur[4])
+        self.sums(acc, self.wide, self.wide_maps, 0, b0, cur)
 
     def issue_one(self, cur):
         """One pair's chain on keys `cur`, not waited for (`_pipeline_alternate`)."""
@@ -189,6 +256,9 @@ class WgmmaGroup:
         if self.half is not None:
             self.hp = p.pairs // 2
             self.half_maps = st._wide_slot_maps(self.half)
+        if self.mma_sum and (st._ss_on() or self.half is not None or st.alternate_one_pair):
+            raise ValueError("ix_score: head_sum 'mma' takes the plain, split or turns "
+                             "pipelines (not ss_keys, pipeline_min_pairs, alternate_one_pair)")
         if st.split_pairs and self.wide is not None and self.nwg == 4 and p.pairs % 2 == 0:
             return self._run_split()
         if self.turns:
@@ -240,8 +310,7 @@ class WgmmaGroup:
         def compute_split(t, cur):
             b0 = self.key_lo + (stream + t * streams) * PAGE
             acc = self.chain(split_atom, self.operands(cur), self.gi + 2 * hp * hf)
-            for q in range(hp):
-                self.finish(acc, split_maps[q], hp * hf + q, b0, cur[4])
+            self.sums(acc, split_atom, split_maps, hp * hf, b0, cur)
 
         with k.if_else(self.P.eq(p.pairs)) as (all_pairs, fewer):
             with all_pairs:

@@ -58,12 +58,18 @@ def _rel(got, ref):
     return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
+def bf16_head_sum(L) -> bool:
+    """Whether the launch's scoring sums heads in bf16 on the tensor cores (head_sum "mma")."""
+    from stages.index_score import IndexScore
+    return any(s.bf16_head_sum for s in L.stages if isinstance(s, IndexScore))
+
+
 def check_launch(L, inp, res):
     """Every check of one run; returns the worst (own, end-to-end) errors."""
     p = L.plan
     R = p.rows
     ref = reference(p, inp)
-    own = scores_from_kernel(p, inp, res.regions)
+    own = scores_from_kernel(p, inp, res.regions, bf16_head_sum=bf16_head_sum(L))
     sc = res.regions["scores"]
     pos = inp["positions"].astype(np.int64)
     bits = sc.view(np.uint32)

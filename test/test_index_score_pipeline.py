@@ -33,7 +33,7 @@ from stages.index_plan import DEPTH
 from stages.index_score import ALT_SLOTS, IndexScore
 
 from conftest import ptxas_report
-from test_index import SENTINEL, _run, check_launch  # noqa: F401  (shared checks)
+from test_index import SENTINEL, _rel, _run, check_launch  # noqa: F401  (shared checks)
 
 CAP, PAGES = 4096, 80
 
@@ -45,6 +45,9 @@ def _launch(cfg, rows, pipelined, **kw):
     st = next(s for s in L.stages if isinstance(s, IndexScore))
     # the pipelined halves are off by default (measured slower on the H200): asked for here
     st.pipeline_min_pairs = IndexScore.PIPELINE_MIN_PAIRS if pipelined else None
+    # the halves, the alternation and the SS path sum heads with FMAs: so does the plain
+    # path they are compared with (Hopper's default is the bf16 head sum, tested below)
+    st.head_sum = "fma"
     return L, st
 
 
@@ -496,6 +499,101 @@ def test_sm90a_split_pairs_at_depth_1_fit_128_registers():
     (art,) = build_many([L.kernel("sm_90a")])
     ptx = art.data.decode()
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in ptx
+    rep = ptxas_report(ptx)
+    if rep is not None:
+        assert "0 bytes spill stores" in rep, rep
+
+
+# ------------------------------------ the bf16 head sum on the tensor cores (head_sum "mma")
+
+HEAD_SUM_CASES = [
+    ("tiny", 8, 8, [(8, 2043)], "relaxed"),                       # one group: every chain wide
+    ("tiny", 8, 8, [(1, 0), (2, 63), (4, 2045), (1, 100)], "random"),  # one-pair chains (FMAs)
+    ("tiny", 2, 8, [(2, 1000)], "inorder"),                       # a rows-2 build: FMAs only
+    ("tiny32", 8, 8, [(7, 700), (1, 64)], "inorder"),             # 32 heads, an odd group
+    ("tiny", 8, 16, [(8, 700)], "random"),                        # 16 warps, pairs split
+]
+
+
+def _head_sum_launch(cfg, rows, waves, head_sum):
+    cfg = TINY32 if cfg == "tiny32" else cfg
+    extra = {} if isinstance(cfg, str) else {"tp": 1}
+    L = index_scoring_launch(BuildSpec.make(cfg, rows=rows, target="interp", **extra),
+                             chip="sm_90a", capacity=CAP, cache_pages=PAGES, waves=waves)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.head_sum = head_sum
+    if waves == 16:
+        st.split_pairs, st.depth = True, 1
+    return L, st
+
+
+@pytest.mark.parametrize("cfg,rows,waves,requests,mode", HEAD_SUM_CASES,
+                         ids=[f"{c[0]}-r{c[1]}-w{c[2]}-{c[4]}-{len(c[3])}req"
+                              for c in HEAD_SUM_CASES])
+def test_bf16_head_sum_scores_within_their_precision(cfg, rows, waves, requests, mode):
+    """head_sum "mma": relu(q . k) and w rounded to bf16, the head sums of chains of several
+    pairs on a bf16 wgmma (FMAs on the same values for one-pair chains): within 1e-5 of the
+    float64 reference that models those roundings (test_index.check_launch), within the
+    end-to-end bound of the model's float64 scores, first-digit histograms exact; and
+    measurably NOT the FMA path's f32 sums (the reference's rounding is not vacuous)."""
+    out = {}
+    for head_sum in ("mma", "fma"):
+        L, st = _head_sum_launch(cfg, rows, waves, head_sum)
+        inp = make_inputs(st.p, np.random.default_rng(17 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=4)
+        check_launch(L, inp, res)
+        out[head_sum] = res.regions["scores"].copy()
+        if head_sum == "mma":
+            chains = _wgmma_atoms(L)
+            sums = sorted({op.attrs["atom"].name for op in L.kernel("interp", 32).walk()
+                           if op.opcode == "wgmma" and op.attrs["atom"].k == 16})
+            assert sums == (["sm90_wgmma_m64n8k16_bf16"] if st.p.pairs > 1 else []), (chains, sums)
+    pos = inp["positions"]
+    rel = max(_rel(out["mma"][r, :pos[r] + 1].astype(np.float64),
+                   out["fma"][r, :pos[r] + 1].astype(np.float64)) for r in range(rows))
+    assert 2.0 ** -14 < rel < 2.0 ** -6, f"max-norm distance of the two head sums: {rel}"
+
+
+def test_bf16_head_sum_is_refused_off_hopper_and_bad_values_are_named():
+    spec = BuildSpec.make("tiny", rows=4, target="interp")
+    L = index_scoring_launch(spec, chip="gfx950", capacity=CAP, cache_pages=PAGES)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.head_sum = "mma"
+    with pytest.raises(ValueError, match="head_sum 'mma' is the Hopper"):
+        L.kernel("interp", 64)
+    st.head_sum = "auto"
+    assert not st.bf16_head_sum  # AMD's default: FMAs
+    L, st = _head_sum_launch("tiny", 4, 8, "auto")
+    assert st.bf16_head_sum  # Hopper's default
+    st.ss_keys = True
+    assert not st.bf16_head_sum  # ... but not on the measured-slower SS path
+    L, st = _head_sum_launch("tiny", 4, 8, "tensor")
+    with pytest.raises(ValueError, match="head_sum 'tensor'; one of"):
+        L.kernel("interp", 32)
+    L, st = _head_sum_launch("tiny", 8, 8, "mma")
+    st.alternate_one_pair = True
+    st.pipeline_min_pairs = IndexScore.PIPELINE_MIN_PAIRS
+    with pytest.raises(ValueError, match="head_sum 'mma' takes the plain"):
+        L.kernel("interp", 32)
+
+
+def test_sm90a_bf16_head_sum_ptx():
+    """glm5 rows 8 with the bf16 head sum: the wide chain's relu pairs (cvt.rn.relu.bf16x2)
+    feed 16 m64n8k16 bf16 wgmmas a step (K = 256 (row, head) columns) whose registers no
+    instruction touches while in flight (inflight_violations); where ptxas is installed, no
+    spill at 8 warps."""
+    from monokernel.build import build_many
+    L = index_scoring_launch(BuildSpec.make("glm5", rows=8, target="sm_90a"))
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.head_sum = "mma"
+    (art,) = build_many([L.kernel("sm_90a")])
+    ptx = art.data.decode()
+    sums = len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n8k16\.f32\.bf16\.bf16", ptx))
+    wide = len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e4m3", ptx))
+    assert wide and sums == wide * 2 * st.p.pairs * st.p.heads_pad // 16 // st.t.chunks, \
+        (sums, wide)
+    assert "cvt.rn.relu.bf16x2.f32" in ptx
+    assert not inflight_violations(ptx)
     rep = ptxas_report(ptx)
     if rep is not None:
         assert "0 bytes spill stores" in rep, rep

@@ -456,13 +456,15 @@ def test_tune_sets_a_listed_tunable_and_names_what_is_wrong():
     spec = BuildSpec.make("tiny", rows=8, target="interp")
     kind = kinds.kind("index_scoring")
     L = common.launch_for(kind, spec, common.tune_list("ix_score.ss_keys=on,"
-                                                       "ix_score.pipeline_min_pairs=4"))
+                                                       "ix_score.pipeline_min_pairs=4,"
+                                                       "ix_score.head_sum=MMA"))
     st = next(s for s in L.stages if isinstance(s, IndexScore))
-    assert st.ss_keys is True and st.pipeline_min_pairs == 4
+    assert st.ss_keys is True and st.pipeline_min_pairs == 4 and st.head_sum == "mma"
     assert IndexScore.ss_keys is False  # the instance, not the class
     for bad, msg in (("ix_nope.ss_keys=1", "no stage 'ix_nope'"),
                      ("ix_score.rel_tol=1", "not a tunable of stage ix_score"),
-                     ("ix_score.ss_keys=maybe", "expected a boolean")):
+                     ("ix_score.ss_keys=maybe", "expected a boolean"),
+                     ("ix_score.head_sum=tensor", "expected one of auto, fma, mma")):
         with pytest.raises(ValueError, match=msg):
             common.launch_for(kind, spec, common.tune_list(bad))
 

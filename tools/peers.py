@@ -35,11 +35,13 @@ def as_tensor(x, device=None):
 
 
 def index_scores(q8, w, keys8, kscale, positions, *, fmt: str = "fp8e4m3fn", fp8_mm=None,
-                 dtype=None):
+                 dtype=None, bf16_head_sum: bool = False):
     """scores [R, N] (module doc). q8: uint8 [R, H, 128] FP8 bits; w: float [R, H];
     keys8: uint8 [N, 128]; kscale: float [N]; positions: int [R]. Tensors (any device) or
     numpy (CPU). fp8_mm: True = torch._scaled_mm (CUDA), False = dequantized matmul in
-    `dtype` (default float64 on CPU, float32 on CUDA), None = True on CUDA."""
+    `dtype` (default float64 on CPU, float32 on CUDA), None = True on CUDA.
+    bf16_head_sum: relu(logits) (as f32) and w rounded to bf16 before the head sum, the
+    precision of the scoring's head_sum "mma"."""
     import torch
     q8 = as_tensor(q8)
     dev = q8.device
@@ -67,6 +69,9 @@ def index_scores(q8, w, keys8, kscale, positions, *, fmt: str = "fp8e4m3fn", fp8
         dt = dtype or (torch.float64 if dev.type == "cpu" else torch.float32)
         logits = qf.to(dt) @ kf.to(dt).t()
     logits = logits.relu().reshape(R, H, N)
+    if bf16_head_sum:
+        logits = logits.to(torch.float32).to(torch.bfloat16).to(dt)
+        w = w.to(torch.bfloat16)
     scores = torch.bmm(w.to(dt).view(R, 1, H), logits).view(R, N) * kscale.to(dt)
     past = torch.arange(N, device=dev).view(1, N) > positions.to(torch.int64).view(R, 1)
     return scores.masked_fill_(past, float("-inf"))
