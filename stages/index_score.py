@@ -32,8 +32,13 @@ key path):
     sm_90a  wgmma m64n(2*HP)k32 e4m3: a warpgroup takes 64 keys (one page) as the register
             A operand, every row pair of the group reads its queries from shared memory as
             B (staged once a job, K-major), 4 chained wgmmas a pair: all rows of the CTA
-            share each key load. Head sums: in-thread then 2 lane swaps (t = lane % 4).
-            A group of all the plan's pairs runs them in one chain (N = 2 x pairs x HP).
+            share each key load. A group of all the plan's pairs runs them in one chain
+            (N = 2 x pairs x HP). Head sums (`head_sum`, default "auto" = "mma" here): a
+            chain of several pairs packs relu(acc) to bf16 pairs in place (one
+            cvt.rn.relu.bf16x2 a pair), the A operand of 16 wgmma m64n8k16 bf16 a step
+            against the staged block-diagonal bf16 head weights (D column n = row n); a
+            one-pair chain: FMAs on the same bf16 values, in-thread then 2 lane swaps
+            (t = lane % 4). "fma": f32 relu and FMAs everywhere (the AMD form).
             The group's loop and its measured alternatives (halves, alternation, turns,
             keys in shared memory, 16 warps with the pairs split: all off by default) are
             stages/index_score_sm90.py's `WgmmaGroup`; the pipelines it hands its steps to
