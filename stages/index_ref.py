@@ -161,14 +161,18 @@ def bf16_round(x):
     return torch.from_numpy(np.asarray(x, np.float64)).to(torch.bfloat16).to(torch.float64).numpy()
 
 
-def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict, bf16_head_sum: bool = False
-                       ) -> np.ndarray:
+def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict, bf16_head_sum: bool = False,
+                       magnitude: bool = False) -> np.ndarray:
     """float64 scores recomputed from the kernel's OWN quantized operands (ix_q8, ix_w,
     ix_k8, ix_ks) and the input cache: what the scoring stage alone must reproduce.
     `bf16_head_sum` (IndexScore.head_sum "mma"): relu(q . k), first rounded to f32 as the
-    MMA's accumulator holds it, and w are rounded to bf16 before the weighted head sum."""
+    MMA's accumulator holds it, and w are rounded to bf16 before the weighted head sum.
+    `magnitude`: sum_h |w[r, h]| relu(q . k) x |s_k| instead, the scale of a score's rounding
+    error (a sum whose terms cancel is small against its terms' roundings)."""
     R, fmt = p.rows, p.fp8.name
     q8, _, k8, ks, w = kernel_operands(p, regions)
+    if magnitude:
+        w, ks = np.abs(w), np.abs(ks)
     pos = _np(inp["positions"]).astype(np.int64).reshape(-1)
     bt = _np(inp["block_table"]).astype(np.int64).reshape(R, p.max_pages)
     cache = _bits(inp["index_cache"], np.uint8).reshape(-1, PAGE_BYTES)
@@ -186,6 +190,7 @@ def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict, bf16_head_sum: bo
             src = new_slots.get(int(pages[x]) * PAGE + int(offs[x]))
             if src is not None:
                 keys[x], scl[x] = kn[src], ks[src]
+        scl = np.abs(scl) if magnitude else scl
         relu = np.maximum(keys @ qv[r].T, 0.0)
         if bf16_head_sum:
             out[r, :n] = scl * (bf16_round(relu.astype(np.float32)) @ bf16_round(w[r]))

@@ -94,7 +94,7 @@ class IndexScore(Stage):
     rel_tol = 1e-5
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
-                "turns", "split_pairs", "depth", "head_sum")
+                "turns", "split_pairs", "depth", "head_sum", "pages_per_step")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -133,6 +133,22 @@ class IndexScore(Stage):
     # key steps the register pipeline keeps in flight (`_pipeline`): DEPTH; 1 fits the
     # split path's 128 registers a thread (16 warps) without spills
     depth = DEPTH
+    # Hopper groups of fewer pairs than the plan (W2's one-pair requests; every group of a
+    # rows-2 build) take this many pages a step: with 2, both pages' chains are issued
+    # before one wait (a narrow N = 64 chain leaves the tensor cores idle while a warpgroup
+    # waits for it), then both epilogues (WgmmaGroup.compute_two). None (default): 2 in
+    # builds of one row pair (rows 2: no all-pairs chain shares the kernel's registers), 1
+    # otherwise. H200, 512K keys, same call (bench/NOTES.md v11): index_scoring r2 W1 / W2
+    # 46.0 / 45.9 -> 43.2 / 43.1 us, r4 52.6 / 64.2 -> 52.6 / 61.1, r8 66.2 / 103.4 -> 65.2 /
+    # 102.6, index r8 unchanged (132.3 / 167.3) but spilling 52 bytes (r4: 8)
+    pages_per_step = None
+
+    @property
+    def narrow_pages(self) -> int:
+        """Pages a step of the one-pair chains (`pages_per_step`, resolved)."""
+        if self.pages_per_step is None:
+            return 2 if self.p.pairs == 1 and not (self.prefetch_pages or self.turns) else 1
+        return self.pages_per_step
     TURN_BARRIERS = (1, 2)  # named barrier of warpgroup 0 / 1 (0 is the CTA barrier's)
     # a timeline build's cycle accounts of the key loop (stages/cycles.py), per wave: from a
     # step's start to its loads issued, to its chain's results in (issue + wait), the

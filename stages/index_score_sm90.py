@@ -129,7 +129,7 @@ class WgmmaGroup:
         self.st._cyc.mark("chain")
         return acc
 
-    def finish(self, acc, smap, pp, b0, sc):
+    def finish(self, acc, smap, pp, b0, sc, valid=None):
         """Pair pp's scores from the accumulator slots `smap` lists for it: relu, head
         weights, the quad's butterfly, the key scale, the store."""
         k, st, p, NH = self.k, self.st, self.p, self.NH
@@ -153,7 +153,7 @@ class WgmmaGroup:
             send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
             vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
         st._store(k, self.io, self.hist, self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, b0,
-                  st._scaled(k, vals[0], sc), k.const(True, "i1"))
+                  st._scaled(k, vals[0], sc), k.const(True, "i1") if valid is None else valid)
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -197,13 +197,15 @@ class WgmmaGroup:
                       st._scaled(k, d[i], scales[hk]), valid)
         st._cyc.mark("epilogue")
 
-    def sums(self, acc, atom, maps, pp0, b0, cur):
+    def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
         """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for
         the bf16 head sum, the tensor cores (`finish_mma`) on chains of several pairs; a
         one-pair chain keeps the FMAs on the same bf16 values (measured on the H200, the
         head-sum wgmma of one pair costs more than its ~100-instruction epilogue: W2's
         one-pair groups took 112 us against 101 at 512K x 8, bench/NOTES.md v11)."""
         if self.mma_chains and len(maps) > 1:
+            if valid is not None:
+                raise ValueError("ix_score: a masked step is a one-pair chain's (pages_per_step)")
             self.finish_mma(acc, atom, self.gi + 2 * pp0, b0, cur[4:6])
             return
         # the key the lane scores after the butterfly (kf): its scale is the first or second
@@ -211,7 +213,7 @@ class WgmmaGroup:
         sc = self.k.select(((self.t4 >> 1) & 1).ne(0), cur[5], cur[4]) if self.mma_chains \
             else cur[4]
         for q, smap in enumerate(maps):
-            self.finish(acc, smap, pp0 + q, b0, sc)
+            self.finish(acc, smap, pp0 + q, b0, sc, valid)
 
     # -- steps of each path ----------------------------------------------------------------
     def compute(self, t, cur):
@@ -221,6 +223,37 @@ class WgmmaGroup:
         for pp in self.k.range(self.P):
             self.sums(self.chain(self.at, A, self.gi + 2 * pp), self.at, [self.narrow_map],
                       pp, b0, cur)
+
+    def compute_two(self, t, cur):
+        """Two pages a step, a pair at a time (IndexScore.pages_per_step = 2): both pages'
+        chains issued, one wait, both epilogues; the second page's scores masked where the
+        warpgroup has an odd page count (its load repeated the last page)."""
+        k = self.k
+        n = len(cur) // 2
+        pages = [(2 * t, cur[:n]), (2 * t + 1, cur[n:])]
+        A = [self.operands(c) for _, c in pages]
+        second = (2 * t + 1) < self.my_n
+        for pp in k.range(self.P):
+            ra = self.gi + 2 * pp
+            accs = [self.issue(self.at, a, ra) for a in A]
+            k.wgmma_wait(0)
+            self.st._cyc.mark("chain")
+            for (tp, c), acc, valid in zip(pages, accs, (None, second)):
+                self.sums(acc, self.at, [self.narrow_map], pp, self.step_key(tp), c, valid)
+
+    def narrow_pipeline(self):
+        """Groups of fewer pairs than the plan (and every group of a rows-2 build): a chain a
+        pair, one page a step or two (IndexScore.pages_per_step)."""
+        st, k = self.st, self.k
+        if st.narrow_pages == 1:
+            return st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+        if st.narrow_pages != 2 or st.prefetch_pages:
+            raise ValueError(f"ix_score: pages_per_step {st.pages_per_step!r}; 1 or 2 (2: not "
+                             "with prefetch_pages)")
+        st._pipeline(k, (self.my_n + 1) >> 1,
+                     lambda t: [self.locate(2 * t), self.locate(2 * t + 1)],
+                     lambda t, pg: self.load(2 * t, pg[0]) + self.load(2 * t + 1, pg[1]),
+                     self.compute_two)
 
     def compute_wide(self, t, cur):
         """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A
@@ -279,7 +312,7 @@ class WgmmaGroup:
                                                 self.issue_half, self.finish_half,
                                                 self.half.c_slots)
                     with fewer:
-                        st._pipeline(k, my_n, self.locate, self.load, self.compute)
+                        self.narrow_pipeline()
 
     def _one_pair_builds(self):
         """Builds of one row pair (rows 2): every group has one pair. (Builds of more
@@ -290,7 +323,7 @@ class WgmmaGroup:
             st._pipeline_alternate(k, self.my_n, self.locate, self.load, self.issue_one,
                                    self.finish_one, self.at.c_slots)
         else:
-            st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+            self.narrow_pipeline()
 
     def _run_split(self):
         """Four warpgroups: two page streams, each page's pairs split over a warpgroup pair
@@ -318,7 +351,7 @@ class WgmmaGroup:
                     st._pipeline(k, my_s, locate_s, self.load, compute_split)
             with fewer:
                 with k.if_(self.my_n > 0):
-                    st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+                    self.narrow_pipeline()
 
     def _run_turns(self):
         """The pipeline with the warpgroups' turns: every step's chains are turns, an idle
@@ -326,9 +359,10 @@ class WgmmaGroup:
         in every group (IndexScore._turns_open / _turns_close hand the job's first and
         last turn)."""
         st, k, p = self.st, self.k, self.p
-        if st._ss_on() or self.half is not None or st.alternate_one_pair:
+        if st._ss_on() or self.half is not None or st.alternate_one_pair or \
+                (st.pages_per_step or 1) != 1:
             raise ValueError("ix_score: turns take the plain pipeline (not with ss_keys, "
-                             "pipeline_min_pairs or alternate_one_pair)")
+                             "pipeline_min_pairs, alternate_one_pair or pages_per_step)")
 
         def taking_turns(comp, chains):
             def idle():

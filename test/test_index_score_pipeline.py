@@ -130,7 +130,8 @@ def test_one_pair_alternating_scores_are_bit_identical_to_chain_wait_epilogue(re
     ALT_SLOTS steps) gives the same bits as chain, wait, epilogue, within the float64 checks."""
     def built(L, alternate):  # the path under test is the one built
         chains = sum(op.opcode == "wgmma" for op in L.kernel("interp", 32).walk()) // 4
-        assert chains == (ALT_SLOTS if alternate else DEPTH), chains
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        assert chains == (ALT_SLOTS if alternate else DEPTH * st.narrow_pages), chains
     _same_bits_on_and_off(lambda: _launch("tiny", 2, False, capacity=CAP, cache_pages=PAGES),
                           "alternate_one_pair", requests, mode, 5, 11 + len(requests), built)
 
@@ -597,3 +598,40 @@ def test_sm90a_bf16_head_sum_ptx():
     rep = ptxas_report(ptx)
     if rep is not None:
         assert "0 bytes spill stores" in rep, rep
+
+
+# ------------------------------------ two pages a step for groups of fewer pairs
+
+TWO_PAGE_CASES = [
+    (8, "auto", [(1, 0), (2, 63), (4, 2045), (1, 100)], "random"),  # fewer-pair groups
+    (8, "fma", [(2, 1100), (2, 1100), (2, 1100), (2, 1100)], "relaxed"),  # W2's shape
+    (2, "auto", [(2, 700)], "inorder"),   # a rows-2 build: odd page counts a warpgroup
+    (4, "auto", [(1, 129), (3, 64)], "random"),
+]
+
+
+@pytest.mark.parametrize("rows,head_sum,requests,mode", TWO_PAGE_CASES,
+                         ids=[f"r{c[0]}-{c[1]}-{len(c[2])}req-{c[3]}" for c in TWO_PAGE_CASES])
+def test_two_pages_a_step_give_the_same_bits(rows, head_sum, requests, mode):
+    """IndexScore.pages_per_step = 2 (groups of fewer pairs issue two pages' chains before
+    one wait): bit-identical scores and histograms to a page a step, within the float64
+    checks; a warpgroup's odd last page is scored once (its second, repeated load masked)."""
+    out = {}
+    for pps in (2, 1):
+        L, st = _head_sum_launch("tiny", rows, 8, head_sum)
+        st.pages_per_step = pps
+        inp = make_inputs(st.p, np.random.default_rng(41 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=9)
+        check_launch(L, inp, res)
+        out[pps] = (res.regions["scores"].view(np.uint32).copy(), res.regions["score_hist"].copy())
+    assert np.array_equal(out[1][0], out[2][0]), "scores differ"
+    assert np.array_equal(out[1][1], out[2][1]), "histograms differ"
+
+
+def test_two_pages_a_step_refuse_what_they_do_not_take():
+    for attr, val in (("prefetch_pages", True), ("pages_per_step", 3)):
+        L, st = _head_sum_launch("tiny", 2, 8, "auto")
+        st.pages_per_step = 2
+        setattr(st, attr, val)
+        with pytest.raises(ValueError, match="pages_per_step"):
+            L.kernel("interp", 32)
