@@ -582,7 +582,8 @@ def test_sm90a_bf16_head_sum_ptx():
     """glm5 rows 8 with the bf16 head sum: the wide chain's relu pairs (cvt.rn.relu.bf16x2)
     feed 16 m64n8k16 bf16 wgmmas a step (K = 256 (row, head) columns) whose registers no
     instruction touches while in flight (inflight_violations); where ptxas is installed, no
-    spill at 8 warps."""
+    spill at 8 warps and no C7514 / C7517 advisory (a serialized wgmma, a warpgroup.wait
+    ptxas injected: v11 saw the latter for stores moved under a chain in flight)."""
     from monokernel.build import build_many
     L = index_scoring_launch(BuildSpec.make("glm5", rows=8, target="sm_90a"))
     st = next(s for s in L.stages if isinstance(s, IndexScore))
@@ -596,8 +597,8 @@ def test_sm90a_bf16_head_sum_ptx():
     assert "cvt.rn.relu.bf16x2.f32" in ptx
     assert not inflight_violations(ptx)
     rep = ptxas_report(ptx)
-    if rep is not None:
-        assert "0 bytes spill stores" in rep, rep
+    if rep is not None:  # no spill, and no wait ptxas injects or serialization it reports
+        assert "0 bytes spill stores" in rep and "C751" not in rep, rep
 
 
 # ------------------------------------ two pages a step for groups of fewer pairs
