@@ -48,9 +48,13 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
         kern = gemv_split.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
         grid = 132
         extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_split.scratch(N_OUT, K_IN).items()}
-    elif variant == "mma":
+    elif variant in ("mma", "mma-flat"):  # mma-flat: weights pre-permuted (permute_weights)
+        flat = variant == "mma-flat"
+        if flat:
+            w = [torch.from_numpy(gemv_mma.permute_weights(inp["w"], N_OUT, K_IN)).cuda()
+                 for _ in range(copies)]
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
-                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe)
+                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -97,7 +101,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
                 regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
-                                             if variant == "mma" else variant))
+                                             if variant.startswith("mma") else variant))
 
 
 def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
@@ -164,12 +168,13 @@ def main():
     print("\nFP8 GEMV 2624 x 6144 (e4m3 + 128x128 scales, bf16 x, fp32 acc)")
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
     plan = [("mma", r, 2, 8, False, 1) for r in (1, 2, 4, 8)] + [
+        ("mma-flat", r, 2, 8, False, 1) for r in (1, 8)] + [
         ("mma", 8, 3, 4, False, 4), ("mma", 8, 1, 4, False, 12), ("mma", 8, 2, 4, False, 6),
         ("mma", 8, 3, 8, False, 2), ("mma", 8, 6, 8, True, 1), ("split", 8, 0, 8, False, 1),
         ("cuda-core", 8, 1, 4, False, 1)]
     plan = [p + (None,) for p in plan]
     if args.quick:
-        plan = plan[3:8]
+        plan = [p for p in plan if p[1] == 8][:6]  # the row-major and pre-permuted GEMV first
     if args.explore:
         plan = [("mma", 8, 2, 8, False, 1, None), ("mma", 8, 2, 8, False, 1, "empty")] + \
             [("mma", 8, u, w, False, 1, pr) for pr in ("read_w", "read_flat")

@@ -63,6 +63,12 @@ def test_gemv_fp8_on_gpu(torch, R, rng):
     run(torch, gemv_mma.build("sm_90a", N=N, K=K, R=R), inp2, grid=N // gemv_mma.TILE_N,
         cooperative=False)
     assert gemv_mma.check(inp2, ref2) <= gemv_mma.REL_TOL
+    y = inp2["y"].copy()
+    inp3 = dict(inp2, w=gemv_mma.permute_weights(inp2["w"], N, K),
+                y=np.full_like(inp2["y"], np.nan))  # pre-permuted weights: the same bits
+    run(torch, gemv_mma.build("sm_90a", N=N, K=K, R=R, flat=True), inp3,
+        grid=N // gemv_mma.TILE_N, cooperative=False)
+    assert np.array_equal(inp3["y"], y)
 
 
 @pytest.mark.parametrize("name", [n for n in mma.ATOM_NAMES if n.startswith("sm90")])

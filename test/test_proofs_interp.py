@@ -309,3 +309,35 @@ def test_gemv_fp8_tensor_cores_k_split_over_ctas_is_deterministic(mode, rng):
         assert gemv_mma.check(inp, ref) <= gemv_mma.REL_TOL
         outs.append(inp["y"].copy())
     assert np.array_equal(outs[0], outs[1]) and (scratch["counters"] == 0).all()
+
+
+@pytest.mark.parametrize("unroll,x_in_lds,ksplit", [(2, False, 1), (4, True, 1), (1, False, 2)])
+def test_gemv_fp8_on_pre_permuted_weights_gives_the_same_bits(unroll, x_in_lds, ksplit, rng):
+    """`flat`: the weights permuted on the host (permute_weights: a lane's two 16-byte pieces
+    of a 64-k chunk, lane-major, 1 KB a (tile, chunk)) and read 512 contiguous bytes a load:
+    within the float64 bound and bit-identical to the row-major kernel (same products, same
+    order); the permutation is a bijection of the bytes, and a shape it cannot tile is named."""
+    from monokernel.proofs import gemv_mma
+    N, K, R = 32, 1024, 6
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R)
+    ref = gemv_mma.reference(inp, N=N, K=K, R=R)
+    perm = gemv_mma.permute_weights(inp["w"], N, K)
+    tagged = np.arange(N * K, dtype=np.int64).reshape(N, K)
+    moved = gemv_mma.permute_weights(tagged, N, K).reshape(-1)
+    assert np.array_equal(np.sort(moved), np.arange(N * K))  # a bijection
+    assert moved[16] == tagged[0, 16] and moved[512] == tagged[8, 0]  # lane 1's piece; row r+8
+    outs = {}
+    for flat in (True, False):
+        kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, unroll=unroll,
+                              x_in_lds=x_in_lds, ksplit=ksplit, flat=flat)
+        run = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in inp.items()}
+        if flat:
+            run["w"] = perm.copy()
+        if ksplit > 1:
+            run.update(gemv_mma.scratch(N, ksplit))
+        interp.run(kern, run, grid=N // 16 * ksplit, mode="random", seed=2)
+        assert gemv_mma.check(run, ref) <= gemv_mma.REL_TOL
+        outs[flat] = run["y"]
+    assert np.array_equal(outs[True], outs[False])
+    with pytest.raises(ValueError, match="N=24"):
+        gemv_mma.permute_weights(np.zeros((24, K), np.uint8), 24, K)

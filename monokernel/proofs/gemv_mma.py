@@ -10,6 +10,11 @@ loads 16 CONTIGUOUS bytes of two weight rows and 32 contiguous bytes of its x ro
 the atom's 2-byte pieces. One CTA owns 16 output rows; its waves split K by whole 128-blocks
 (the weight scale is uniform there) and are summed through LDS in wave order: the same bits
 on every run.
+
+`flat`: the weights PRE-PERMUTED on the host (`permute_weights`, once per model: weights are
+constants) so that each of a warp's loads reads 512 contiguous bytes (whole 128-byte lines)
+instead of 8 rows x 64 bytes: the probe `read_flat` measured that load pattern alone at 1.51x
+the floor against 1.65x (bench/NOTES.md v7).
 """
 from __future__ import annotations
 
@@ -39,7 +44,22 @@ X_PAD = 8  # bf16 of padding a staged x row: rows K * 2 bytes apart (a multiple 
 # put the 8 rows' reads of one MMA on one bank (8-way conflicts)
 
 
-def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None):
+FLAT_PIECE = 16  # bytes a lane loads of one weight row a 64-k chunk
+FLAT_GROUP = 2 * 32 * FLAT_PIECE  # bytes of one (tile, 64-k chunk): rows r and r + 8, 32 lanes
+
+
+def permute_weights(w: np.ndarray, N: int, K: int) -> np.ndarray:
+    """Weights [N, K] (one byte each) -> the `flat` layout: for tile t (16 rows) and 64-k chunk
+    c, FLAT_GROUP contiguous bytes [h][lane][i] = w[16 t + lane // 4 + 8 h, 64 c + 16 (lane % 4)
+    + i]: lane l's two 16-byte pieces of the chunk, for every lane in order."""
+    if N % TILE_N or K % CHUNK:
+        raise ValueError(f"gemv_mma: N={N} / K={K} are not whole {TILE_N}-row tiles and "
+                         f"{CHUNK}-k chunks")
+    a = np.ascontiguousarray(w).reshape(N // TILE_N, 2, 8, K // CHUNK, 4, FLAT_PIECE)
+    return np.ascontiguousarray(a.transpose(0, 3, 1, 2, 4, 5)).reshape(w.shape)
+
+
+def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=False):
     """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
     conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
     "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
@@ -80,14 +100,20 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None):
             for chunk in range(BLOCK // CHUNK):
                 kb = (b0 + u) * BLOCK + chunk * CHUNK + q * 16
                 if probe == "read_flat":  # the wave's 2 KB a block, 512 contiguous a load
-                    flat = tile * K + ((b0 - first_block + u) * 4 + chunk * 2) * 512 + \
+                    at_ = tile * K + ((b0 - first_block + u) * 4 + chunk * 2) * 512 + \
                         first_block * TILE_N * BLOCK + lane * 16
-                    w_lo = k.load(a.w, flat, fp8e4m3fn, 16, nontemporal=True)
-                    w_hi = k.load(a.w, flat + 512, fp8e4m3fn, 16, nontemporal=True)
+                    w_lo = k.load(a.w, at_, fp8e4m3fn, 16, nontemporal=True)
+                    w_hi = k.load(a.w, at_ + 512, fp8e4m3fn, 16, nontemporal=True)
                     loads.append((w_lo, w_hi, None, kb))
                     continue
-                w_lo = k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True)
-                w_hi = k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True)
+                if flat:  # permute_weights: the chunk's FLAT_GROUP bytes, lane-major
+                    g0 = (tile_idx * (K // CHUNK) + (b0 + u) * (BLOCK // CHUNK) + chunk) * \
+                        FLAT_GROUP + lane * FLAT_PIECE
+                    w_lo = k.load(a.w, g0, fp8e4m3fn, 16, nontemporal=True)
+                    w_hi = k.load(a.w, g0 + FLAT_GROUP // 2, fp8e4m3fn, 16, nontemporal=True)
+                else:
+                    w_lo = k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True)
+                    w_hi = k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True)
                 xs = None if x_in_lds or probe == "read_w" else \
                     [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
                 loads.append((w_lo, w_hi, xs, kb))
@@ -181,10 +207,12 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None):
             store_y(s)
 
 
-def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None):
+def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
+          flat=False):
+    """`flat`: the kernel reads weights in permute_weights' layout (pass permuted bytes)."""
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
                         wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit, probe=probe)
+                        ksplit=ksplit, probe=probe, flat=flat)
 
 
 def scratch(N, ksplit, L=32):
