@@ -14,13 +14,19 @@ from tools.check_topk import check_rows
 PAGES = 48  # cache pages: every page of a 2.6K-key request mapped
 
 
-@pytest.mark.parametrize("rows,pos,mode", [(2, 2300, "relaxed"), (4, 2600, "random")])
-def test_index_kind_selects_the_exact_topk_of_its_own_scores(rows, pos, mode):
+@pytest.mark.parametrize("rows,pos,mode,chip", [(2, 2300, "relaxed", "gfx950"),
+                                                (4, 2600, "random", "gfx950"),
+                                                (4, 2600, "relaxed", "sm_90a")])
+def test_index_kind_selects_the_exact_topk_of_its_own_scores(rows, pos, mode, chip):
     """More keys than K = 2048, so the selection drops some; rows of one request at
-    consecutive positions; outputs poisoned beforehand (-2 slots, all-ones diagnostics)."""
+    consecutive positions; outputs poisoned beforehand (-2 slots, all-ones diagnostics).
+    sm_90a: the Hopper scoring with its default bf16 head sum on the tensor cores."""
     spec = BuildSpec.make("tiny", rows=rows, target="interp")
-    L = index_launch(spec, chip="gfx950", cache_pages=PAGES)
+    L = index_launch(spec, chip=chip, cache_pages=PAGES)
     assert [s.name for s in L.stages][-1] == "sel_out" and L.select_cfg.topk == 2048
+    sums = {op.attrs["atom"].name for op in L.kernel("interp", 32 if chip == "sm_90a" else 64)
+            .walk() if op.opcode == "wgmma" and op.attrs["atom"].k == 16}
+    assert sums == ({"sm90_wgmma_m64n8k16_bf16"} if chip == "sm_90a" else set())
     inp = _index_inputs(L, spec, np.random.default_rng(rows), pos)
     assert (inp["topk"] == -2).all() and (inp["topk_diag"] == 0xFFFFFFFF).all()
     res = L.run_interp(inp, step=0, mode=mode, seed=rows)
