@@ -452,3 +452,30 @@ def test_index_scoring_one_cta_matches_the_interpreter(emu, rows, keys):
     # on scores up to ~42, i.e. 2^-22.4 of the largest)
     tol = 2.0 ** -20 * max(1.0, float(np.abs(si[ok]).max()))
     assert np.all(d <= tol), f"scores differ by up to {d.max():.3g} (tol {tol:.3g})"
+
+
+def test_relu_bf16x2_generic_lowering_matches_the_interpreter(emu):
+    """The IR op relu_bf16x2 through the generic LLVM lowering (llvm.maximum + fptrunc, what
+    AMD targets get; sm_90a has its own cvt): gfx950 machine code on signed zeros, NaN,
+    infinities and bf16 ties equals the interpreter's bits, up to the op's contract (any bf16
+    NaN for a NaN, either zero for a zero). It found the emulator's v_maximum3_f32 returning
+    the other operand for a NaN (runtime adjustment 8 of monokernel.launch.emulator)."""
+    from monokernel.dsl import build_kernel
+    from monokernel.ir import ABI, Ptr
+    from monokernel.types import f32, u32
+    from test_nvptx import _relu_pack_args, _relu_pack_same
+
+    def body(k):
+        a = k.args
+        i = k.cta_id() * k.L + k.lane_id()
+        v = k.load(a.x, 2 * i, f32, 2)
+        k.store(a.out, i, k.relu_bf16x2(k.extract(v, 0), k.extract(v, 1)))
+    kern = build_kernel("relu_pack64", body, abi=ABI(x=Ptr(f32), out=Ptr(u32)),
+                        target="gfx950", waves=1)
+    args = _relu_pack_args(np.random.default_rng(3), 2)  # 2 x 32-lane sizes: one 64-lane CTA
+    # the emulator runs with the host's FTZ/DAZ (monokernel.launch.emulator): no subnormals
+    x = args["x"]
+    x[(x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)] = 0.5
+    got, exp = _run_both(emu, kern, args, grid=1)
+    assert np.isnan(x).any() and (x == 0).any() and np.isinf(x).any()
+    _relu_pack_same(got["out"], exp["out"])

@@ -61,25 +61,15 @@ class TargetHooks:
         return False
 
     def relu_bf16x2(self, e: "Emitter", a: str, b: str, n: int) -> str:
-        """op relu_bf16x2 on n lanes' elements: llvm.maximum (NaN in, NaN out), fptrunc
-        (round to nearest even), the two halves as one i32."""
+        """op relu_bf16x2: llvm.maximum on the pair (NaN in, NaN out), one fptrunc of the
+        pair to bf16 (round to nearest even; gfx950: one v_cvt_pk_bf16_f32), as one i32."""
         if n != 1:
             raise BackendError(f"{self.name}: relu_bf16x2 on vectors is not lowered")
-        halves = []
-        for x in (a, b):
-            m = e.call("float", "llvm.maximum.f32", f"float {x}, float 0.0")
-            t = e.fresh("rb")
-            e.emit(f"{t} = fptrunc float {m} to bfloat")
-            h = e.fresh("rb")
-            e.emit(f"{h} = bitcast bfloat {t} to i16")
-            z = e.fresh("rb")
-            e.emit(f"{z} = zext i16 {h} to i32")
-            halves.append(z)
-        hi = e.fresh("rb")
-        e.emit(f"{hi} = shl i32 {halves[1]}, 16")
-        o = e.fresh("rb")
-        e.emit(f"{o} = or i32 {hi}, {halves[0]}")
-        return o
+        v = e.instr(f"insertelement <2 x float> poison, float {a}, i32 0", "rb")
+        v = e.instr(f"insertelement <2 x float> {v}, float {b}, i32 1", "rb")
+        m = e.call("<2 x float>", "llvm.maximum.v2f32", f"<2 x float> {v}, <2 x float> zeroinitializer")
+        t = e.instr(f"fptrunc <2 x float> {m} to <2 x bfloat>", "rb")
+        return e.instr(f"bitcast <2 x bfloat> {t} to i32", "rb")
 
     def lds_pointer(self, e: "Emitter", offset: int) -> str:
         return f"getelementptr (i8, ptr addrspace(3) @lds, i32 {offset})"
@@ -141,6 +131,12 @@ class Emitter:
     def label(self, hint) -> str:
         self.tmp += 1
         return f"{hint}.{self.tmp}"
+
+    def instr(self, expr: str, hint: str = "t") -> str:
+        """A fresh name defined as `expr` (one instruction); returns the name."""
+        name = self.fresh(hint)
+        self.emit(f"{name} = {expr}")
+        return name
 
     def emit(self, line: str):
         self.lines.append("  " + line)

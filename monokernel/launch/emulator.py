@@ -55,6 +55,10 @@ never to tinygrad's files (each checked against the ISA in test/test_emulator.py
    slot and stores `active ? new : old` back), so a masked-off lane whose address register
    holds garbage kills the process (seen in the indexer's score histogram `ds_add_u32`).
    Inactive lanes' LDS address is set to 0 (read and rewritten unchanged).
+8. `v_maximum_f32` / `v_maximum3_f32` / `v_minimum_f32` / `v_minimum3_f32` (IEEE 754-2019
+   maximum / minimum: a NaN operand gives NaN; LLVM's `llvm.maximum` on gfx950) share the
+   pseudocode helper of `v_max_num_f32` & co., which returns the other operand for a NaN.
+   They propagate NaN (a quiet NaN) here; the `_num` forms are unchanged.
 """
 from __future__ import annotations
 
@@ -150,9 +154,35 @@ def load_tinygrad() -> dict:
     return _STATE
 
 
+IEEE_MINMAX_F32 = ("v_maximum_f32", "v_maximum3_f32", "v_minimum_f32", "v_minimum3_f32")
+
+
+def _ieee_minmax_propagates_nan():
+    """Adjustment 8: the f32 IEEE maximum / minimum helpers of the pseudocode compiler return
+    a quiet NaN when any operand is a NaN, else what the shared helper returns."""
+    from test.mockgpu.amd import pcode
+    from tinygrad.dtype import dtypes
+    for name in IEEE_MINMAX_F32:
+        orig = pcode._FUNCS[name]
+        if getattr(orig, "_monokernel_ieee", False):
+            continue
+
+        def ieee(*args, _orig=orig):
+            out = _orig(*args)
+            nan = None
+            for a in args:
+                f = a.bitcast(dtypes.float32) if a.dtype == dtypes.uint32 else a.cast(dtypes.float32)
+                n = pcode._isnan(f)
+                nan = n if nan is None else nan | n
+            return nan.where(pcode._const(out.dtype, float("nan")), out)
+        ieee._monokernel_ieee = True
+        pcode._FUNCS[name] = ieee
+
+
 def _patch_emulator(emu):
-    """The adjustments 1-7 of the module docstring (instruction handlers wrapped, DPP's
-    source read replaced). Idempotent; touches only this process's module objects."""
+    """The adjustments 1-8 of the module docstring (instruction handlers wrapped, DPP's
+    source read replaced, the IEEE min / max helpers). Idempotent; touches only this
+    process's module objects."""
     if getattr(emu, "_monokernel_patched", False):
         return
 
@@ -194,6 +224,7 @@ def _patch_emulator(emu):
         if h in wrapped:
             emu._INST_HANDLERS[t] = wrapped[h]
     emu._load_dpp16_src0 = _dpp16_src0_snapshot(emu, emu._load_dpp16_src0)
+    _ieee_minmax_propagates_nan()
     emu._get_runner.cache_clear()  # a runner built before the patch would be stale
     emu._monokernel_patched = True
 
