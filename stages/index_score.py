@@ -38,7 +38,9 @@ key path):
             cvt.rn.relu.bf16x2 a pair), the A operand of 16 wgmma m64n8k16 bf16 a step
             against the staged block-diagonal bf16 head weights (D column n = row n); a
             one-pair chain: FMAs on the same bf16 values, in-thread then 2 lane swaps
-            (t = lane % 4). "fma": f32 relu and FMAs everywhere (the AMD form).
+            (t = lane % 4). "fma": f32 relu and FMAs everywhere (the AMD form). Groups of
+            fewer pairs than the plan run a chain a pair; in rows-2 builds two pages a step
+            (`pages_per_step`: both chains issued before one wait).
             The group's loop and its measured alternatives (halves, alternation, turns,
             keys in shared memory, 16 warps with the pairs split: all off by default) are
             stages/index_score_sm90.py's `WgmmaGroup`; the pipelines it hands its steps to
