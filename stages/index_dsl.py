@@ -17,10 +17,15 @@ import math
 import numpy as np
 
 from layouts.scores import FIRST_DIGIT_SHIFT
-from monokernel.types import f32, i32, u32, u64
+from monokernel.types import bf16, f32, i32, u32, u64
 
 from .index_plan import HD, SCALE_FLOOR, IndexPlan
 from .select import sign_flip  # the scores' order: the selection's key mapping
+
+# a bf16 is the high half of an f32: a packed pair's (relu_bf16x2) low value is the f32
+# `pair << BF16_SHIFT`, its high value the f32 `pair & BF16_HIGH`
+BF16_SHIFT = bf16.bits
+BF16_HIGH = (1 << u32.bits) - (1 << bf16.bits)
 
 
 # ----------------------------------------------------------------------------- DSL helpers

@@ -78,8 +78,8 @@ from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
-from .index_dsl import (_lane, _tid, _scan, ordered_digit, ordered_digit_canonical, stage_body,
-                        wait_flags)
+from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
+                        stage_body, wait_flags)
 
 # Key steps in the ring of the alternating one-pair pipeline (`_pipeline_alternate`): its
 # loads run ALT_SLOTS - 1 steps ahead, as DEPTH's (one-pair chains are short: W2's keys one
@@ -88,6 +88,7 @@ from .index_dsl import (_lane, _tid, _scan, ordered_digit, ordered_digit_canonic
 ALT_SLOTS = 3
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
+WORD_BYTES = u32.bits // 8  # LDS staging words
 
 
 class IndexScore(Stage):
@@ -116,6 +117,8 @@ class IndexScore(Stage):
     CHOICES = {"head_sum": HEAD_SUMS}  # the string tunables' values (tools' --tune)
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
+    # K elements (bf16) in a row of the head-sum B's core matrices: LBO bytes apart
+    SUM_CORE_K = CORE_ROW_BYTES // SUM_ATOM.b_smem.elem_bytes
     # The key loop's block-table entries load `depth` steps before the key loads that use them
     # (`_pipeline`). Without it (False) a step's key loads address through an entry loaded a
     # few instructions before: in the sm_90a rows-8 SASS the second step of each unrolled
@@ -410,7 +413,7 @@ class IndexScore(Stage):
                 d = d + k.lane_swap(d, 1 << sh)
             w = k.bitcast(io.load("ix_nb", row * NB + NW0 + hc), f32)
             if self.bf16_head_sum:  # the key loop's precision: relu(d) and w in bf16
-                r = k.bitcast(k.relu_bf16x2(d, d) << 16, f32)
+                r = k.bitcast(k.relu_bf16x2(d, d) << BF16_SHIFT, f32)
                 t = k.select(m & part.eq(0), r * k.cast(k.cast(w, bf16), f32), k.const(0.0, f32))
             else:
                 t = k.select(m & part.eq(0), k.max(d, 0.0) * w, k.const(0.0, f32))
@@ -715,30 +718,32 @@ class IndexScore(Stage):
         """The head-sum wgmma's B (`head_sum` "mma"): K = (R + 1) x HP (row, head) by N = 8
         (rows), W[(r, h), n] = bf16(w[r, h]) if n == r else 0, K-major without swizzle at
         SUM_ATOM's LBO (the 8 x 8 core matrices of successive K back to back, one column block):
-        byte (kk // 8) * LBO + n * 16 + (kk % 8) * 2. A chain starting at row ra reads it from
-        K = ra x HP on, so D's column n is row n's sum. Returns the descriptor of K = 0."""
+        byte (kk // CK) * LBO + n * CORE_ROW_BYTES + (kk % CK) * 2, CK = SUM_CORE_K. A chain
+        starting at row ra reads it from K = ra x HP on, so D's column n is row n's sum.
+        Returns the descriptor of K = 0."""
         p, at = self.p, self.SUM_ATOM
         R, H, HP, NB = p.rows, p.heads, p.heads_pad, p.nb_words
-        lbo = at.b_smem.lbo
-        words = (R + 1) * HP // 8 * lbo // 4
+        ck, lbo_words = self.SUM_CORE_K, at.b_smem.lbo // WORD_BYTES
+        per_word = WORD_BYTES // at.b_smem.elem_bytes  # bf16 a word: 2
+        words = (R + 1) * HP // ck * lbo_words
         tid = _tid(k)
         Tn = k.W * k.L
         ws = k.lds("ix_wsum", u32, words)
-        wpr = CORE_ROW_BYTES // 4  # words a core-matrix row (8 bf16 of K)
+        wpr = CORE_ROW_BYTES // WORD_BYTES  # words a core-matrix row (CK bf16 of K)
         for i0 in range(0, words, Tn):
             wd = i0 + tid
             m = wd < words
-            kk0 = (wd / (lbo // 4)) * 8 + (wd % wpr) * 2
-            n = (wd % (lbo // 4)) / wpr
+            kk0 = (wd / lbo_words) * ck + (wd % wpr) * per_word
+            n = (wd % lbo_words) / wpr
             row, h0 = kk0 / HP, kk0 % HP
             on = m & n.eq(row) & (row < R)
             half = []
-            for d in range(2):
+            for d in range(per_word):
                 h = h0 + d
                 v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * NB + NW0 + k.min(h, H - 1),
                                       mask=on & (h < H)), f32)
                 half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
-            k.store(ws, k.min(wd, words - 1), half[0] | (half[1] << 16), mask=m)
+            k.store(ws, k.min(wd, words - 1), half[0] | (half[1] << BF16_SHIFT), mask=m)
         return at.smem_descriptor(k.lds_offset("ix_wsum"))
 
     def _sum_slots(self):

@@ -27,7 +27,7 @@ from monokernel.atoms.base import DESC_SHIFT
 from monokernel.atoms.nvidia import wgmma_e4m3
 from monokernel.types import bf16, f32, i32, u32, u64
 
-from .index_dsl import _lane
+from .index_dsl import BF16_HIGH, BF16_SHIFT, _lane
 from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
 
 
@@ -61,6 +61,14 @@ class WgmmaGroup:
         self.mma_chains = self.mma_sum and p.pairs > 1
 
     # -- a step's parts --------------------------------------------------------------------
+    def warp_key(self, h, base=None):
+        """The lane's key h (0 / 1) of a step's 64: its warp's 16 keys, accumulator row g8 or
+        g8 + 8 (the keys whose bytes it loads, and the head-sum D's rows); `base` + it, summed
+        left to right (the order the kernel's code objects were measured with)."""
+        if base is None:
+            return self.ww * 16 + self.g8 + 8 * h
+        return base + self.ww * 16 + self.g8 + 8 * h
+
     def step_key(self, t):
         """Step t's first key (this warpgroup's t-th page of the group's range)."""
         return self.key_lo + (self.wg + t * self.nwg) * PAGE
@@ -81,13 +89,13 @@ class WgmmaGroup:
         k, a = self.k, self.a
         out = []
         for h in range(2):
-            base = page * PAGE_WORDS + (self.ww * 16 + self.g8 + 8 * h) * 32 + self.t4 * 8
+            base = page * PAGE_WORDS + self.warp_key(h) * 32 + self.t4 * 8
             out.append(k.load(a.index_cache, base, u32, 4, nontemporal=True))
             out.append(k.load(a.index_cache, base + 4, u32, 4, nontemporal=True))
         if self.mma_chains:
             for h in range(2):
-                out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + self.ww * 16
-                                  + self.g8 + 8 * h, f32, nontemporal=True))
+                out.append(k.load(a.index_cache, self.warp_key(h, page * PAGE_WORDS + SCALE_WORD0),
+                                  f32, nontemporal=True))
             return out
         out.append(k.load(a.index_cache, page * PAGE_WORDS + SCALE_WORD0 + self.kf, f32,
                           nontemporal=True))
@@ -166,8 +174,8 @@ class WgmmaGroup:
             if i + 1 not in slots:
                 raise ValueError(f"ix_score: accumulator slot {i} has no pair slot {i + 1}")
             pk = k.relu_bf16x2(acc[i], acc[i + 1])
-            out[i] = k.bitcast(pk << 16, f32)
-            out[i + 1] = k.bitcast(pk & 0xFFFF0000, f32)
+            out[i] = k.bitcast(pk << BF16_SHIFT, f32)
+            out[i + 1] = k.bitcast(pk & BF16_HIGH, f32)
         return out
 
     def finish_mma(self, acc, atom, ra, b0, scales):
@@ -180,12 +188,13 @@ class WgmmaGroup:
         sa = st.SUM_ATOM
         A2 = [k.bitcast(k.vec(*[k.relu_bf16x2(acc[i], acc[j]) for i, j in regs]), bf16,
                         sa.a_slots) for regs in st._acc_to_sum_a(atom)]
-        lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (8)
-        d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // 8 * lbo_units), u64)
+        ck = st.SUM_CORE_K
+        lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (ck)
+        d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // ck * lbo_units), u64)
         k.wgmma_fence()
         d = k.vec(*[k.const(0.0, f32)] * sa.c_slots)
         for c, a2 in enumerate(A2):
-            d = k.wgmma(sa, a2, d0 + c * (sa.k // 8) * lbo_units, d)
+            d = k.wgmma(sa, a2, d0 + c * (sa.k // ck) * lbo_units, d)
         k.wgmma_commit()
         k.wgmma_wait(0)
         nrows = atom.n // p.heads_pad
@@ -193,7 +202,7 @@ class WgmmaGroup:
             n = self.t4 * 2 + col  # D column: the row
             valid = (n >= ra) & (n < ra + nrows)
             st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi,
-                      b0 + self.ww * 16 + self.g8 + 8 * hk, b0,
+                      self.warp_key(hk, b0), b0,
                       st._scaled(k, d[i], scales[hk]), valid)
         st._cyc.mark("epilogue")
 
@@ -360,7 +369,7 @@ class WgmmaGroup:
         last turn)."""
         st, k, p = self.st, self.k, self.p
         if st._ss_on() or self.half is not None or st.alternate_one_pair or \
-                (st.pages_per_step or 1) != 1:
+                st.pages_per_step not in (None, 1):
             raise ValueError("ix_score: turns take the plain pipeline (not with ss_keys, "
                              "pipeline_min_pairs, alternate_one_pair or pages_per_step)")
 

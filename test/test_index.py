@@ -30,6 +30,7 @@ from stages.index import (DEPTH, HD, PAGE, PAGE_BYTES, _index_inputs, index_laun
 from stages.index_ref import (kernel_operands, make_inputs, reference,
                               scores_from_kernel)
 from stages.index_tiling import KeyTiling, tiling
+from tools.common import bf16_head_sum  # the scoring's precision, as the tools read it
 
 SENTINEL = np.uint32(0x7FC0BEEF)  # a NaN no kernel computes: "never written"
 E2E_TOL = 2e-2
@@ -58,12 +59,6 @@ def _run(L, inp, mode="inorder", seed=0, step=0, arena=None):
 
 def _rel(got, ref):
     return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
-
-
-def bf16_head_sum(L) -> bool:
-    """Whether the launch's scoring sums heads in bf16 on the tensor cores (head_sum "mma")."""
-    from stages.index_score import IndexScore
-    return any(s.bf16_head_sum for s in L.stages if isinstance(s, IndexScore))
 
 
 def check_launch(L, inp, res):

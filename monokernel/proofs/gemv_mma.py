@@ -100,10 +100,10 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
             for chunk in range(BLOCK // CHUNK):
                 kb = (b0 + u) * BLOCK + chunk * CHUNK + q * 16
                 if probe == "read_flat":  # the wave's 2 KB a block, 512 contiguous a load
-                    at_ = tile * K + ((b0 - first_block + u) * 4 + chunk * 2) * 512 + \
+                    flat_byte = tile * K + ((b0 - first_block + u) * 4 + chunk * 2) * 512 + \
                         first_block * TILE_N * BLOCK + lane * 16
-                    w_lo = k.load(a.w, at_, fp8e4m3fn, 16, nontemporal=True)
-                    w_hi = k.load(a.w, at_ + 512, fp8e4m3fn, 16, nontemporal=True)
+                    w_lo = k.load(a.w, flat_byte, fp8e4m3fn, 16, nontemporal=True)
+                    w_hi = k.load(a.w, flat_byte + 512, fp8e4m3fn, 16, nontemporal=True)
                     loads.append((w_lo, w_hi, None, kb))
                     continue
                 if flat:  # permute_weights: the chunk's FLAT_GROUP bytes, lane-major
