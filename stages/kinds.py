@@ -19,6 +19,10 @@ class Kind:
     inputs: Callable  # (launch, spec, rng: numpy Generator) -> dict of numpy inputs
     # False for test-only kinds (e.g. "synthetic"): tools build/check/time them only when named
     default: bool = True
+    # the keywords of `launch` a user may set with --tune launch.ATTR=VALUE
+    # (tools.common.LAUNCH_TUNABLES): "waves" (waves a CTA), "select_digits" (the selection's
+    # radix plan); a kind that fixes a part itself does not list it
+    launch_tunables: tuple = ()
 
 
 KINDS: dict[str, Kind] = {}

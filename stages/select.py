@@ -12,8 +12,9 @@ Keys. A score maps to the order-preserving u32 key of layouts.scores (integer op
 only: no float compare, so denormals and flush-to-zero cannot matter); key 0 = never
 selected (-inf, NaN).
 
-Radix plan. Digits (6, 7, 7, 6, 6) from the top (configurable; the first digit is the
-contract's 6 bits, key >> 26). Pass q histograms, over the candidate keys of a slice (those
+Radix plan. Digits (6, 7, 7, 6, 6) from the top (configurable, `--tune
+launch.select_digits=6-9-9-8`; the select kinds off AMD take (6, 9, 9, 8): SELECT_KIND_DIGITS;
+the first digit is the contract's 6 bits, key >> 26). Pass q histograms, over the candidate keys of a slice (those
 whose first d resolved bits equal the prefix Q found so far; key 0 excluded from pass 1 on),
 the next digit, and publishes the histogram as SUFFIX sums cum[b] = #(digit >= b).
 
@@ -140,6 +141,7 @@ the first digits as an input) selects on injected scores: any distribution can b
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,6 +160,10 @@ PAGE = KEY_PAGE_TOKENS  # tokens per page of the key caches
 PAGE_SHIFT = PAGE.bit_length() - 1
 MAX_PAGE = (2**31 - 1) // PAGE  # a slot page*64 + 63 must fit int32
 DEFAULT_DIGITS = (6, 7, 7, 6, 6)
+# the select kinds' plan off AMD: one exchange round fewer for 512-bin messages (H200,
+# select_hist 512K x 8 36.2 -> 33.6 us, 64K x 8 25.1 -> 22.1; the fused index measured
+# slower with it, 132.0 -> 136.4 us, and keeps DEFAULT_DIGITS: bench/NOTES.md v12)
+SELECT_KIND_DIGITS = (6, 9, 9, 8)
 UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
 # (min(UNROLL, max_slices))
 
@@ -261,6 +267,17 @@ class SelectConfig:
     # one (a wave-uniform branch): ~12 integer instructions a key fewer where there are none.
     # False: every key takes them (the AMD builds keep it: unmeasured there)
     rare_specials: bool = True
+    # sel_h1 of a row that lists counts its next digit from the list it has just written (the
+    # list's candidates, ~2% of the slice for smooth scores, L2-hot) after the scan, not in
+    # the scan (a predicated LDS atomic a key, each in its own reconvergence region on
+    # NVIDIA: H200 select_hist 512K x 8, the counts were 3.4 us of sel_h1's 13.6, bench/
+    # NOTES.md v12). False: in the scan (the AMD builds keep it: unmeasured there)
+    count_from_list: bool = True
+    # sel_h1 with scores from an input buffer (the select kinds) issues its first iteration's
+    # score loads before it waits for message 0, so the wait hides their round trip (scores
+    # an earlier stage of the launch wrote are read only after that wait's acquire). False:
+    # after the wait (the AMD builds keep it: unmeasured there)
+    early_loads: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -753,6 +770,8 @@ def initial_state(k, cfg):
 class SelectPass(Stage):
     """Pass q of the selection (q = 0..P-1: histogram passes; q = P: the output)."""
     rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
+    # --tune sel_h1.ATTR=0/1: SelectConfig's options of sel_h1, per run
+    TUNABLES = ("count_from_list", "early_loads")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -783,6 +802,8 @@ class SelectPass(Stage):
         # solo (and then, but for that one, does nothing)
         self.solo_check = cfg.solo and q >= 2
         self.solo_runs = cfg.solo and q == 2
+        self.count_from_list = cfg.count_from_list
+        self.early_loads = cfg.early_loads
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -907,6 +928,8 @@ class SelectPass(Stage):
                 self._publish(k, io, sl, lds)
                 return
             if not self.solo_check:
+                if self._loads_early:
+                    sl.early = self._scan_loads(k, io, sl, sl.lo)
                 self._round(k, io, sl, lds)
                 return
             solo = self._row_is_solo(k, io, sl, lds)
@@ -923,6 +946,13 @@ class SelectPass(Stage):
                         self._solo_finish(k, io, sl, lds)
                     with shared:
                         self._next_histogram(k, io, sl, lds)
+
+    @property
+    def _loads_early(self) -> bool:
+        """sel_h1's first score loads go out before its wait (SelectConfig.early_loads): only
+        scores from an input buffer, which no stage of the launch writes."""
+        return (self.early_loads and self.compacts and self.cfg.prefetch
+                and not self.scores.in_region)
 
     def _round(self, k, io, sl, lds):
         """One exchange round: decide on message q-1, then emit (sel_out) or count the next
@@ -1058,19 +1088,19 @@ class SelectPass(Stage):
         nan_acc = k.lane_var(0, i32)
         run = k.uniform_var(0, i32)  # list length so far
         gated = self.cfg.rare_specials and not first
+        # the next digit counted from the list after the scan (SelectConfig.count_from_list):
+        # the list holds every candidate (selectable, prefix == Q) in the slice
+        later_count = append and not first and self.compacts and self.count_from_list
         step = 4 * T * U
-        last = self.cfg.capacity - 4
 
-        def positions(base):
-            return [base + (u * 4 * T) + 4 * k.thread_id() for u in range(U)]
+        positions = functools.partial(self._scan_positions, k)
 
         def load(ps):
-            # unmasked, at a clamped position (a lane mask each would be a live SGPR pair on
-            # AMD): entries past hi are read but never counted
-            return [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
+            return self._scan_loads(k, io, sl, None, ps)
         with k.if_(sl.lo < sl.hi):
             if self.cfg.prefetch:
-                ring = [k.lane_var(x) for x in load(positions(sl.lo))]
+                first_loads = getattr(sl, "early", None) or load(positions(sl.lo))
+                ring = [k.lane_var(x) for x in first_loads]
             for base in k.range(sl.lo, sl.hi, step):
                 ps = positions(base)
                 if self.cfg.prefetch:  # the next iteration's loads go out first
@@ -1093,7 +1123,8 @@ class SelectPass(Stage):
                         continue
                     pre = _prefix(k, key, d)
                     nz = valid & key.ne(0)
-                    self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
+                    if not later_count:
+                        self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
                     if nans and not gated:
                         nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
                     if not append:
@@ -1114,8 +1145,26 @@ class SelectPass(Stage):
             k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
         with _wave0(k):
             k.store(lds["state"], X_NLIST, _u(k, run.get()))
+        if later_count:
+            _barrier(k)  # every wave's list stores, before any wave reads the list back
+            self._scan_list(k, io, sl, lds, own=run.get())
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")
+
+    @staticmethod
+    def _scan_positions(k, base):
+        """The first of a lane's 4 consecutive positions in each of an iteration's
+        SCAN_UNROLL rounds (lanes, then waves, then rounds in position order)."""
+        T = k.W * k.L
+        return [base + (u * 4 * T) + 4 * k.thread_id() for u in range(SCAN_UNROLL)]
+
+    def _scan_loads(self, k, io, sl, base, ps=None):
+        """An iteration's score loads (from `base`, or at positions `ps`): unmasked, at a
+        clamped position (a lane mask each would be a live SGPR pair on AMD): entries past
+        hi are read but never counted."""
+        last = self.cfg.capacity - 4
+        ps = self._scan_positions(k, base) if ps is None else ps
+        return [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
 
     def _rare_specials(self, k, raw, pv, hi, nan_acc):
         """The ordered keys of a round's 4 scores a lane (SelectConfig.rare_specials): the
@@ -1252,20 +1301,22 @@ class SelectPass(Stage):
                 at = at + kp[e]
         run.set(base + rtot)
 
-    def _scan_list(self, k, io, sl, lds):
+    def _scan_list(self, k, io, sl, lds, own=None):
         """A later pass: the next digit of the list's keys with the prefix found so far.
         sel_h2 with cfg.defers also copies the entries at or above that prefix, in order,
-        into its own list (`list_out`) and leaves that list's length in the state."""
+        into its own list (`list_out`) and leaves that list's length in the state. `own`
+        (sel_h1, SelectConfig.count_from_list): count over the first `own` entries of the
+        list this stage has just written, no copy."""
         c = self.cfg
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
-        nl = st.i(X_NLIST)
+        nl = st.i(X_NLIST) if own is None else own
         T = k.W * k.L
         lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
         U = LIST_UNROLL if c.prefetch else 1
-        copy = self.list_out is not None
+        copy = self.list_out is not None and own is None
         run = k.uniform_var(0, i32)  # the copy's length so far
-        keys_in, pos_in = self.list_in
+        keys_in, pos_in = self.list_in if own is None else self.list_out
         with k.if_(nl > 0):
             for base in k.range(0, nl, 4 * T * U):
                 idx = [base + u * 4 * T + 4 * k.thread_id() for u in range(U)]
@@ -2131,7 +2182,8 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # the SelectConfig options measured faster on the H200 (bench/NOTES.md v7, v8) and left off
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
-MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials")
+MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
+                      "count_from_list", "early_loads")
 
 
 def measured_options(on: bool) -> dict:
@@ -2140,10 +2192,11 @@ def measured_options(on: bool) -> dict:
     return {name: on for name in MEASURED_ON_NVIDIA}
 
 
-def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
+def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
-    4 in the interpreter)."""
+    4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, DEFAULT_DIGITS
+    on AMD, unmeasured there)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -2153,7 +2206,9 @@ def config_for(spec, *, max_slices: int | None = None) -> SelectConfig:
             max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
     amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
-                        topk=spec.config.index_topk, **measured_options(not amd))
+                        topk=spec.config.index_topk,
+                        digits=digits or (DEFAULT_DIGITS if amd else SELECT_KIND_DIGITS),
+                        **measured_options(not amd))
 
 
 def _waves_for(spec) -> int:
@@ -2166,9 +2221,9 @@ def _grid_for(spec) -> int:
     return 8 if spec.target == "interp" else spec.target_info.num_ctas
 
 
-def _kind_launch(spec, hist=None):
-    cfg = config_for(spec)
-    return select_launch(cfg, grid=_grid_for(spec), waves=_waves_for(spec), hist=hist,
+def _kind_launch(spec, hist=None, *, select_digits=None, waves=None):
+    cfg = config_for(spec, digits=select_digits)
+    return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
 
@@ -2185,7 +2240,9 @@ def _kind_inputs(launch, spec, rng, pos=None):
 from .kinds import Kind, register  # noqa: E402
 
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
-              "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs))
+              "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
+              launch_tunables=("waves", "select_digits")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
-              lambda spec: _kind_launch(spec, hist="buffer"), _kind_inputs, default=False))
+              lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
+              default=False, launch_tunables=("waves", "select_digits")))

@@ -107,6 +107,33 @@ def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, pre
         _check_second_lists(cfg, r, s, n)
 
 
+@pytest.mark.parametrize("waves", [1, 3])
+@pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
+def test_next_digit_counted_from_the_list_gives_the_same_messages(dist, waves):
+    """sel_h1 counting the next digit from the list it has just written (SelectConfig.
+    count_from_list, NVIDIA's default) publishes exactly the message 1 (every slice's cum
+    histogram and state) and the lists of counting it in the scan, in the relaxed memory
+    mode (the list read back by other waves after the CTA barrier); a deferred row (all
+    equal) still counts in the scan. The selections are exact either way."""
+    import dataclasses
+    rng = np.random.default_rng([22, ["normal", "allequal", "fewsel", "above2049"].index(dist)])
+    n = request_positions(12000, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    runs = []
+    for later in (True, False):
+        cfg = dataclasses.replace(CFG, count_from_list=later)
+        L = select_launch(cfg, grid=3, waves=waves)
+        assert all(st.count_from_list is later for st in L.stages
+                   if isinstance(st, sel.SelectPass))
+        r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=5)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
+        runs.append(r)
+    for name in (CFG.msg(1), CFG.list_keys, CFG.list_pos):
+        assert np.array_equal(runs[0].regions[name], runs[1].regions[name]), name
+    assert np.array_equal(runs[0].outputs["topk"], runs[1].outputs["topk"])
+
+
 def _check_second_lists(cfg, r, s, n):
     """With cfg.defers, sel_h2's lists (from the scores of a deferred row, from sel_h1's list
     otherwise) hold exactly the slice's selectable keys whose prefix (the state's d bits

@@ -435,9 +435,39 @@ def test_tune_launch_waves_builds_the_launch_with_that_cta_size():
     assert next(s for s in L.stages if isinstance(s, IndexScore)).split_pairs is True
     for kind, tune, msg in (("index_scoring", "launch.grid=4", "launch's tunables are waves"),
                             ("index_scoring", "launch.waves=many", "expected an integer"),
-                            ("select", "launch.waves=4", "kind select builds its launch with")):
+                            ("front", "launch.waves=4", "kind front builds that part"),
+                            ("index_scoring", "launch.select_digits=6-9-9-8",
+                             "kind index_scoring builds that part"),
+                            ("select", "launch.select_digits=6-x", "bit counts joined")):
         with pytest.raises(ValueError, match=msg):
             common.launch_for(kinds.kind(kind), spec, common.tune_list(tune))
+
+
+def test_select_digits_per_kind_and_target_and_from_tune():
+    """The selection's radix plan: the select kinds take SELECT_KIND_DIGITS off AMD (measured
+    on the H200) and DEFAULT_DIGITS on AMD; the fused index keeps DEFAULT_DIGITS (measured
+    slower with the wider plan); --tune launch.select_digits sets either, and a plan the
+    selection cannot run is an error naming it."""
+    from spec import BuildSpec
+    from stages import kinds
+    from stages import select as sel
+    from tools import common
+    for target, want in (("sm_90a", sel.SELECT_KIND_DIGITS), ("interp", sel.SELECT_KIND_DIGITS),
+                         ("gfx950", sel.DEFAULT_DIGITS)):
+        spec = BuildSpec.make("glm5", rows=8, target=target)
+        for name in ("select", "select_hist"):
+            assert kinds.kind(name).launch(spec).select_cfg.digits == want, (name, target)
+    tiny = BuildSpec.make("tiny", rows=2, target="interp")
+    assert kinds.kind("index").launch(tiny).select_cfg.digits == sel.DEFAULT_DIGITS
+    for name in ("select", "index"):
+        L = common.launch_for(kinds.kind(name), tiny,
+                              common.tune_list("launch.select_digits=6-10-10-6"))
+        assert L.select_cfg.digits == (6, 10, 10, 6)
+        assert [s.name for s in L.stages if isinstance(s, sel.SelectPass)][-1] == "sel_out"
+        assert sum(isinstance(s, sel.SelectPass) for s in L.stages) == 5  # h0..h3, out
+    with pytest.raises(ValueError, match=r"digits \(6, 13, 13\)"):
+        common.launch_for(kinds.kind("select"), tiny,
+                          common.tune_list("launch.select_digits=6-13-13"))
 
 
 def test_tune_sets_a_listed_tunable_and_names_what_is_wrong():

@@ -248,23 +248,37 @@ def _parser():
                     "index: end to end through launch kind index, on the kernel's own scores")
     from tools import common
     ap.add_argument("--tune", type=common.tune_list, default=[], metavar="STAGE.ATTR=VALUE",
-                    help="with --through index: set a stage's tunable (its class's TUNABLES, "
-                         "e.g. ix_score.ss_keys=1)")
+                    help="set a stage's tunable (its class's TUNABLES, e.g. "
+                         "ix_score.ss_keys=1 with --through index) or the selection's radix plan "
+                         "(launch.select_digits=6-9-9-8)")
     ap.add_argument("--workload", type=common.workload_list, default=["W1"],
                     help="with --through index: comma list of W1, W2 (default W1)")
     return ap
 
 
 def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=None,
-          waves=None, grid=None):
+          waves=None, grid=None, tunes=()):
+    """The selection launch of one row width; `tunes` as --tune (stage tunables and
+    launch.select_digits; the CTA size is --waves here)."""
     from spec import BuildSpec
     from stages import select as sel
+    from tools import common
     spec = BuildSpec.make(config, None, rows, kv, target)
-    cfg = sel.config_for(spec, max_slices=max_slices)
+    digits = None
+    stage_tunes = []
+    for stage_name, attr, text in tunes:
+        if (stage_name, attr) == ("launch", "select_digits"):
+            digits = common.launch_tune_value(attr, text)
+        elif stage_name == "launch":
+            raise ValueError(f"--tune launch.{attr}: check_topk's selection launch takes "
+                             "launch.select_digits (its CTA size is --waves)")
+        else:
+            stage_tunes.append((stage_name, attr, text))
+    cfg = sel.config_for(spec, max_slices=max_slices, digits=digits)
     hist = {"local": None, "buffer": "buffer", "stage": "stage"}[first_digits]
     L = sel.select_launch(cfg, grid=grid or sel._grid_for(spec),
                           waves=waves or sel._waves_for(spec), hist=hist)
-    return spec, cfg, L
+    return spec, cfg, common.apply_tunes(L, stage_tunes)
 
 
 def _backend(args):
@@ -288,7 +302,7 @@ def run(args, ap) -> int:
     for R in args.rows:
         spec, cfg, L = build(args.config, R, be.target, kv=args.kv,
                              first_digits=args.first_digits, max_slices=args.max_slices,
-                             waves=args.waves, grid=args.grid)
+                             waves=args.waves, grid=args.grid, tunes=args.tune)
         pos = args.pos
         if pos is None:
             pos = [1, 64, 2048, 2049] + ([8447] if be.name == "interp" else [cfg.capacity - 1])
@@ -396,6 +410,18 @@ def run_index(args, ap) -> int:
 def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
+    from tools import common
+    try:  # a bad --tune (or spec) is a usage error naming the value, before any launch
+        for stage, attr, text in args.tune:
+            if stage == "launch":
+                common.launch_tune_value(attr, text)
+                if attr == "select_digits":
+                    from stages.select import SelectConfig
+                    from layouts.scores import ScoresLayout
+                    SelectConfig(ScoresLayout(1, 4096, 512),
+                                 digits=common.launch_tune_value(attr, text))
+    except ValueError as e:
+        ap.error(str(e))
     if args.through == "index":
         return run_index(args, ap)
     return run(args, ap)

@@ -568,12 +568,27 @@ def apply_tunes(launch, tunes):
     return launch
 
 
-LAUNCH_TUNABLES = ("waves",)  # --tune launch.ATTR=VALUE: passed to the kind's launch
+# --tune launch.ATTR=VALUE: passed to the kind's launch as a keyword (kinds whose launch
+# takes it): waves = N waves a CTA; select_digits = the selection's radix plan, bits from the
+# top joined by "-" (e.g. 6-9-9-8; stages.select.SelectConfig.digits)
+LAUNCH_TUNABLES = ("waves", "select_digits")
+
+
+def launch_tune_value(attr: str, text: str):
+    """The value of --tune launch.ATTR=TEXT (ATTR one of LAUNCH_TUNABLES)."""
+    try:
+        if attr == "select_digits":
+            return tuple(int(x) for x in text.split("-"))
+        return int(text)
+    except ValueError:
+        form = "bit counts joined by '-', e.g. 6-9-9-8" if attr == "select_digits" else \
+            "an integer"
+        raise ValueError(f"--tune launch.{attr}={text}: expected {form}") from None
 
 
 def launch_for(kind, spec, tunes=()):
-    """kind.launch(spec) with the --tune settings applied: `launch.waves=N` builds the launch
-    with N waves a CTA (kinds whose launch takes `waves`), the others set stage tunables."""
+    """kind.launch(spec) with the --tune settings applied: `launch.ATTR=VALUE` (one of
+    LAUNCH_TUNABLES) builds the launch with that keyword, the others set stage tunables."""
     kw, rest = {}, []
     for stage_name, attr, text in tunes:
         if stage_name != "launch":
@@ -582,14 +597,12 @@ def launch_for(kind, spec, tunes=()):
         if attr not in LAUNCH_TUNABLES:
             raise ValueError(f"--tune launch.{attr}: the launch's tunables are "
                              f"{', '.join(LAUNCH_TUNABLES)}")
-        try:
-            kw[attr] = int(text)
-        except ValueError:
-            raise ValueError(f"--tune launch.{attr}={text}: expected an integer") from None
-    params = inspect.signature(kind.launch).parameters.values()
-    if kw and not any(p.name == "waves" or p.kind == p.VAR_KEYWORD for p in params):
-        raise ValueError(f"--tune launch.waves: kind {kind.name} builds its launch with its "
-                         "own CTA size")
+        kw[attr] = launch_tune_value(attr, text)
+    for attr in kw:
+        if attr not in kind.launch_tunables:
+            raise ValueError(f"--tune launch.{attr}: kind {kind.name} builds that part of its "
+                             f"launch itself (its launch tunables: "
+                             f"{', '.join(kind.launch_tunables) or 'none'})")
     return apply_tunes(kind.launch(spec, **kw), rest)
 
 
