@@ -673,6 +673,14 @@ def _prefix(k, key, d):
     return (key >> k.cast(s1, u32)) >> k.cast(sh - s1, u32)
 
 
+def _prefix_floor(k, Q, d):
+    """The least key whose first d bits are Q (d uniform i32 in 0..32, Q < 2**d): Q << (32 -
+    d) as two shifts of at most 16, as _prefix (0 for d == 0)."""
+    sh = 32 - d
+    s1 = k.min(sh, 16)
+    return (Q << k.cast(s1, u32)) << k.cast(sh - s1, u32)
+
+
 class _Slice:
     """Uniform facts of job (row, slice) every stage computes first: the row's key count and
     slices used (whether this job has keys); `bounds()` (inside the active branch) its range,
@@ -1091,6 +1099,8 @@ class SelectPass(Stage):
         # the next digit counted from the list after the scan (SelectConfig.count_from_list):
         # the list holds every candidate (selectable, prefix == Q) in the slice
         later_count = append and not first and self.compacts and self.count_from_list
+        if later_count:  # prefix(key) >= Q and key != 0  <=>  key >= max(Q << (32 - d), 1)
+            key_lo = k.max(_prefix_floor(k, Q, d), k.const(1, u32))
         step = 4 * T * U
 
         positions = functools.partial(self._scan_positions, k)
@@ -1121,15 +1131,17 @@ class SelectPass(Stage):
                     if first:
                         self._count_digits(k, lds["hist"], key, d, valid)
                         continue
-                    pre = _prefix(k, key, d)
-                    nz = valid & key.ne(0)
-                    if not later_count:
+                    if later_count:  # no digit here: the keep test is one compare a key
+                        keep = k.cast(valid & (key >= key_lo), i32)
+                    else:
+                        pre = _prefix(k, key, d)
+                        nz = valid & key.ne(0)
                         self._count_digits(k, lds["hist"], key, d, nz & pre.eq(Q))
+                        keep = k.cast(nz & (pre >= Q), i32)
                     if nans and not gated:
                         nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, key, pv, sl.hi))
                     if not append:
                         continue
-                    keep = k.cast(nz & (pre >= Q), i32)
                     if not self.cfg.batched_append:
                         par = (((base - sl.lo) / step) * U + u) & 1
                         self._append_round(k, io, sl, lds, key, p, keep, run, par)
