@@ -165,6 +165,7 @@ DEFAULT_DIGITS = (6, 7, 7, 6, 6)
 # slower with it, 132.0 -> 136.4 us, and keeps DEFAULT_DIGITS: bench/NOTES.md v12)
 SELECT_KIND_DIGITS = (6, 9, 9, 8)
 UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
+SEGMENT_UNROLL = 4  # segment histograms a thread loads at once in sel_h0's sum
 # (min(UNROLL, max_slices))
 
 SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
@@ -278,6 +279,11 @@ class SelectConfig:
     # an earlier stage of the launch wrote are read only after that wait's acquire). False:
     # after the wait (the AMD builds keep it: unmeasured there)
     early_loads: bool = True
+    # sel_h0 with the scoring's first digits sums its slice's segments with every wave,
+    # SEGMENT_UNROLL segments a thread in flight (`_sum_segments`), not with wave 0 walking
+    # the segments one load round trip at a time (32 at 512K x 8): the first message, which
+    # every later stage waits for. False: wave 0 alone (the AMD builds keep it: unmeasured)
+    wide_segment_sums: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -778,8 +784,8 @@ def initial_state(k, cfg):
 class SelectPass(Stage):
     """Pass q of the selection (q = 0..P-1: histogram passes; q = P: the output)."""
     rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
-    # --tune sel_h1.ATTR=0/1: SelectConfig's options of sel_h1, per run
-    TUNABLES = ("count_from_list", "early_loads")
+    # --tune sel_h1.ATTR=0/1 (sel_h0 for wide_segment_sums): SelectConfig's options, per run
+    TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -812,6 +818,7 @@ class SelectPass(Stage):
         self.solo_runs = cfg.solo and q == 2
         self.count_from_list = cfg.count_from_list
         self.early_loads = cfg.early_loads
+        self.wide_segment_sums = cfg.wide_segment_sums
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1354,11 +1361,18 @@ class SelectPass(Stage):
                 k.fence("release", "device")
 
     def _sum_segments(self, k, io, sl, hist):
-        """sel_h0 with the scoring's first digits: this slice's segments, summed per bin."""
+        """sel_h0 with the scoring's first digits: this slice's segments, summed per bin into
+        LDS hist (zeroed, a CTA barrier after: the caller's)."""
         c = self.cfg
         seg = c.segment
         g_lo = sl.lo / seg
         g_hi = (sl.hi + (seg - 1)) / seg
+        if self.wide_segment_sums:
+            self._sum_segments_wide(k, io, sl, hist, g_lo, g_hi)
+            if self.scores.in_region and not getattr(self.scores, "bulk", True):
+                with _wave0(k):
+                    k.fence("acquire", "device")
+            return
         with _wave0(k):
             for half in range((FIRST_DIGIT_BINS + k.L - 1) // k.L):
                 b = half * k.L + k.lane_id()
@@ -1371,6 +1385,35 @@ class SelectPass(Stage):
                 k.store(hist, bb, acc.get(), mask=m)
             if self.scores.in_region and not getattr(self.scores, "bulk", True):
                 k.fence("acquire", "device")  # the scores were released before the pairs
+
+    def _sum_segments_wide(self, k, io, sl, hist, g_lo, g_hi):
+        """Every thread: one bin of G = T / 64 segment groups (all bins, in passes of T, when
+        the CTA has fewer than 64 threads), SEGMENT_UNROLL of its group's segments loaded at
+        once; the groups' sums meet in LDS hist by atomic adds (integers: any order)."""
+        c = self.cfg
+        B = FIRST_DIGIT_BINS
+        T = k.W * k.L
+        t = k.thread_id()
+        G = max(1, T // B)
+        U = SEGMENT_UNROLL
+        for b0 in range(0, B, T):
+            if T >= B:
+                b, grp = t % B, t / B
+                live = grp < G
+            else:
+                b, grp = t + b0, k.const(0, i32)
+                live = b < B
+            bb = k.min(b, B - 1)
+            acc = k.lane_var(0, u32)
+            for g0 in k.range(g_lo, g_hi, G * U):
+                vals = []
+                for u in range(U):
+                    g = g0 + grp + G * u
+                    m = live & (g < g_hi)
+                    idx = (sl.r * c.segments + k.min(g, c.segments - 1)) * B + bb
+                    vals.append(k.select(m, self.hist.read(k, io, idx, m), 0))
+                acc.set(acc.get() + sum(vals[1:], vals[0]))
+            k.atomic("add", hist, bb, acc.get(), mask=live, scope="cta")
 
     # -- publish message q ----------------------------------------------------------------
     def _publish(self, k, io, sl, lds):
@@ -2195,7 +2238,7 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
 MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
-                      "count_from_list", "early_loads")
+                      "count_from_list", "early_loads", "wide_segment_sums")
 
 
 def measured_options(on: bool) -> dict:

@@ -200,3 +200,31 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
     spans = [(u.lo, u.hi) for j in range(CFG.rows * CFG.max_slices) for u in h1.writes(j)
              if u.region == CFG.list_keys]
     assert spans == [(j * lk, (j + 1) * lk) for j in range(CFG.rows * CFG.max_slices)]
+
+
+@pytest.mark.parametrize("waves", [1, 3, 8])
+@pytest.mark.parametrize("hist", ["buffer", "stage"])
+def test_wide_segment_sums_publish_the_same_first_message(hist, waves):
+    """sel_h0 summing the scoring's segment histograms with every wave (SelectConfig.
+    wide_segment_sums, NVIDIA's default: SEGMENT_UNROLL segments a thread in flight, groups
+    met by LDS atomics) publishes exactly the message 0 of wave 0 walking the segments, from
+    an input buffer and from tagged pairs, for CTAs of fewer than 64 threads (bins in two
+    passes), a multiple of 64 and neither; relaxed memory mode; exact selections."""
+    import dataclasses
+    # segments of 128 keys, two slices a row: ~47 segments a slice, more than one round of
+    # every thread group's SEGMENT_UNROLL loads at 8 waves
+    base = dataclasses.replace(CFG, layout=ScoresLayout(2, 16384, 128), max_slices=2)
+    rng = np.random.default_rng([24, ["buffer", "stage"].index(hist), waves])
+    n = request_positions(12000, CFG.rows)
+    s = scores_for("normal", rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(base, rng)
+    runs = []
+    for wide in (True, False):
+        cfg = dataclasses.replace(base, wide_segment_sums=wide)
+        L = select_launch(cfg, grid=3, waves=waves, hist=hist)
+        r = L.run_interp(make_inputs(cfg, s, n, bt, hist="buffer" if hist == "buffer" else None),
+                         step=0, mode="relaxed", seed=7)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
+        runs.append(r)
+    assert np.array_equal(runs[0].regions[base.msg(0)], runs[1].regions[base.msg(0)])
+    assert np.array_equal(runs[0].outputs["topk"], runs[1].outputs["topk"])
