@@ -204,9 +204,11 @@ RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo 
 # the state words after a message's histogram (and in LDS); X_NLIST: the slice's candidate
 # list length (sel_h1 on); X_SOLO: 1 when the row finishes solo (decided by sel_h1 from
 # message 0); X_DEFER: 1 when the row's lists are built by sel_h2 (SelectConfig.
-# defer_fat_bins, decided by sel_h1 from message 0); whole 4-word vectors
+# defer_fat_bins, decided by sel_h1 from message 0); X_EMITTED: 1 when the last histogram
+# pass found the decision final and emitted the slice (SelectConfig.early_emit: sel_out then
+# writes nothing); whole 4-word vectors
 X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
-    X_UNSELS, X_NLIST, X_SOLO, X_DEFER = range(15)
+    X_UNSELS, X_NLIST, X_SOLO, X_DEFER, X_EMITTED = range(16)
 NEXTRA = 16
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
@@ -284,6 +286,14 @@ class SelectConfig:
     # the segments one load round trip at a time (32 at 512K x 8): the first message, which
     # every later stage waits for. False: wave 0 alone (the AMD builds keep it: unmeasured)
     wide_segment_sums: bool = True
+    # the last histogram pass (sel_h{P-1}) of a row whose decision is final when it decides
+    # (for smooth scores after 24 of the 32 bits with (6, 9, 9, 8)) emits the slice itself and
+    # flags it in its message's state, so sel_out's exchange round is no longer on that row's
+    # path (sel_out, which still runs, writes nothing for it). Off by default: measured at
+    # noise level on the H200 (select_hist 512K x 8 29.03 vs 29.42 us, 64K 20.26 vs 20.29;
+    # fused index r8 W1 131.0 vs 129.7, W2 166.5 vs 165.8: bench/NOTES.md v12). Per run:
+    # --tune sel_h3.early_emit=1,sel_out.early_emit=1 (the last pass and sel_out)
+    early_emit: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -784,8 +794,9 @@ def initial_state(k, cfg):
 class SelectPass(Stage):
     """Pass q of the selection (q = 0..P-1: histogram passes; q = P: the output)."""
     rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
-    # --tune sel_h1.ATTR=0/1 (sel_h0 for wide_segment_sums): SelectConfig's options, per run
-    TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums")
+    # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
+    # sel_out: early_emit): SelectConfig's options, per run
+    TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -819,6 +830,7 @@ class SelectPass(Stage):
         self.count_from_list = cfg.count_from_list
         self.early_loads = cfg.early_loads
         self.wide_segment_sums = cfg.wide_segment_sums
+        self.early_emit = cfg.early_emit
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -856,7 +868,7 @@ class SelectPass(Stage):
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
                 out.update(self.hist.buffers())
-        if self.is_out or self.solo_runs:  # (sel_h2 emits the solo rows)
+        if self.is_out or self.solo_runs or self.emits_early:  # (sel_h2: the solo rows)
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             out[nm.out] = Buffer(i32, (c.rows, c.topk), output=True)
             out[nm.diag] = Buffer(u32, (c.rows, DIAG_WORDS), output=True)
@@ -877,8 +889,8 @@ class SelectPass(Stage):
             lk = c.max_slice_keys() * c.max_slices
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
         elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
-            out += self._list_uses(j, [self.list_in[0]] + ([self.list_in[1]]
-                                                          if self.is_out or self.defers else []))
+            out += self._list_uses(j, [self.list_in[0]] + (
+                [self.list_in[1]] if self.is_out or self.defers or self.emits_early else []))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -963,6 +975,12 @@ class SelectPass(Stage):
                         self._next_histogram(k, io, sl, lds)
 
     @property
+    def emits_early(self) -> bool:
+        """The last histogram pass emits a row decided before its last digit (early_emit;
+        from pass 3 on it reads the lists sel_out reads)."""
+        return self.early_emit and self.q == self.cfg.passes - 1 and self.q > 2
+
+    @property
     def _loads_early(self) -> bool:
         """sel_h1's first score loads go out before its wait (SelectConfig.early_loads): only
         scores from an input buffer, which no stage of the launch writes."""
@@ -975,9 +993,20 @@ class SelectPass(Stage):
         self._consume(k, io, sl, lds)
         io.env.phase(0)  # every slice's message is in and decided on
         if self.is_out:
-            self._emit(k, io, sl, lds)
-        else:
-            self._next_histogram(k, io, sl, lds)
+            if self.early_emit:  # the last histogram pass may have emitted the row
+                with k.if_(_State.load(k, lds["state"], 0)[X_EMITTED].eq(0)):
+                    self._emit(k, io, sl, lds)
+            else:
+                self._emit(k, io, sl, lds)
+            return
+        if self.emits_early:
+            with k.if_(_State.load(k, lds["state"], 0).done):
+                self._emit(k, io, sl, lds)
+                _barrier(k)  # every wave has read the state before wave 0 flags it ...
+                with _wave0(k):
+                    k.store(lds["state"], X_EMITTED, k.const(1, u32))
+                _barrier(k)  # ... and reads it again after
+        self._next_histogram(k, io, sl, lds)
 
     def _next_histogram(self, k, io, sl, lds):
         st = _State.load(k, lds["state"], 0)
@@ -998,7 +1027,7 @@ class SelectPass(Stage):
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
-        if (self.is_out or self.solo_runs) and k.W > 1:
+        if (self.is_out or self.solo_runs or self.emits_early) and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
         if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(SCAN_UNROLL, LIST_UNROLL)

@@ -163,7 +163,8 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
     lists, never the scores region; sel_h1 writes the lists, each job its own slice's. With
     the solo finish, sel_h2's slice-0 job reads every slice's list of its row (keys and
     positions: it emits), the other jobs their own slice's keys; sel_h3.. and sel_out also
-    read their own slice's rdy1 pair (whether the row is solo)."""
+    read their own slice's rdy1 pair (whether the row is solo). The positions: sel_out's and,
+    with early_emit, the last histogram pass's (they emit)."""
     cfg = SelectConfig(CFG.layout, max_slices=CFG.max_slices, topk=CFG.topk,
                        solo_max_candidates=sel.SOLO_MAX_CANDIDATES if solo else None,
                        defer_fat_bins=defer)
@@ -178,12 +179,13 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
             assert (cfg.names.scores in names) == (st.q <= 2), st.name
             assert (cfg.list_keys in names) == (cfg.list_pos in names) == (st.q == 2), st.name
             assert (cfg.list2_keys in names) == (st.q >= 3), st.name
-            assert (cfg.list2_pos in names) == st.is_out, st.name
+            assert (cfg.list2_pos in names) == (st.is_out or st.emits_early), st.name
             assert ({cfg.list2_keys, cfg.list2_pos} <= wrote) == (st.q == 2), st.name
             continue
         assert (cfg.names.scores in names) == (st.q <= 1), st.name
         assert (cfg.list_keys in names) == (st.q >= 2), st.name
-        assert (cfg.list_pos in names) == (st.is_out or (solo and st.q == 2)), st.name
+        assert (cfg.list_pos in names) == (st.is_out or st.emits_early
+                                            or (solo and st.q == 2)), st.name
         if solo and st.q == 2:
             for j in range(cfg.rows * S):
                 r, s = divmod(j, S)
@@ -228,3 +230,34 @@ def test_wide_segment_sums_publish_the_same_first_message(hist, waves):
         runs.append(r)
     assert np.array_equal(runs[0].regions[base.msg(0)], runs[1].regions[base.msg(0)])
     assert np.array_equal(runs[0].outputs["topk"], runs[1].outputs["topk"])
+
+
+@pytest.mark.parametrize("digits", [(6, 7, 7, 6, 6), (6, 9, 9, 8)], ids=["6-7-7-6-6", "6-9-9-8"])
+@pytest.mark.parametrize("dist", ["normal", "few", "above2048", "allequal"])
+def test_early_emit_by_the_last_histogram_pass(dist, digits):
+    """SelectConfig.early_emit (off by default, measured at noise level): the last histogram
+    pass emits a slice whose decision is final when it decides and flags it (X_EMITTED in its
+    message's state); sel_out emits the others. Outputs and diagnostics identical to sel_out emitting every row,
+    exact, in the relaxed memory mode; normal scores are final early (flagged), a row of few
+    distinct values needs every bit (not flagged)."""
+    import dataclasses
+    rng = np.random.default_rng([25, ["normal", "few", "above2048", "allequal"].index(dist)])
+    n = request_positions(12000, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    runs = []
+    for early in (True, False):
+        cfg = dataclasses.replace(CFG, early_emit=early, digits=digits)
+        L = select_launch(cfg, grid=3, waves=3)
+        r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=8)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
+        last = r.regions[cfg.msg(cfg.passes - 1)].reshape(CFG.rows, CFG.max_slices, -1)
+        runs.append((r, last[:, :, cfg.state_word + sel.X_EMITTED]))
+    for name in ("topk", "topk_diag"):
+        assert np.array_equal(runs[0][0].outputs[name], runs[1][0].outputs[name]), name
+    flagged, never = runs[0][1], runs[1][1]
+    assert not never.any()
+    if dist == "normal":
+        assert flagged.all()
+    if dist == "few":
+        assert not flagged.any()
