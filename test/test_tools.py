@@ -470,6 +470,18 @@ def test_select_digits_per_kind_and_target_and_from_tune():
                           common.tune_list("launch.select_digits=6-13-13"))
 
 
+def test_check_topk_rejects_a_bad_radix_plan_before_any_launch(capsys):
+    """check_topk --tune launch.select_digits: an unparsable or impossible plan is a usage
+    error naming it (exit 2), before anything is built or run."""
+    from tools import check_topk
+    for tune, msg in (("launch.select_digits=6-13-13", "digits (6, 13, 13)"),
+                      ("launch.select_digits=6-x", "bit counts joined by '-'")):
+        with pytest.raises(SystemExit) as e:
+            check_topk.main(["--tune", tune, "--rows", "2"])
+        assert e.value.code == 2
+        assert msg in capsys.readouterr().err
+
+
 def test_tune_sets_a_listed_tunable_and_names_what_is_wrong():
     """--tune STAGE.ATTR=VALUE: parsed, typed by the tunable's current value, set on the
     launch's stages of that name; an unknown stage, an attribute the stage does not list in
