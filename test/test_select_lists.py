@@ -107,6 +107,25 @@ def test_lists_hold_exactly_the_keys_the_first_decision_keeps(dist, batched, pre
         _check_second_lists(cfg, r, s, n)
 
 
+def _ab_runs(base, field, dist, rng_key, *, waves, seed, hist=None, **extra):
+    """The selection of `base` (with `extra`) run with SelectConfig.`field` on, then off, on
+    the same `dist` scores in the relaxed memory mode; both exact. [(cfg, launch, result)]."""
+    import dataclasses
+    rng = np.random.default_rng(rng_key)
+    n = request_positions(12000, base.rows)
+    s = scores_for(dist, rng, n, base.capacity, base.topk)
+    bt = random_block_table(base, rng)
+    out = []
+    for on in (True, False):
+        cfg = dataclasses.replace(base, **{field: on}, **extra)
+        L = select_launch(cfg, grid=3, waves=waves, hist=hist)
+        r = L.run_interp(make_inputs(cfg, s, n, bt, hist="buffer" if hist == "buffer" else None),
+                         step=0, mode="relaxed", seed=seed)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], base.topk)
+        out.append((cfg, L, r))
+    return out
+
+
 @pytest.mark.parametrize("waves", [1, 3])
 @pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049"])
 def test_next_digit_counted_from_the_list_gives_the_same_messages(dist, waves):
@@ -115,23 +134,15 @@ def test_next_digit_counted_from_the_list_gives_the_same_messages(dist, waves):
     histogram and state) and the lists of counting it in the scan, in the relaxed memory
     mode (the list read back by other waves after the CTA barrier); a deferred row (all
     equal) still counts in the scan. The selections are exact either way."""
-    import dataclasses
-    rng = np.random.default_rng([22, ["normal", "allequal", "fewsel", "above2049"].index(dist)])
-    n = request_positions(12000, CFG.rows)
-    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
-    bt = random_block_table(CFG, rng)
-    runs = []
-    for later in (True, False):
-        cfg = dataclasses.replace(CFG, count_from_list=later)
-        L = select_launch(cfg, grid=3, waves=waves)
+    key = [22, ["normal", "allequal", "fewsel", "above2049"].index(dist)]
+    runs = _ab_runs(CFG, "count_from_list", dist, key, waves=waves, seed=5)
+    for (_, L, _), later in zip(runs, (True, False)):
         assert all(st.count_from_list is later for st in L.stages
                    if isinstance(st, sel.SelectPass))
-        r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=5)
-        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
-        runs.append(r)
+    (_, _, on), (_, _, off) = runs
     for name in (CFG.msg(1), CFG.list_keys, CFG.list_pos):
-        assert np.array_equal(runs[0].regions[name], runs[1].regions[name]), name
-    assert np.array_equal(runs[0].outputs["topk"], runs[1].outputs["topk"])
+        assert np.array_equal(on.regions[name], off.regions[name]), name
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
 
 
 def _check_second_lists(cfg, r, s, n):
@@ -216,46 +227,30 @@ def test_wide_segment_sums_publish_the_same_first_message(hist, waves):
     # segments of 128 keys, two slices a row: ~47 segments a slice, more than one round of
     # every thread group's SEGMENT_UNROLL loads at 8 waves
     base = dataclasses.replace(CFG, layout=ScoresLayout(2, 16384, 128), max_slices=2)
-    rng = np.random.default_rng([24, ["buffer", "stage"].index(hist), waves])
-    n = request_positions(12000, CFG.rows)
-    s = scores_for("normal", rng, n, CFG.capacity, CFG.topk)
-    bt = random_block_table(base, rng)
-    runs = []
-    for wide in (True, False):
-        cfg = dataclasses.replace(base, wide_segment_sums=wide)
-        L = select_launch(cfg, grid=3, waves=waves, hist=hist)
-        r = L.run_interp(make_inputs(cfg, s, n, bt, hist="buffer" if hist == "buffer" else None),
-                         step=0, mode="relaxed", seed=7)
-        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
-        runs.append(r)
-    assert np.array_equal(runs[0].regions[base.msg(0)], runs[1].regions[base.msg(0)])
-    assert np.array_equal(runs[0].outputs["topk"], runs[1].outputs["topk"])
+    key = [24, ["buffer", "stage"].index(hist), waves]
+    (_, _, on), (_, _, off) = _ab_runs(base, "wide_segment_sums", "normal", key, waves=waves,
+                                       seed=7, hist=hist)
+    assert np.array_equal(on.regions[base.msg(0)], off.regions[base.msg(0)])
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
 
 
 @pytest.mark.parametrize("digits", [(6, 7, 7, 6, 6), (6, 9, 9, 8)], ids=["6-7-7-6-6", "6-9-9-8"])
 @pytest.mark.parametrize("dist", ["normal", "few", "above2048", "allequal"])
 def test_early_emit_by_the_last_histogram_pass(dist, digits):
     """SelectConfig.early_emit (off by default, measured at noise level): the last histogram
-    pass emits a slice whose decision is final when it decides and flags it (X_EMITTED in its
-    message's state); sel_out emits the others. Outputs and diagnostics identical to sel_out emitting every row,
-    exact, in the relaxed memory mode; normal scores are final early (flagged), a row of few
-    distinct values needs every bit (not flagged)."""
-    import dataclasses
-    rng = np.random.default_rng([25, ["normal", "few", "above2048", "allequal"].index(dist)])
-    n = request_positions(12000, CFG.rows)
-    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
-    bt = random_block_table(CFG, rng)
-    runs = []
-    for early in (True, False):
-        cfg = dataclasses.replace(CFG, early_emit=early, digits=digits)
-        L = select_launch(cfg, grid=3, waves=3)
-        r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=8)
-        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], CFG.topk)
+    pass emits a slice whose decision is final when it decides and flags it (X_EMITTED in
+    its message's state); sel_out emits the others. Outputs and diagnostics identical to
+    sel_out emitting every row, exact, in the relaxed memory mode; normal scores are final
+    early (flagged), a row of few distinct values needs every bit (not flagged)."""
+    key = [25, ["normal", "few", "above2048", "allequal"].index(dist)]
+    runs = _ab_runs(CFG, "early_emit", dist, key, waves=3, seed=8, digits=digits)
+    flags = []
+    for cfg, _, r in runs:
         last = r.regions[cfg.msg(cfg.passes - 1)].reshape(CFG.rows, CFG.max_slices, -1)
-        runs.append((r, last[:, :, cfg.state_word + sel.X_EMITTED]))
+        flags.append(last[:, :, cfg.state_word + sel.X_EMITTED])
     for name in ("topk", "topk_diag"):
-        assert np.array_equal(runs[0][0].outputs[name], runs[1][0].outputs[name]), name
-    flagged, never = runs[0][1], runs[1][1]
+        assert np.array_equal(runs[0][2].outputs[name], runs[1][2].outputs[name]), name
+    flagged, never = flags
     assert not never.any()
     if dist == "normal":
         assert flagged.all()
