@@ -43,7 +43,9 @@ above it (at 512K keys x 8 rows a pass reads ~3 KB of list instead of 128 KB of 
 list has room for its whole slice ([rows, S, longest slice]), so any distribution (all keys
 equal: every key a candidate) is exact; nothing is dropped or rescanned. The list is plain
 data: every wave of sel_h1 releases its stores before wave 0 announces message 1, and the
-readers acquire after polling (the same chain as the messages).
+readers acquire after polling (the same chain as the messages). With count_from_list (NVIDIA)
+sel_h1's scan only keeps (one compare a key) and the next digit is counted afterwards from the
+list just written, read back after a CTA barrier: every candidate is in it.
 
 Deferred lists (SelectConfig.defer_fat_bins, NVIDIA). The first digit is the sign and five
 exponent bits: scores from the indexer put 3-66% of a row in the threshold's bin (H200, 512K
