@@ -14,8 +14,8 @@ selected (-inf, NaN).
 
 Radix plan. Digits (6, 7, 7, 6, 6) from the top (configurable, `--tune
 launch.select_digits=6-9-9-8`; the select kinds off AMD take (6, 9, 9, 8): SELECT_KIND_DIGITS;
-the first digit is the contract's 6 bits, key >> 26). Pass q histograms, over the candidate keys of a slice (those
-whose first d resolved bits equal the prefix Q found so far; key 0 excluded from pass 1 on),
+the first digit is the contract's 6 bits, key >> 26). Pass q histograms, over the candidate
+keys of a slice (those whose first d resolved bits equal the prefix Q found so far; key 0 excluded from pass 1 on),
 the next digit, and publishes the histogram as SUFFIX sums cum[b] = #(digit >= b).
 
 Stages (one job per (row, slice) each; S = max_slices jobs per row, a row uses
@@ -308,11 +308,7 @@ class SelectConfig:
                              f"{MAX_KEYS} (512K keys)")
         if not 1 <= self.max_slices <= MAX_SLICES:
             raise ValueError(f"max_slices = {self.max_slices} must be in 1..{MAX_SLICES}")
-        d = tuple(int(x) for x in self.digits)
-        object.__setattr__(self, "digits", d)
-        if len(d) < 2 or d[0] != FIRST_DIGIT_BITS or sum(d) != 32 or min(d) < 2 or max(d) > 10:
-            raise ValueError(f"digits {d}: the first must be {FIRST_DIGIT_BITS} bits (the "
-                             "scoring's first digit), at least two, 2..10 bits each, 32 in all")
+        object.__setattr__(self, "digits", check_digits(self.digits))
         if lay.segment % 4:
             raise ValueError(f"segment {lay.segment} must be a multiple of 4 keys (16-byte loads)")
         if lay.capacity % PAGE:
@@ -413,6 +409,17 @@ class SelectConfig:
     @property
     def list2_pos(self) -> str:
         return f"{self.prefix}_lpos2"
+
+
+def check_digits(digits) -> tuple:
+    """A radix plan as a tuple of ints, or a ValueError naming it: the first digit the
+    scoring's FIRST_DIGIT_BITS, at least two digits of 2..10 bits (a pass's histogram lives in
+    LDS and in every slice's message), 32 bits in all."""
+    d = tuple(int(x) for x in digits)
+    if len(d) < 2 or d[0] != FIRST_DIGIT_BITS or sum(d) != 32 or min(d) < 2 or max(d) > 10:
+        raise ValueError(f"digits {d}: the first must be {FIRST_DIGIT_BITS} bits (the "
+                         "scoring's first digit), at least two, 2..10 bits each, 32 in all")
+    return d
 
 
 def slice_bounds(n: int, segment: int, max_slices: int, s: int) -> tuple[int, int, int]:
@@ -718,6 +725,7 @@ class _Slice:
         self.nseg = (n + (cfg.segment - 1)) / cfg.segment
         self.sc = k.max(k.min(self.nseg, S), 1)
         self.active = self.s < self.sc
+        self.early = None  # sel_h1's first score loads, when issued before its wait
 
     def bounds(self):
         k, seg, sc, nseg = self.k, self.cfg.segment, self.sc, self.nseg
@@ -1147,7 +1155,7 @@ class SelectPass(Stage):
             return self._scan_loads(k, io, sl, None, ps)
         with k.if_(sl.lo < sl.hi):
             if self.cfg.prefetch:
-                first_loads = getattr(sl, "early", None) or load(positions(sl.lo))
+                first_loads = sl.early or load(positions(sl.lo))
                 ring = [k.lane_var(x) for x in first_loads]
             for base in k.range(sl.lo, sl.hi, step):
                 ps = positions(base)

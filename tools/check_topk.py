@@ -411,15 +411,10 @@ def main(argv=None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     from tools import common
-    try:  # a bad --tune (or spec) is a usage error naming the value, before any launch
+    try:  # a bad launch --tune is a usage error naming the value, before any launch
         for stage, attr, text in args.tune:
             if stage == "launch":
                 common.launch_tune_value(attr, text)
-                if attr == "select_digits":
-                    from stages.select import SelectConfig
-                    from layouts.scores import ScoresLayout
-                    SelectConfig(ScoresLayout(1, 4096, 512),
-                                 digits=common.launch_tune_value(attr, text))
     except ValueError as e:
         ap.error(str(e))
     if args.through == "index":

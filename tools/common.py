@@ -578,12 +578,15 @@ def launch_tune_value(attr: str, text: str):
     """The value of --tune launch.ATTR=TEXT (ATTR one of LAUNCH_TUNABLES)."""
     try:
         if attr == "select_digits":
-            return tuple(int(x) for x in text.split("-"))
-        return int(text)
+            digits = tuple(int(x) for x in text.split("-"))
+        else:
+            return int(text)
     except ValueError:
         form = "bit counts joined by '-', e.g. 6-9-9-8" if attr == "select_digits" else \
             "an integer"
         raise ValueError(f"--tune launch.{attr}={text}: expected {form}") from None
+    from stages.select import check_digits
+    return check_digits(digits)  # a plan the selection cannot run: an error naming it
 
 
 def launch_for(kind, spec, tunes=()):
