@@ -31,7 +31,8 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 
 def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
-               x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None) -> dict:
+               x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None,
+               l2_prefetch: int = 0) -> dict:
     """probe (gemv_mma.PROBES): time the tensor-core GEMV's grid without loads ("empty") or
     its loads without the math ("read"), no peers, no error: bounds, not a GEMV."""
     rng = np.random.default_rng(rows)
@@ -54,7 +55,8 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
             w = [torch.from_numpy(gemv_mma.permute_weights(inp["w"], N_OUT, K_IN)).cuda()
                  for _ in range(copies)]
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
-                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat)
+                              x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat,
+                              l2_prefetch=l2_prefetch)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -77,7 +79,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
         return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                     torch_bf16_us=float("nan"), torch_fp8_scaled_mm_us=float("nan"),
                     rel_err=float("nan"), regs=ck.regs, waves=waves,
-                    variant=f"PROBE {probe} unroll {unroll}{' x-lds' if x_in_lds else ''}")
+                    variant=f"PROBE {probe} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' l2pf {l2_prefetch}' if l2_prefetch else ''}")
     # torch peers: bf16 GEMV on weights dequantized ahead (reads 2x the bytes), and fp8
     # _scaled_mm with one per-tensor scale (rows padded to 16, its smallest M)
     wdq = torch.from_numpy(numerics.to_f32(inp["w"], "fp8e4m3fn")).cuda()
@@ -100,7 +102,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     us_fp8 = timed_graph(torch_fp8)
     return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                 torch_bf16_us=us_bf16, torch_fp8_scaled_mm_us=us_fp8, rel_err=err,
-                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}"
+                regs=ck.regs, waves=waves, variant=(f"{variant} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' ksplit {ksplit}' if ksplit > 1 else ''}{f' l2pf {l2_prefetch}' if l2_prefetch else ''}"
                                              if variant.startswith("mma") else variant))
 
 
@@ -151,6 +153,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="GEMV variants at 8 rows only, no MMA loops")
     ap.add_argument("--explore", action="store_true",
                     help="8 rows: load depth x waves, and the empty / loads-only probes")
+    ap.add_argument("--l2", action="store_true",
+                    help="8 rows: the GEMV with its weights bulk-prefetched into the L2 first "
+                    "(gemv_mma l2_prefetch, piece sizes) beside the plain loads")
     ap.add_argument("--overlap", action="store_true",
                     help="only: does CUDA-core work overlap a wgmma chain in flight, A from "
                     "registers (RS) and from shared memory (SS)")
@@ -172,16 +177,21 @@ def main():
         ("mma", 8, 3, 4, False, 4), ("mma", 8, 1, 4, False, 12), ("mma", 8, 2, 4, False, 6),
         ("mma", 8, 3, 8, False, 2), ("mma", 8, 6, 8, True, 1), ("split", 8, 0, 8, False, 1),
         ("cuda-core", 8, 1, 4, False, 1)]
-    plan = [p + (None,) for p in plan]
+    plan = [p + (None, 0) for p in plan]
     if args.quick:
         plan = [p for p in plan if p[1] == 8][:6]  # the row-major and pre-permuted GEMV first
     if args.explore:
-        plan = [("mma", 8, 2, 8, False, 1, None), ("mma", 8, 2, 8, False, 1, "empty")] + \
-            [("mma", 8, u, w, False, 1, pr) for pr in ("read_w", "read_flat")
+        plan = [("mma", 8, 2, 8, False, 1, None, 0), ("mma", 8, 2, 8, False, 1, "empty", 0)] + \
+            [("mma", 8, u, w, False, 1, pr, 0) for pr in ("read_w", "read_flat")
              for u, w in ((2, 8), (6, 8), (3, 4))]
-    for variant, rows, unroll, waves, xl, ks, probe in plan:
+    if args.l2:  # piece sizes: a lane's 384 bytes (flat) / a row's 6144 / a tile's 96 KB
+        plan = [("mma", 8, 2, 8, False, 1, None, pf) for pf in (0, 384, 1536, 6144)] + \
+            [("mma-flat", 8, 2, 8, False, 1, None, pf) for pf in (0, 384, 6144, 98304)] + \
+            [("mma", 8, 2, 8, False, 1, "read_w", pf) for pf in (0, 1536)] + \
+            [("mma", r, 2, 8, False, 1, None, pf) for r in (1, 2) for pf in (0, 1536)]
+    for variant, rows, unroll, waves, xl, ks, probe, pf in plan:
         try:
-            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe)
+            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf)
         except Exception as e:  # noqa: BLE001 - a variant that does not build: say so, go on
             print(f"{rows:>4} {variant} unroll {unroll} w{waves} {probe}: {type(e).__name__}: {e}")
             continue
@@ -191,7 +201,7 @@ def main():
               f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  "
               f"{variant} ({g['regs']} regs)", flush=True)
     res["mma"] = []
-    if args.quick or args.explore:
+    if args.quick or args.explore or args.l2:
         return
     print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
     for name in mma_loops.BENCH_ATOMS:

@@ -26,7 +26,7 @@ from .ir import DEFAULT_POLL_BOUND, MAX_ACCESS_BYTES, ABI, Block, LDSAlloc, Op, 
 from .targets import target as get_target
 from .verify import VerifyError, verify
 from .types import (STORAGE_ONLY, DType, VType, dtype as as_dtype, f32, i1, i32, i64, ptr_global,
-                    ptr_lds, u32, u64)
+                    ptr_lds, u8, u32, u64)
 
 _builder: ContextVar["KernelBuilder | None"] = ContextVar("monokernel_builder", default=None)
 
@@ -484,6 +484,38 @@ class KernelBuilder:
         if margs and self._predicated:
             attrs["predicated"] = True
         self._emit("store", (p, idx, value) + margs, (), attrs)
+
+    def prefetch_l2(self, p, byte_offset, nbytes: int, *, mask=None):
+        """A hint that bytes [p + byte_offset, + nbytes) of a global buffer will be read soon:
+        the L2 starts fetching them while this lane goes on (no register holds them, so a
+        stream can have far more bytes in flight than its loads' registers allow). Values are
+        never affected; a lane under `mask` = false issues nothing. Address and size
+        16-byte multiples; the interpreter faults on a range outside one buffer."""
+        if not isinstance(nbytes, int) or nbytes <= 0 or nbytes % ir.PREFETCH_ALIGN or \
+                nbytes > ir.MAX_PREFETCH_BYTES:
+            raise DSLError(f"prefetch_l2: nbytes {nbytes!r} must be a positive multiple of "
+                           f"{ir.PREFETCH_ALIGN} up to {ir.MAX_PREFETCH_BYTES}")
+        if isinstance(p, Value) and p.dtype == ptr_lds:
+            raise DSLError(f"prefetch_l2: {p!r} points to LDS; only global memory goes to the L2")
+        idx = self._addr(p, byte_offset, u8, 1, "prefetch_l2")
+        margs = self._mask(mask, "prefetch_l2")
+        self._emit("prefetch_l2", (p, idx) + margs, (), dict(nbytes=nbytes, masked=bool(margs)))
+
+    def prefetch_rows_l2(self, p, base, rows: int, row_bytes: int, stride: int, piece: int):
+        """prefetch_l2 of a 2-D block: `rows` ranges of `row_bytes` bytes, `stride` bytes
+        apart, from byte `base` (uniform) of p, in `piece`-byte prefetches spread over the
+        CTA's threads (thread t: pieces t, t + T, ...; piece i is row i // (row_bytes //
+        piece), in-row offset i % that): each byte asked once."""
+        if row_bytes % piece:
+            raise DSLError(f"prefetch_rows_l2: piece {piece} does not divide the "
+                           f"{row_bytes}-byte rows")
+        per_row, T = row_bytes // piece, self.W * self.L
+        total = rows * per_row
+        for j in range(-(-total // T)):
+            i = self.thread_id() + j * T
+            off = i * piece if rows == 1 else (i / per_row) * stride + (i % per_row) * piece
+            self.prefetch_l2(p, base + off, piece,
+                             mask=(i < total) if (j + 1) * T > total else None)
 
     def atomic(self, op, p, idx, value, *, compare=None, mask=None, order="relaxed",
                scope="device") -> Value:

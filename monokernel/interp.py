@@ -21,7 +21,7 @@ import numpy as np
 from . import numerics
 from .ir import NAMED_BARRIERS, Kernel, Ptr, access_alignment
 from .memory import Memory, MemoryFault, RelaxedMemory
-from .types import DType, f64, i1
+from .types import DType, f64, i1, u8
 
 MODES = ("inorder", "random", "relaxed")
 
@@ -511,6 +511,20 @@ class Wave:
             final = cur[order][first] + np.add.reduceat(sv, first, dtype=dt.np)
         store[idx[order][first]] = final.astype(dt.np).view(np.uint8).reshape(first.size, nb)
 
+    def op_prefetch_l2(self, op):
+        """No effect on memory or values (a hint); what it checks is what the hardware would
+        fault on or silently waste: a range outside one buffer, or not 16-byte aligned."""
+        nbytes = op.attrs["nbytes"]
+        addr, _ = self._addresses(op, u8, 1)
+        mask = self._mask_of(op, addr.shape[0], 2)
+        addr = addr if mask is None else addr[mask]
+        if len(addr):
+            b, idx = self.run.mem.locate(np.unique(addr), nbytes, "prefetch_l2")
+            if self.run.prefetched is not None:
+                counts = self.run.prefetched.setdefault(b, np.zeros(self.run.mem.buffers[b].size,
+                                                                    np.int64))
+                np.add.at(counts, idx.ravel(), 1)
+
     def op_fence(self, op):
         if op.attrs["scope"] not in ("device", "system"):
             return None
@@ -753,6 +767,7 @@ class Run:
         # waiting for it]; a waiting wave is not runnable until the completion
         self.named: dict[tuple, list] = {}
         self.named_waiting: set[int] = set()
+        self.prefetched: dict | None = None  # buffer index -> bytes' prefetch counts (run())
         self._bind(args)
 
     def _bind(self, args):
@@ -916,10 +931,19 @@ class Run:
 
 
 def run(kernel: Kernel, args: dict, *, grid: int = 1, mode: str = "inorder", seed: int = 0,
-        on_stall: str = "raise", max_steps: int = 50_000_000) -> dict:
+        on_stall: str = "raise", max_steps: int = 50_000_000,
+        prefetched: dict | None = None) -> dict:
     """Run `kernel` on a grid of `grid` CTAs. Array arguments are updated in place with what the
-    kernel wrote (after a relaxed run, with every store made visible)."""
+    kernel wrote (after a relaxed run, with every store made visible). `prefetched`, a dict:
+    filled with {argument name: how many times each of its bytes was asked of the L2 by
+    prefetch_l2} (what a test checks a prefetch scheme covers)."""
     r = Run(kernel, args, grid, mode, seed, on_stall, max_steps)
+    if prefetched is not None:
+        r.prefetched = {}
     r.execute()
+    if prefetched is not None:
+        by_index = {(int(r.arg_values[s.name]) >> 40) - 1: s.name
+                    for s in kernel.abi.slots if isinstance(s.kind, Ptr)}
+        prefetched.update({by_index[b]: c for b, c in r.prefetched.items()})
     r.collect()
     return r.buffers

@@ -17,6 +17,9 @@ from .types import DType, VType
 
 SCOPES = ("wave", "cta", "device", "system")
 MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
+PREFETCH_ALIGN = 16  # an L2 prefetch's address and size granularity (cp.async.bulk: 16 bytes)
+MAX_PREFETCH_BYTES = 1 << 20  # one prefetch op's bytes at most (PTX takes a u32; a bound
+# that keeps a typo from becoming a gigabyte of traffic, and the interpreter's check cheap)
 DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short back-off) before a wait gives up
 
 
@@ -70,6 +73,10 @@ OPCODES: dict[str, str] = {
     "load": "n elements at ptr + idx*size; attrs: nontemporal, order/scope (atomic load)",
     "store": "n elements to ptr + idx*size; attrs: nontemporal, order/scope (atomic store)",
     "atomic": "read-modify-write attrs.op at ptr + idx*size, returns the old value",
+    "prefetch_l2": "a hint, no effect on any value: start bringing the attrs.nbytes global bytes "
+                   "at ptr + byte offset (16-byte aligned, a multiple of 16) into the L2 cache, so "
+                   "later loads of them are L2 hits (sm_90a: cp.async.bulk.prefetch.L2; AMD: "
+                   "dropped); the interpreter checks the range lies in one buffer",
     "fence": "memory fence with attrs.scope and attrs.order",
     "barrier": "CTA barrier, with a CTA-scope acq_rel fence (LDS and global)",
     "named_barrier": "named barrier args[0] (uniform i32, 1..NAMED_BARRIERS-1; 0 is the CTA "

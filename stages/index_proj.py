@@ -65,6 +65,10 @@ class IndexProj(_ProjStage):
     sharing the split's staged activations -> ix_kpart. Each job then releases and publishes
     its ix_pdone pair."""
     name = "ix_proj"
+    # --tune ix_proj.l2_prefetch=1: a q job fed by the front asks the L2 for its whole weight
+    # block before it waits for qr (unmeasured: off)
+    TUNABLES = ("l2_prefetch",)
+    l2_prefetch = False
 
     def jobs(self):
         p = self.p
@@ -194,6 +198,14 @@ class IndexProj(_ProjStage):
 
         def emit(m, r, v, mask):  # ix_qpart[s, r, m ..] (m: the W_qb_idx row)
             io.store("ix_qpart", (s * R + r) * NQ + m, v, mask=mask)
+
+        if self.l2_prefetch and p.source == "front":
+            # the head's 128 rows x QC bytes asked of the L2 now: the wait for qr (the front's
+            # whole projection) is long, and only a wave's first m-tile of these weights is in
+            # registers when it starts; after it the rest are L2 hits
+            per_thread = max(1, (k.W * k.L) // HD)
+            piece = QC // per_thread if QC % (per_thread * 16) == 0 else QC
+            k.prefetch_rows_l2(a.ix_wq, (h * HD) * p.q_lora + k0, HD, QC, p.q_lora, piece)
 
         self._tile(k, T, w=a.ix_wq, w_dtype=p.fp8, scale=a.ix_ws, scale_stride=p.q_lora // BLOCK,
                    row0=h * HD, k0=k0, kb0=s * (QC // BLOCK), chunk=QC, tile_m=HD, lds=act,

@@ -167,12 +167,14 @@ class Launch:
     def run_interp(self, inputs: dict, *, arena: np.ndarray | None = None, step: int | None = None,
                    tag: int | None = None, mode: str = "inorder", seed: int = 0,
                    on_stall: str = "raise", wave_size: int | None = None,
-                   max_steps: int = 50_000_000, timeline: np.ndarray | None = None) -> Result:
+                   max_steps: int = 50_000_000, timeline: np.ndarray | None = None,
+                   prefetched: dict | None = None) -> Result:
         """Run the launch in the interpreter. `arena` is updated in place (pass the same one to
         every launch: it is never reset); `inputs` output buffers are written in place.
         Raises link.LaunchFailed naming the stage, job and CTA that timed out and the producer
         jobs whose words never arrived. With `timeline` (a `timeline_buffer()`), the timeline
-        kernel runs and fills it with interpreter ticks."""
+        kernel runs and fills it with interpreter ticks. `prefetched`: interp.run's (each
+        buffer's bytes asked of the L2 by prefetch_l2, counted)."""
         tag = self._tag(step, tag)
         arena = self.new_arena() if arena is None else arena
         if arena.dtype != np.uint8 or arena.size != self.arena.total_bytes:
@@ -183,7 +185,7 @@ class Launch:
                        **self._buffers(inputs, timeline))
         from monokernel import interp
         interp.run(lk.kernel, args, grid=self.table.grid, mode=mode, seed=seed,
-                   on_stall=on_stall, max_steps=max_steps)
+                   on_stall=on_stall, max_steps=max_steps, prefetched=prefetched)
         self._check(lk, err, arena, tag)
         return self._result(inputs, arena, tag)
 

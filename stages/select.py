@@ -172,6 +172,8 @@ SEGMENT_UNROLL = 4  # segment histograms a thread loads at once in sel_h0's sum
 
 SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
 # one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
+SCORE_PREFETCH_PIECE = 256  # bytes of one L2 prefetch of a slice's scores (SelectConfig.
+# l2_prefetch): one page of f32 scores, so a row's end (whole pages) is a piece boundary
 LIST_UNROLL = 4  # the same for a pass over a candidate list (SelectConfig.prefetch): lists
 # of scores whose threshold sits in a crowded first-digit bin (the indexer's: ~17% of a row,
 # ~5K keys a slice at 512K x 8) take several rounds a pass
@@ -296,6 +298,12 @@ class SelectConfig:
     # fused index r8 W1 131.0 vs 129.7, W2 166.5 vs 165.8: bench/NOTES.md v12). Per run:
     # --tune sel_h3.early_emit=1,sel_out.early_emit=1 (the last pass and sel_out)
     early_emit: bool = False
+    # sel_h0, when it does not read the scores itself (first digits given), asks the L2 for its
+    # slice's scores (bulk prefetches of SCORE_PREFETCH_PIECE bytes, a hint) before its own
+    # work, so that sel_h1's scan, which starts a message round trip later, hits the L2
+    # (sm_90a; dropped on AMD). Prefetching a stream its own loads follow at once measured
+    # slower (the GEMV, bench/NOTES.md v13): this one runs ahead of a wait.
+    l2_prefetch: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -806,7 +814,8 @@ class SelectPass(Stage):
     rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
-    TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit")
+    TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
+                "l2_prefetch")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -841,6 +850,7 @@ class SelectPass(Stage):
         self.early_loads = cfg.early_loads
         self.wide_segment_sums = cfg.wide_segment_sums
         self.early_emit = cfg.early_emit
+        self.l2_prefetch = cfg.l2_prefetch
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -958,6 +968,8 @@ class SelectPass(Stage):
                         self.ready.wait(k, io)
                     _barrier(k)
                 io.env.phase(0)  # the scores are ready
+                if self.l2_prefetch and self.hist is not None and not self.scores.in_region:
+                    self._prefetch_scores(k, io, sl)
                 self._check_inputs(k, io, sl)
                 initial_state(k, c).store_lds(lds["state"])
                 self._histogram(k, io, sl, lds, first=True)
@@ -983,6 +995,23 @@ class SelectPass(Stage):
                         self._solo_finish(k, io, sl, lds)
                     with shared:
                         self._next_histogram(k, io, sl, lds)
+
+    def _prefetch_scores(self, k, io, sl):
+        """SelectConfig.l2_prefetch: every thread asks the L2 for pieces t, t + T, ... of the
+        slice's scores [lo, hi) (whole pieces: the last one ends at the row's end at most,
+        moved back to end there, so it never leaves the row)."""
+        c, T = self.cfg, k.W * k.L
+        piece = SCORE_PREFETCH_PIECE
+        if (c.capacity * 4) % piece:
+            raise ValueError(f"{c.capacity} scores a row are not whole {piece}-byte pieces")
+        row0 = sl.r * (c.capacity * 4)
+        lo, nbytes = sl.lo * 4, (sl.hi - sl.lo) * 4
+        rounds = -(-(-(-c.max_slice_keys() * 4 // piece)) // T)
+        for j in range(rounds):
+            off = (k.thread_id() + j * T) * piece
+            start = k.min(lo + off, c.capacity * 4 - piece)
+            k.prefetch_l2(getattr(io.args, self.scores.name), row0 + start, piece,
+                          mask=off < nbytes)
 
     @property
     def emits_early(self) -> bool:

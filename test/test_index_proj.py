@@ -123,6 +123,30 @@ def test_partials_from_the_front():
     check_partials(L, inp, res, qr, xg)
 
 
+@pytest.mark.parametrize("chip,qs", [("gfx950", 2), ("sm_90a", 1)])
+def test_q_jobs_prefetch_their_weights_once(chip, qs):
+    """ix_proj.l2_prefetch (kind index: the q jobs wait for the front's qr): every byte of
+    W_qb_idx is asked of the L2 exactly once over the q jobs, no other buffer, and every
+    partial is bit-identical to the build without it."""
+    spec = BuildSpec.make("tiny", rows=4, target="interp")
+    outs = []
+    for on in (False, True):
+        L = index_launch(spec, chip=chip, q_splits=qs)
+        next(st for st in L.stages if st.name == "ix_proj").l2_prefetch = on
+        inp = _index_inputs(L, spec, np.random.default_rng(6))
+        seen = {}
+        res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v
+                            for n, v in inp.items()}, step=0, mode="random", seed=5,
+                           prefetched=seen)
+        outs.append([np.asarray(getattr(res.regions[n], "data", res.regions[n])).tobytes()
+                     for n in ("ix_qpart", "ix_kpart", "ix_qb")])
+        if on:
+            assert set(seen) == {"ix_wq"} and (seen["ix_wq"] == 1).all()
+        else:
+            assert seen == {}
+    assert outs[0] == outs[1]
+
+
 # ------------------------------------------------------------------------- the chips' code
 
 @pytest.mark.parametrize("chip,mnemonic", [("gfx950", "v_mfma_f32_16x16x32_bf16"),

@@ -341,3 +341,34 @@ def test_gemv_fp8_on_pre_permuted_weights_gives_the_same_bits(unroll, x_in_lds, 
     assert np.array_equal(outs[True], outs[False])
     with pytest.raises(ValueError, match="N=24"):
         gemv_mma.permute_weights(np.zeros((24, K), np.uint8), 24, K)
+
+
+@pytest.mark.parametrize("flat,ksplit,piece", [(False, 1, 256), (True, 1, 1024),
+                                               (False, 2, 128), (True, 2, 512)])
+def test_gemv_l2_prefetch_covers_every_weight_byte_once(flat, ksplit, piece, rng):
+    """gemv_mma's l2_prefetch: each weight byte is asked of the L2 exactly once over the grid
+    (none twice, none missed, no other buffer), and y is bit-identical to the build without
+    it; a piece that does not divide a CTA's ranges is an error naming it."""
+    N, K, R = 32, 1024, 8
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R, ctas=N // 16)
+    if flat:
+        inp["w"] = gemv_mma.permute_weights(inp["w"], N, K)
+    grid = N // 16 * ksplit
+    outs = []
+    for pf in (0, piece):
+        kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, ksplit=ksplit, flat=flat,
+                              l2_prefetch=pf)
+        run_inp = dict(inp, y=np.full_like(inp["y"], np.nan),
+                       **({} if ksplit == 1 else gemv_mma.scratch(N, ksplit, L=64)))
+        seen = {}
+        interp.run(kern, run_inp, grid=grid, mode="random", seed=5, prefetched=seen)
+        outs.append(run_inp["y"])
+        if pf:
+            assert set(seen) == {"w"}
+            assert (seen["w"] == 1).all(), np.bincount(seen["w"])
+        else:
+            assert seen == {}
+    assert not np.isnan(outs[0]).any()
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    with pytest.raises(ValueError, match="piece 96"):
+        gemv_mma.build("interp", N=N, K=K, R=R, waves=2, l2_prefetch=96)

@@ -256,3 +256,39 @@ def test_early_emit_by_the_last_histogram_pass(dist, digits):
         assert flagged.all()
     if dist == "few":
         assert not flagged.any()
+
+
+@pytest.mark.parametrize("dist", ["normal", "fewsel"])
+def test_l2_prefetch_asks_for_every_visible_score_and_changes_nothing(dist):
+    """SelectConfig.l2_prefetch (first digits given: sel_h0 does not read the scores): the
+    slices' prefetches cover every visible score of every row (rows of several lengths, the
+    last piece moved back inside its row), no other buffer, nothing outside a row that a
+    visible score's piece does not hold; outputs and every message identical to the build
+    without it, exact."""
+    import dataclasses
+    base = dataclasses.replace(CFG, layout=ScoresLayout(2, 16384, 128), max_slices=3)
+    rng = np.random.default_rng([26, ["normal", "fewsel"].index(dist)])
+    n = np.array([12345, 16384 - 3])  # a row ending inside a piece, one ending in the last
+    s = scores_for(dist, rng, n, base.capacity, base.topk)
+    bt = random_block_table(base, rng)
+    runs = []
+    for on in (True, False):
+        cfg = dataclasses.replace(base, l2_prefetch=on)
+        L = select_launch(cfg, grid=3, waves=2, hist="buffer")
+        seen = {}
+        r = L.run_interp(make_inputs(cfg, s, n, bt, hist="buffer"), step=0, mode="relaxed",
+                         seed=3, prefetched=seen)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], base.topk)
+        runs.append((r, seen))
+    (on_r, on_seen), (off_r, off_seen) = runs
+    assert off_seen == {} and set(on_seen) == {base.names.scores}
+    asked = on_seen[base.names.scores].reshape(base.rows, base.capacity * 4) > 0
+    piece = sel.SCORE_PREFETCH_PIECE
+    for row in range(base.rows):
+        visible = int(n[row]) * 4
+        assert asked[row, :visible].all(), row
+        assert not asked[row, -(-visible // piece) * piece:].any(), row
+    for name in ("topk", "topk_diag"):
+        assert np.array_equal(on_r.outputs[name], off_r.outputs[name])
+    for q in range(base.passes):
+        assert np.array_equal(on_r.regions[base.msg(q)], off_r.regions[base.msg(q)])

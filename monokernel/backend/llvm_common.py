@@ -10,7 +10,7 @@ convention and attributes) is asked of a `Target` hooks object.
 from __future__ import annotations
 
 from ..ir import Kernel, access_alignment, Ptr, Value
-from ..types import DType, VType, bf16, f16, f32, f64, i1
+from ..types import DType, VType, bf16, f16, f32, f64, i1, u8
 
 LLVM_SCALAR = {"i1": "i1", "i8": "i8", "u8": "i8", "i16": "i16", "u16": "i16", "i32": "i32",
                "u32": "i32", "i64": "i64", "u64": "i64", "f16": "half", "bf16": "bfloat",
@@ -54,6 +54,11 @@ class TargetHooks:
 
     def syncscope(self, scope: str) -> str:
         return self.SCOPES[scope]
+
+    def prefetch_l2(self, e: "Emitter", addr: str, nbytes: int):
+        """op prefetch_l2 (a hint): nothing by default. gfx942 / gfx950 have no instruction
+        that fills the L2 without a register destination, so on AMD the hint is dropped
+        (their code objects do not change); a target with one overrides this."""
 
     def predicates_masks(self) -> bool:
         """Whether masked stores / atomics the IR marks `predicated` are lowered as predicated
@@ -643,6 +648,12 @@ class Emitter:
             self.alias(r, self.h.broadcast_first(self, res, dt))
         else:
             self.alias(r, self.guarded(mask, body, t, self.zero(dt)))
+
+    def op_prefetch_l2(self, op):
+        p, idx = op.args[:2]
+        mask = self._mask(op, 2)
+        self.guarded(mask, lambda: self.h.prefetch_l2(self, self.address(p, idx, u8),
+                                                      op.attrs["nbytes"]), None, None)
 
     def op_fence(self, op):
         self.emit(f"fence{self.sync(op.attrs['scope'])} {self._ORD[op.attrs['order']]}")

@@ -239,6 +239,12 @@ class NVPTXHooks(TargetHooks):
         e.emit(f'call void asm sideeffect "{asm}", "{cons},~{{memory}}"({args})')
         return True
 
+    def prefetch_l2(self, e: Emitter, addr: str, nbytes: int):
+        """One bulk prefetch into the L2 (sm_90, the TMA unit: no registers, no completion to
+        wait for). No memory clobber: it orders nothing, so LLVM may move loads across it."""
+        e.emit(f'call void asm sideeffect "cp.async.bulk.prefetch.L2.global [$0], $1;", '
+               f'"l,r"(ptr addrspace(1) {addr}, i32 {nbytes})')
+
     def atomic_rmw(self, e: Emitter, rmw: str, dt: DType, addr: str, ptr_ty: str,
                    value: str, order: str, scope: str, pred: str | None = None) -> str:
         """One `atom.<sem>.<scope>.<space>.<op>.<type>` as inline PTX; returns the old value.

@@ -59,11 +59,33 @@ def permute_weights(w: np.ndarray, N: int, K: int) -> np.ndarray:
     return np.ascontiguousarray(a.transpose(0, 3, 1, 2, 4, 5)).reshape(w.shape)
 
 
-def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=False):
+def prefetch_weights(k, w, tile_idx, split, *, K, ksplit, flat, piece):
+    """Every thread of the CTA asks the L2 for its share of the CTA's weight bytes, in
+    `piece`-byte bulk prefetches, before any weight load (l2_prefetch; measured SLOWER on the
+    H200, bench/NOTES.md v13: a stream whose own loads follow at once gains nothing from it).
+    Row-major: 16 rows of K / ksplit bytes, K apart; flat: one contiguous range (a tile's
+    split is whole chunks)."""
+    per_row = K // ksplit
+    if per_row % piece:
+        raise ValueError(f"gemv_mma: l2_prefetch piece {piece} does not divide the CTA's "
+                         f"{per_row}-byte weight rows")
+    tile0 = tile_idx * (TILE_N * K)
+    if flat:
+        base = tile0 + (split * (TILE_N * per_row) if ksplit > 1 else 0)
+        k.prefetch_rows_l2(w, base, 1, TILE_N * per_row, 0, piece)
+    else:
+        base = tile0 + (split * per_row if ksplit > 1 else 0)
+        k.prefetch_rows_l2(w, base, TILE_N, per_row, K, piece)
+
+
+def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=False,
+         l2_prefetch=0):
     """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
     conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
     "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
     (what the same bytes cost in whole 128-byte lines, i.e. with a pre-permuted layout).
+    `l2_prefetch` (bytes, 0: none): the CTA's weights are first asked of the L2 in pieces of
+    that size (`prefetch_weights`).
     The probes write every y (zeros, or a fold of the loaded bits): not a GEMV. (A variant prefetching each weight group's successor
     over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7; removed.)"""
     if probe not in PROBES:
@@ -92,6 +114,9 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
         raise ValueError(f"gemv_mma: {per_wave} blocks per wave are not a multiple of unroll={unroll}")
     xl = None
     single_round = x_in_lds and unroll == per_wave
+    if l2_prefetch and probe != "empty":
+        prefetch_weights(k, a.w, tile_idx, split, K=K, ksplit=ksplit, flat=flat,
+                         piece=l2_prefetch)
 
     def issue(b0):
         """The weight (and, without LDS staging, activation) loads of `unroll` blocks."""
@@ -208,11 +233,12 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
 
 
 def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
-          flat=False):
-    """`flat`: the kernel reads weights in permute_weights' layout (pass permuted bytes)."""
+          flat=False, l2_prefetch=0):
+    """`flat`: the kernel reads weights in permute_weights' layout (pass permuted bytes);
+    `l2_prefetch`: bulk L2 prefetches of the CTA's weights first, in pieces of that many bytes."""
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
                         wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit, probe=probe, flat=flat)
+                        ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch)
 
 
 def scratch(N, ksplit, L=32):
