@@ -266,8 +266,8 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "(RMSNorm, q_a | kv_a, qr, MLA cache) + index projections from its partial sums, "
               "the key cache append, the scores of every visible key with first-digit "
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
-              _index_inputs, launch_tunables=("waves", "select_digits")))
+              _index_inputs, launch_tunables=("waves", "select_digits", "q_splits")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",
-              index_scoring_launch, _kind_inputs, launch_tunables=("waves",)))
+              index_scoring_launch, _kind_inputs, launch_tunables=("waves", "q_splits")))

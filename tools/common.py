@@ -570,8 +570,10 @@ def apply_tunes(launch, tunes):
 
 # --tune launch.ATTR=VALUE: passed to the kind's launch as a keyword (kinds whose launch
 # takes it): waves = N waves a CTA; select_digits = the selection's radix plan, bits from the
-# top joined by "-" (e.g. 6-9-9-8; stages.select.SelectConfig.digits)
-LAUNCH_TUNABLES = ("waves", "select_digits")
+# top joined by "-" (e.g. 6-9-9-8; stages.select.SelectConfig.digits); q_splits = the index
+# q projection's split of q_lora (stages.index_plan.proj_splits; a value that does not divide
+# its 128-blocks or does not fit the loads is an error naming it)
+LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits")
 
 
 def launch_tune_value(attr: str, text: str):
