@@ -8,20 +8,25 @@ same call.
 
 PROBE: none | no_count (no next-digit counts in sel_h1) | no_store (the list's offsets
 computed, its stores dropped) | no_append (neither offsets nor stores: sel_h1 counts only)
-| bare (neither counts nor list: the loads and the key mapping)."""
+| bare (neither counts nor list: the loads and the key mapping) | unroll2 / unroll8 (a real
+variant, outputs exact: SCAN_UNROLL score loads a lane an iteration instead of 4)."""
 from __future__ import annotations
 
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBES = ("none", "no_count", "no_store", "no_append", "bare")
+PROBES = ("none", "no_count", "no_store", "no_append", "bare", "unroll2", "unroll8")
 
 
 def apply(probe: str):
+    import stages.select as sel
     from stages.select import SelectPass
     if probe not in PROBES:
         raise SystemExit(f"probe {probe!r}: one of {', '.join(PROBES)}")
+    if probe.startswith("unroll"):
+        sel.SCAN_UNROLL = int(probe[len("unroll"):])
+        return
     count, append, scan = SelectPass._count_digits, SelectPass._append, SelectPass._scan_scores
 
     def no_count(self, k, *a, **kw):

@@ -278,7 +278,9 @@ class SelectConfig:
     # list's candidates, ~2% of the slice for smooth scores, L2-hot) after the scan, not in
     # the scan (a predicated LDS atomic a key, each in its own reconvergence region on
     # NVIDIA: H200 select_hist 512K x 8, the counts were 3.4 us of sel_h1's 13.6, bench/
-    # NOTES.md v12). False: in the scan (the AMD builds keep it: unmeasured there)
+    # NOTES.md v12); so does sel_h2 re-reading a deferred row's scores (its list at the
+    # 13-bit prefix is the candidates). False: in the scan (the AMD builds keep it:
+    # unmeasured there)
     count_from_list: bool = True
     # sel_h1 with scores from an input buffer (the select kinds) issues its first iteration's
     # score loads before it waits for message 0, so the wait hides their round trip (scores
@@ -1173,7 +1175,9 @@ class SelectPass(Stage):
         gated = self.cfg.rare_specials and not first
         # the next digit counted from the list after the scan (SelectConfig.count_from_list):
         # the list holds every candidate (selectable, prefix == Q) in the slice
-        later_count = append and not first and self.compacts and self.count_from_list
+        # (sel_h1, and sel_h2 re-reading a deferred row: both write the list they then read)
+        later_count = append and not first and (self.compacts or self.defers) and \
+            self.count_from_list
         if later_count:  # prefix(key) >= Q and key != 0  <=>  key >= max(Q << (32 - d), 1)
             key_lo = k.max(_prefix_floor(k, Q, d), k.const(1, u32))
         step = 4 * T * U

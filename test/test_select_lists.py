@@ -133,14 +133,17 @@ def test_next_digit_counted_from_the_list_gives_the_same_messages(dist, waves):
     count_from_list, NVIDIA's default) publishes exactly the message 1 (every slice's cum
     histogram and state) and the lists of counting it in the scan, in the relaxed memory
     mode (the list read back by other waves after the CTA barrier); a deferred row (all
-    equal) still counts in the scan. The selections are exact either way."""
+    equal) counts in sel_h1's scan, and sel_h2, re-reading its scores, counts from the
+    second list it writes: message 2 and the second lists are identical too. The selections
+    are exact either way."""
     key = [22, ["normal", "allequal", "fewsel", "above2049"].index(dist)]
     runs = _ab_runs(CFG, "count_from_list", dist, key, waves=waves, seed=5)
     for (_, L, _), later in zip(runs, (True, False)):
         assert all(st.count_from_list is later for st in L.stages
                    if isinstance(st, sel.SelectPass))
     (_, _, on), (_, _, off) = runs
-    for name in (CFG.msg(1), CFG.list_keys, CFG.list_pos):
+    for name in (CFG.msg(1), CFG.list_keys, CFG.list_pos, CFG.msg(2), CFG.list2_keys,
+                 CFG.list2_pos):
         assert np.array_equal(on.regions[name], off.regions[name]), name
     assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
 
