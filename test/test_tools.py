@@ -443,6 +443,25 @@ def test_tune_launch_waves_builds_the_launch_with_that_cta_size():
             common.launch_for(kinds.kind(kind), spec, common.tune_list(tune))
 
 
+def test_tune_launch_q_splits_sets_the_index_q_projection_split():
+    """--tune launch.q_splits=N (index, index_scoring): the plan's q_lora split and its
+    ix_proj jobs follow it; a split that is not whole 128-blocks is an error naming it; a
+    kind without an index projection does not take it."""
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    for name in ("index", "index_scoring"):
+        base = kinds.kind(name).launch(spec).plan
+        L = common.launch_for(kinds.kind(name), spec, common.tune_list("launch.q_splits=2"))
+        assert L.plan.q_splits == 2 and L.plan.qchunk * 2 == L.plan.q_lora
+        assert L.plan.q_jobs == base.heads * 2
+        with pytest.raises(ValueError, match="/ 3 splits"):
+            common.launch_for(kinds.kind(name), spec, common.tune_list("launch.q_splits=3"))
+    with pytest.raises(ValueError, match="kind select builds that part"):
+        common.launch_for(kinds.kind("select"), spec, common.tune_list("launch.q_splits=2"))
+
+
 def test_select_digits_per_kind_and_target_and_from_tune():
     """The selection's radix plan: the select kinds take SELECT_KIND_DIGITS off AMD (measured
     on the H200) and DEFAULT_DIGITS on AMD; the fused index keeps DEFAULT_DIGITS (measured
