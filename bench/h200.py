@@ -32,7 +32,7 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
                x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None,
-               l2_prefetch: int = 0) -> dict:
+               l2_prefetch: int = 0, bulk: bool = False) -> dict:
     """probe (gemv_mma.PROBES): time the tensor-core GEMV's grid without loads ("empty") or
     its loads without the math ("read"), no peers, no error: bounds, not a GEMV."""
     rng = np.random.default_rng(rows)
@@ -49,14 +49,16 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
         kern = gemv_split.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves)
         grid = 132
         extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_split.scratch(N_OUT, K_IN).items()}
-    elif variant in ("mma", "mma-flat"):  # mma-flat: weights pre-permuted (permute_weights)
-        flat = variant == "mma-flat"
+    elif variant in ("mma", "mma-flat", "mma-bulk"):  # flat: weights pre-permuted
+        # (permute_weights); bulk: the flat weights by one bulk copy into LDS a wave
+        flat = variant in ("mma-flat", "mma-bulk")
+        bulk = variant == "mma-bulk"
         if flat:
             w = [torch.from_numpy(gemv_mma.permute_weights(inp["w"], N_OUT, K_IN)).cuda()
                  for _ in range(copies)]
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
                               x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat,
-                              l2_prefetch=l2_prefetch)
+                              l2_prefetch=l2_prefetch, bulk=bulk)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -156,6 +158,10 @@ def main():
     ap.add_argument("--l2", action="store_true",
                     help="8 rows: the GEMV with its weights bulk-prefetched into the L2 first "
                     "(gemv_mma l2_prefetch, piece sizes) beside the plain loads")
+    ap.add_argument("--bulk", action="store_true",
+                    help="the GEMV with each wave's (pre-permuted) weights in one bulk copy "
+                    "into LDS (gemv_mma bulk) beside the flat and row-major loads, rows 1 / 2 / "
+                    "8, K split 1 / 3")
     ap.add_argument("--overlap", action="store_true",
                     help="only: does CUDA-core work overlap a wgmma chain in flight, A from "
                     "registers (RS) and from shared memory (SS)")
@@ -189,6 +195,9 @@ def main():
             [("mma-flat", 8, 2, 8, False, 1, None, pf) for pf in (0, 384, 6144, 98304)] + \
             [("mma", 8, 2, 8, False, 1, "read_w", pf) for pf in (0, 1536)] + \
             [("mma", r, 2, 8, False, 1, None, pf) for r in (1, 2) for pf in (0, 1536)]
+    if args.bulk:
+        plan = [(v, r, 2, 8, False, ks, None, 0) for r in (8, 1, 2) for ks in (1, 3)
+                for v in ("mma", "mma-flat", "mma-bulk")]
     for variant, rows, unroll, waves, xl, ks, probe, pf in plan:
         try:
             g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf)
@@ -201,7 +210,7 @@ def main():
               f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  "
               f"{variant} ({g['regs']} regs)", flush=True)
     res["mma"] = []
-    if args.quick or args.explore or args.l2:
+    if args.quick or args.explore or args.l2 or args.bulk:
         return
     print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
     for name in mma_loops.BENCH_ATOMS:

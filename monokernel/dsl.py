@@ -517,6 +517,65 @@ class KernelBuilder:
             self.prefetch_l2(p, base + off, piece,
                              mask=(i < total) if (j + 1) * T > total else None)
 
+    # asynchronous bulk copies into LDS (sm_90a's TMA unit) ---------------------------------
+    def _bar(self, bar, what):
+        if not isinstance(bar, Value) or bar.dtype != ptr_lds or not bar.uniform:
+            raise DSLError(f"{what}: the mbarrier must be a uniform LDS pointer (k.mbarrier()), "
+                           f"got {bar!r}")
+
+    def mbarrier(self, name: str) -> Value:
+        """An 8-byte LDS mbarrier (uninitialised: mbar_init it first, then a CTA barrier so
+        every wave sees it set up)."""
+        return self.lds(name, u64, 1)
+
+    def mbar_init(self, bar, count: int = 1):
+        """Lane 0 sets up `bar` for `count` arrivals a phase (run it in one wave only)."""
+        self._bar(bar, "mbar_init")
+        if not isinstance(count, int) or not 1 <= count < (1 << 20):
+            raise DSLError(f"mbar_init: count {count!r} must be an int in 1 .. 2**20 - 1")
+        self.uses.add("bulk")
+        self._emit("mbar_init", (bar,), (), dict(count=count))
+
+    def mbar_arrive_tx(self, bar, nbytes: int):
+        """Lane 0 arrives at `bar`, its phase now also waiting for `nbytes` copied bytes."""
+        self._bar(bar, "mbar_arrive_tx")
+        if not isinstance(nbytes, int) or not 0 <= nbytes <= ir.MAX_BULK_BYTES:
+            raise DSLError(f"mbar_arrive_tx: nbytes {nbytes!r} must be an int in 0 .. "
+                           f"{ir.MAX_BULK_BYTES}")
+        self._emit("mbar_arrive_tx", (bar,), (), dict(nbytes=nbytes))
+
+    def bulk_load_lds(self, dst, src, byte_offset, nbytes: int, bar):
+        """Lane 0 starts copying `nbytes` bytes of global `src` + `byte_offset` to LDS `dst`,
+        completing them on `bar` (whose phase must expect them: mbar_arrive_tx). Addresses
+        and size 16-byte multiples; every operand uniform."""
+        self._bar(bar, "bulk_load_lds")
+        if not isinstance(nbytes, int) or nbytes <= 0 or nbytes % ir.PREFETCH_ALIGN or \
+                nbytes > ir.MAX_BULK_BYTES:
+            raise DSLError(f"bulk_load_lds: nbytes {nbytes!r} must be a positive multiple of "
+                           f"{ir.PREFETCH_ALIGN} up to {ir.MAX_BULK_BYTES}")
+        if not isinstance(dst, Value) or dst.dtype != ptr_lds:
+            raise DSLError(f"bulk_load_lds: destination {dst!r} is not an LDS pointer")
+        if isinstance(src, Value) and src.dtype == ptr_lds:
+            raise DSLError(f"bulk_load_lds: source {src!r} must be global memory")
+        idx = self._addr(src, byte_offset, u8, 1, "bulk_load_lds")
+        if not (dst.uniform and src.uniform and idx.uniform):
+            raise DSLError("bulk_load_lds: destination, source and offset must be uniform (one "
+                           "copy a wave, issued by its lane 0)")
+        self.uses.add("bulk")
+        self._emit("bulk_load_lds", (dst, src, idx, bar), (), dict(nbytes=nbytes))
+
+    def mbar_wait(self, bar, parity):
+        """Wait until the phase of `bar` with this parity (0 or 1: phases alternate) has
+        completed; after it this wave may read what the phase's copies wrote."""
+        self._bar(bar, "mbar_wait")
+        if not isinstance(parity, Value):
+            if parity not in (0, 1):
+                raise DSLError(f"mbar_wait: parity {parity!r} must be 0 or 1")
+            parity = self.const(parity, i32)
+        if parity.dtype != i32 or not parity.uniform:
+            raise DSLError(f"mbar_wait: parity must be a uniform i32, got {parity.type}")
+        self._emit("mbar_wait", (bar, parity), (), {})
+
     def atomic(self, op, p, idx, value, *, compare=None, mask=None, order="relaxed",
                scope="device") -> Value:
         if op not in ir.ATOMIC_OPS:

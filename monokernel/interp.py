@@ -59,6 +59,8 @@ class Wave:
         self.wait_addr = None  # what a blocked wave waits on (for stall reports)
         self.seen_writes = -1
         self.seen_wg = -1  # the run's wgmma issue count when this wave last waited
+        self.seen_async = -1  # the run's async_events when this wave last waited
+        self.mbar_seen: dict[int, int] = {}  # mbarrier LDS byte -> phases seen complete
         self.force_timeout = False
         self.wg_seq = 0
         self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
@@ -374,7 +376,9 @@ class Wave:
         if mask is None or mask.any():
             a = addr[sel]
             if self._is_lds(op):
-                out[sel] = self.run.lds[self.cta][self._lds_index(a, nb, "load")]
+                idx = self._lds_index(a, nb, "load")
+                self._check_bulk(idx, "read")
+                out[sel] = self.run.lds[self.cta][idx]
             else:
                 mem = self.run.mem
                 b, idx = mem.locate(a, nb, f"CTA {self.cta} wave {self.wave} load")
@@ -410,6 +414,9 @@ class Wave:
             return
         if self._is_lds(op):
             idx = self._lds_index(addr, nb, "store")
+            self._check_bulk(idx, "overwritten")
+            if self.run.bulk_marks is not None:
+                self.run.bulk_marks[self.cta][idx] = 0
             self.run.lds[self.cta][idx] = data
             self._generic_lds_write(idx)
             return
@@ -524,6 +531,89 @@ class Wave:
                 counts = self.run.prefetched.setdefault(b, np.zeros(self.run.mem.buffers[b].size,
                                                                     np.int64))
                 np.add.at(counts, idx.ravel(), 1)
+
+    # bulk copies into LDS and mbarriers ----------------------------------------------------
+    def _check_bulk(self, idx, how):
+        """LDS bytes a bulk copy writes may be read (or overwritten) by a wave only after its
+        mbar_wait saw the copy's phase complete: the hardware's copy lands at some time before
+        that completion, so an earlier access reads stale bytes or races the copy."""
+        marks = self.run.bulk_marks
+        if marks is None:
+            return
+        m = marks[self.cta][idx]
+        for j in np.unique(m[m != 0]):
+            bar, phase = self.run.bulk_table[int(j) - 1]
+            if self.mbar_seen.get(bar, 0) <= phase:
+                raise InterpError(
+                    f"LDS bytes a bulk copy writes {how} before this wave waited for the copy's "
+                    f"mbarrier (LDS byte {bar}) to complete phase {phase}")
+
+    def _mbar(self, op, what):
+        bar = int(self.get(op.args[0])[0, 0])
+        self._lds_index(np.array([bar]), 8, what)
+        if bar % 8:
+            raise InterpError(f"{what}: mbarrier at LDS byte {bar} is not 8-byte aligned")
+        return bar
+
+    def _mbar_state(self, bar, what):
+        st = self.run.mbars.get((self.cta, bar))
+        if st is None:
+            raise InterpError(f"{what}: the mbarrier at LDS byte {bar} was never initialised "
+                              "(mbar_init, then a barrier before other waves use it)")
+        return st
+
+    def _mbar_progress(self, st):
+        if st["pending"] == 0 and st["tx"] == 0:
+            st["phase"] += 1
+            st["pending"] = st["count"]
+        self.run.async_events += 1
+
+    def op_mbar_init(self, op):
+        bar = self._mbar(op, "mbar_init")
+        self.run.mbars[(self.cta, bar)] = dict(count=op.attrs["count"], pending=op.attrs["count"],
+                                               tx=0, phase=0)
+        self.run.async_events += 1
+
+    def op_mbar_arrive_tx(self, op):
+        bar = self._mbar(op, "mbar_arrive_tx")
+        st = self._mbar_state(bar, "mbar_arrive_tx")
+        if st["pending"] == 0:
+            raise InterpError(f"mbar_arrive_tx: more arrivals than the {st['count']} the "
+                              f"mbarrier at LDS byte {bar} counts a phase")
+        st["pending"] -= 1
+        st["tx"] += op.attrs["nbytes"]
+        self._mbar_progress(st)
+
+    def op_bulk_load_lds(self, op):
+        nbytes = op.attrs["nbytes"]
+        bar = int(self.get(op.args[3])[0, 0])
+        st = self._mbar_state(bar, "bulk_load_lds")
+        dst = np.array([int(self.get(op.args[0])[0, 0])], np.int64)
+        src = self.get(op.args[1]).astype(np.int64)[:1, 0] + self.get(op.args[2]).astype(np.int64)[:1, 0]
+        mem = self.run.mem
+        b, gidx = mem.locate(src, nbytes, "bulk_load_lds source")
+        lidx = self._lds_index(dst, nbytes, "bulk_load_lds destination")
+        self._check_bulk(lidx, "overwritten")  # a copy into bytes another copy still writes
+        self.run.lds[self.cta][lidx] = mem.plain_load(self.cta, b, gidx)
+        self.run.bulk_table.append((bar, st["phase"]))
+        self.run.bulk_marks[self.cta][lidx] = len(self.run.bulk_table)
+        st["tx"] -= nbytes
+        self._mbar_progress(st)
+
+    def op_mbar_wait(self, op):
+        return self._mbar_wait(op)
+
+    def _mbar_wait(self, op):
+        bar = self._mbar(op, "mbar_wait")
+        parity = int(self.get(op.args[1])[0, 0]) & 1
+        while True:
+            st = self._mbar_state(bar, "mbar_wait")
+            if (st["phase"] & 1) != parity:  # the phase of that parity is the last completed
+                self.mbar_seen[bar] = st["phase"]
+                self.wait_addr = None
+                return
+            self.wait_addr = f"mbarrier at LDS byte {bar} (phase {st['phase']})"
+            yield "async"
 
     def op_fence(self, op):
         if op.attrs["scope"] not in ("device", "system"):
@@ -768,6 +858,14 @@ class Run:
         self.named: dict[tuple, list] = {}
         self.named_waiting: set[int] = set()
         self.prefetched: dict | None = None  # buffer index -> bytes' prefetch counts (run())
+        # bulk copies into LDS (bulk_load_lds) and their mbarriers: per (CTA, LDS byte) the
+        # barrier state {count, pending, tx, phase}; per CTA LDS byte, 0 or 1 + the index in
+        # bulk_table of the (barrier, phase) whose completion makes the copied byte readable
+        self.mbars: dict[tuple, dict] = {}
+        self.bulk_table: list[tuple] = []
+        self.bulk_marks = ([np.zeros(self.lds_size, np.int32) for _ in range(grid)]
+                           if "bulk" in kernel.uses else None)
+        self.async_events = 0  # mbarrier arrivals / completions so far: progress for waiters
         self._bind(args)
 
     def _bind(self, args):
@@ -855,7 +953,7 @@ class Run:
                 self._stall(live, "every live wave waits at a barrier")
             if polling and len(polling) == len(runnable) and \
                     all(w.seen_writes == self.mem.writes and w.seen_wg == self.wg_issued
-                        for w in runnable):
+                        and w.seen_async == self.async_events for w in runnable):
                 # nothing can change what the pollers see, unless a relaxed store is pending
                 if not self.mem.settle():
                     if self.on_stall == "timeout":
@@ -890,12 +988,13 @@ class Run:
                 self._release_barrier(at_barrier, alive_in_cta, w.cta, live)
                 if not randomised:
                     cursor += 1
-            elif ev in ("poll", "wgmma"):
+            elif ev in ("poll", "wgmma", "async"):
                 polling.add(id(w))
                 # what the waiter saw: a wgmma issue by another warp of its group may
                 # complete the group it waits on (a stall only if neither changes)
                 w.seen_wg = self.wg_issued
-                if ev == "wgmma":
+                w.seen_async = self.async_events
+                if ev != "poll":
                     w.seen_writes = self.mem.writes
                 if not randomised:
                     cursor += 1

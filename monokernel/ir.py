@@ -18,6 +18,7 @@ from .types import DType, VType
 SCOPES = ("wave", "cta", "device", "system")
 MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
 PREFETCH_ALIGN = 16  # an L2 prefetch's address and size granularity (cp.async.bulk: 16 bytes)
+MAX_BULK_BYTES = 1 << 20  # one bulk copy's bytes at most (PTX takes a u32; LDS is far smaller)
 MAX_PREFETCH_BYTES = 1 << 20  # one prefetch op's bytes at most (PTX takes a u32; a bound
 # that keeps a typo from becoming a gigabyte of traffic, and the interpreter's check cheap)
 DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short back-off) before a wait gives up
@@ -77,6 +78,17 @@ OPCODES: dict[str, str] = {
                    "at ptr + byte offset (16-byte aligned, a multiple of 16) into the L2 cache, so "
                    "later loads of them are L2 hits (sm_90a: cp.async.bulk.prefetch.L2; AMD: "
                    "dropped); the interpreter checks the range lies in one buffer",
+    "mbar_init": "lane 0 sets up the 8-byte LDS mbarrier at args[0]: phase 0, attrs.count "
+                 "arrivals a phase (sm_90a: mbarrier.init + fence.mbarrier_init)",
+    "mbar_arrive_tx": "lane 0 arrives once at mbarrier args[0] and adds attrs.nbytes to the bytes "
+                      "its phase waits for (mbarrier.arrive.expect_tx); the phase completes when "
+                      "every arrival is in and those bytes have landed",
+    "bulk_load_lds": "lane 0 starts an asynchronous copy of attrs.nbytes global bytes at args[1] + "
+                     "args[2] (byte offset) to LDS args[0], completing bytes on mbarrier args[3] "
+                     "(sm_90a: cp.async.bulk, the TMA unit; no registers hold them); a wave may "
+                     "read them only after its mbar_wait saw that phase complete",
+    "mbar_wait": "wait until the phase of mbarrier args[0] with parity args[1] has completed "
+                 "(mbarrier.try_wait.parity in a loop)",
     "fence": "memory fence with attrs.scope and attrs.order",
     "barrier": "CTA barrier, with a CTA-scope acq_rel fence (LDS and global)",
     "named_barrier": "named barrier args[0] (uniform i32, 1..NAMED_BARRIERS-1; 0 is the CTA "

@@ -4,11 +4,10 @@ lowered to one `cp.async.bulk.prefetch.L2.global` per lane on sm_90a and dropped
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
+from conftest import ptxas_report
 
 from monokernel import interp
 from monokernel.dsl import ABI, DSLError, Ptr, build_kernel
@@ -82,18 +81,14 @@ def test_dsl_rejects_lds():
         build_kernel("pf", body, abi=ABI(src=Ptr(u32), out=Ptr(u32)), target="interp")
 
 
-def test_ptx_has_one_bulk_prefetch_a_lane_and_assembles(tmp_path):
+def test_ptx_has_one_bulk_prefetch_a_lane_and_assembles():
     from monokernel.backend import nvptx
     ptx = nvptx.build_ptx(_kernel("sm_90a", masked=True))
     found = re.findall(r"cp\.async\.bulk\.prefetch\.L2\.global \[%rd\d+\], %r\d+;", ptx)
     assert len(found) == 1, ptx
     assert nvptx.build_ptx(_kernel("sm_90a", prefetch=False)).count("prefetch") == 0
-    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    if not shutil.which(ptxas):
+    if ptxas_report(ptx) is None:
         pytest.skip("no ptxas here: the PTX text was checked, not assembled")
-    (tmp_path / "pf.ptx").write_text(ptx)
-    subprocess.run([ptxas, "-arch=sm_90a", str(tmp_path / "pf.ptx"), "-o",
-                    str(tmp_path / "pf.cubin")], check=True)
 
 
 @pytest.mark.parametrize("chip", ["gfx950", "gfx942"])

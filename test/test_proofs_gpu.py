@@ -69,6 +69,10 @@ def test_gemv_fp8_on_gpu(torch, R, rng):
     run(torch, gemv_mma.build("sm_90a", N=N, K=K, R=R, flat=True), inp3,
         grid=N // gemv_mma.TILE_N, cooperative=False)
     assert np.array_equal(inp3["y"], y)
+    inp5 = dict(inp3, y=np.full_like(inp2["y"], np.nan))  # flat weights by bulk copies
+    run(torch, gemv_mma.build("sm_90a", N=N, K=K, R=R, flat=True, bulk=True), inp5,
+        grid=N // gemv_mma.TILE_N, cooperative=False)
+    assert np.array_equal(inp5["y"], y)
     for flat, piece in ((False, 1536), (True, 384)):  # weights asked of the L2 first: a hint
         inp4 = dict(inp3 if flat else inp2, y=np.full_like(inp2["y"], np.nan))
         run(torch, gemv_mma.build("sm_90a", N=N, K=K, R=R, flat=flat, l2_prefetch=piece), inp4,

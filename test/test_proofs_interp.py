@@ -372,3 +372,25 @@ def test_gemv_l2_prefetch_covers_every_weight_byte_once(flat, ksplit, piece, rng
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     with pytest.raises(ValueError, match="piece 96"):
         gemv_mma.build("interp", N=N, K=K, R=R, waves=2, l2_prefetch=96)
+
+
+@pytest.mark.parametrize("ksplit,mode", [(1, "random"), (2, "relaxed")])
+def test_gemv_bulk_weights_match_the_flat_gemv(ksplit, mode, rng):
+    """gemv_mma bulk=True (each wave's flat weights in one bulk copy into LDS, read after its
+    mbarrier wait): y bit-identical to the flat GEMV reading global memory; without the flat
+    layout it is an error naming the requirement."""
+    N, K, R = 32, 1024, 8
+    inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R, ctas=N // 16)
+    inp["w"] = gemv_mma.permute_weights(inp["w"], N, K)
+    outs = []
+    for bulk in (False, True):
+        kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, ksplit=ksplit, flat=True,
+                              bulk=bulk)
+        run_inp = dict(inp, y=np.full_like(inp["y"], np.nan),
+                       **({} if ksplit == 1 else gemv_mma.scratch(N, ksplit, L=64)))
+        interp.run(kern, run_inp, grid=N // 16 * ksplit, mode=mode, seed=6)
+        outs.append(run_inp["y"])
+    assert not np.isnan(outs[1]).any()
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    with pytest.raises(ValueError, match="flat layout"):
+        gemv_mma.build("interp", N=N, K=K, R=R, waves=2, bulk=True)

@@ -55,6 +55,22 @@ class TargetHooks:
     def syncscope(self, scope: str) -> str:
         return self.SCOPES[scope]
 
+    def _no_bulk(self, what):
+        raise BackendError(f"{self.name}: {what}: bulk copies into LDS and mbarriers are lowered "
+                           "for sm_90a only (gfx950's LDS DMA loads are not wired)")
+
+    def mbar_init(self, e: "Emitter", bar: str, count: int):
+        self._no_bulk("mbar_init")
+
+    def mbar_arrive_tx(self, e: "Emitter", bar: str, nbytes: int):
+        self._no_bulk("mbar_arrive_tx")
+
+    def bulk_load_lds(self, e: "Emitter", dst: str, src: str, nbytes: int, bar: str):
+        self._no_bulk("bulk_load_lds")
+
+    def mbar_try_wait(self, e: "Emitter", bar: str, parity: str) -> str:
+        self._no_bulk("mbar_wait")
+
     def prefetch_l2(self, e: "Emitter", addr: str, nbytes: int):
         """op prefetch_l2 (a hint): nothing by default. gfx942 / gfx950 have no instruction
         that fills the L2 without a register destination, so on AMD the hint is dropped
@@ -648,6 +664,34 @@ class Emitter:
             self.alias(r, self.h.broadcast_first(self, res, dt))
         else:
             self.alias(r, self.guarded(mask, body, t, self.zero(dt)))
+
+    # bulk copies into LDS: lane 0 issues (uniform operands), every lane waits
+    def _lane0(self, body):
+        lane0 = self.fresh("l0")
+        self.emit(f"{lane0} = icmp eq i32 {self.h.lane_id(self)}, 0")
+        self.guarded(lane0, body, None, None)
+
+    def op_mbar_init(self, op):
+        bar = self.val(op.args[0])
+        self._lane0(lambda: self.h.mbar_init(self, bar, op.attrs["count"]))
+
+    def op_mbar_arrive_tx(self, op):
+        bar = self.val(op.args[0])
+        self._lane0(lambda: self.h.mbar_arrive_tx(self, bar, op.attrs["nbytes"]))
+
+    def op_bulk_load_lds(self, op):
+        dst, src, idx, bar = op.args
+        self._lane0(lambda: self.h.bulk_load_lds(self, self.val(dst), self.address(src, idx, u8),
+                                                 op.attrs["nbytes"], self.val(bar)))
+
+    def op_mbar_wait(self, op):
+        bar, parity = (self.val(x) for x in op.args)
+        head, done = self.label("mbw"), self.label("mbwd")
+        self.emit(f"br label %{head}")
+        self.start_block(head)
+        ok = self.h.mbar_try_wait(self, bar, parity)
+        self.emit(f"br i1 {ok}, label %{done}, label %{head}")
+        self.start_block(done)
 
     def op_prefetch_l2(self, op):
         p, idx = op.args[:2]

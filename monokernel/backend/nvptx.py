@@ -239,6 +239,34 @@ class NVPTXHooks(TargetHooks):
         e.emit(f'call void asm sideeffect "{asm}", "{cons},~{{memory}}"({args})')
         return True
 
+    # bulk copies into LDS (the TMA unit) and their mbarriers; LDS pointers are 64-bit values
+    # of the shared window here ("l"), as the predicated shared stores pass them
+    def mbar_init(self, e: Emitter, bar: str, count: int):
+        e.emit('call void asm sideeffect "mbarrier.init.shared::cta.b64 [$0], $1; '
+               'fence.mbarrier_init.release.cluster;", "l,r,~{memory}"'
+               f'(ptr addrspace(3) {bar}, i32 {count})')
+
+    def mbar_arrive_tx(self, e: Emitter, bar: str, nbytes: int):
+        e.emit('call void asm sideeffect "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", '
+               f'"l,r,~{{memory}}"(ptr addrspace(3) {bar}, i32 {nbytes})')
+
+    def bulk_load_lds(self, e: Emitter, dst: str, src: str, nbytes: int, bar: str):
+        e.emit('call void asm sideeffect "cp.async.bulk.shared::cluster.global.mbarrier::'
+               'complete_tx::bytes [$0], [$1], $2, [$3];", "l,l,r,l,~{memory}"'
+               f'(ptr addrspace(3) {dst}, ptr addrspace(1) {src}, i32 {nbytes}, '
+               f'ptr addrspace(3) {bar})')
+
+    def mbar_try_wait(self, e: Emitter, bar: str, parity: str) -> str:
+        """One mbarrier.try_wait.parity (it may itself wait a while before giving up): 1 once
+        the phase of that parity has completed. The memory clobber keeps LDS reads after it."""
+        r = e.fresh("mbt")
+        e.emit(f'{r} = call i32 asm sideeffect "{{ .reg .pred p; mbarrier.try_wait.parity.'
+               f'shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }}", "=r,l,r,~{{memory}}"'
+               f'(ptr addrspace(3) {bar}, i32 {parity})')
+        ok = e.fresh("mbo")
+        e.emit(f"{ok} = icmp ne i32 {r}, 0")
+        return ok
+
     def prefetch_l2(self, e: Emitter, addr: str, nbytes: int):
         """One bulk prefetch into the L2 (sm_90, the TMA unit: no registers, no completion to
         wait for). No memory clobber: it orders nothing, so LLVM may move loads across it."""

@@ -23,7 +23,7 @@ import numpy as np
 from ..atoms import atom
 from ..dsl import build_kernel
 from ..ir import ABI, Ptr, Scalar
-from ..types import bf16, f32, fp8e4m3fn, i32, u32
+from ..types import bf16, f32, fp8e4m3fn, i32, u8, u32, u64
 from . import gemv
 
 ATOM = "sm90_mma_m16n8k16_bf16"
@@ -79,13 +79,16 @@ def prefetch_weights(k, w, tile_idx, split, *, K, ksplit, flat, piece):
 
 
 def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=False,
-         l2_prefetch=0):
+         l2_prefetch=0, bulk=False):
     """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
     conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
     "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
     (what the same bytes cost in whole 128-byte lines, i.e. with a pre-permuted layout).
     `l2_prefetch` (bytes, 0: none): the CTA's weights are first asked of the L2 in pieces of
-    that size (`prefetch_weights`).
+    that size (`prefetch_weights`). `bulk` (flat layout, sm_90a / interp): each wave's weights
+    (contiguous in the flat layout) come in ONE bulk copy into LDS (the TMA unit: the whole
+    tile in flight at once, no registers holding it), completing on the wave's mbarrier;
+    the MMAs then read them from LDS (conflict-free: a warp's 512 contiguous bytes a load).
     The probes write every y (zeros, or a fold of the loaded bits): not a GEMV. (A variant prefetching each weight group's successor
     over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7; removed.)"""
     if probe not in PROBES:
@@ -117,6 +120,21 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     if l2_prefetch and probe != "empty":
         prefetch_weights(k, a.w, tile_idx, split, K=K, ksplit=ksplit, flat=flat,
                          piece=l2_prefetch)
+    wave_lds = None
+    if bulk:
+        if not flat or probe or x_in_lds:
+            raise ValueError("gemv_mma: bulk weights need the flat layout, no probe and x read "
+                             "directly")
+        region = per_wave * (BLOCK // CHUNK) * FLAT_GROUP  # a wave's weight bytes
+        wl = k.lds("w_bulk", u8, k.W * region)
+        bars = k.lds("w_bars", u64, k.W)
+        bar = k.ptr_add(bars, k.wave_id() * 8)
+        wave_lds = k.ptr_add(wl, k.wave_id() * region)
+        k.mbar_init(bar, 1)
+        k.barrier()  # every wave's mbarrier set up before any copy completes on it
+        src = (tile_idx * (K // CHUNK) + first_block * (BLOCK // CHUNK)) * FLAT_GROUP
+        k.mbar_arrive_tx(bar, region)
+        k.bulk_load_lds(wave_lds, a.w, src, region, bar)
 
     def issue(b0):
         """The weight (and, without LDS staging, activation) loads of `unroll` blocks."""
@@ -131,7 +149,12 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
                     w_hi = k.load(a.w, flat_byte + 512, fp8e4m3fn, 16, nontemporal=True)
                     loads.append((w_lo, w_hi, None, kb))
                     continue
-                if flat:  # permute_weights: the chunk's FLAT_GROUP bytes, lane-major
+                if bulk:  # the wave's copy in LDS, in the flat layout's order
+                    g0 = ((b0 - first_block + u) * (BLOCK // CHUNK) + chunk) * FLAT_GROUP + \
+                        lane * FLAT_PIECE
+                    w_lo = k.load(wave_lds, g0, fp8e4m3fn, 16)
+                    w_hi = k.load(wave_lds, g0 + FLAT_GROUP // 2, fp8e4m3fn, 16)
+                elif flat:  # permute_weights: the chunk's FLAT_GROUP bytes, lane-major
                     g0 = (tile_idx * (K // CHUNK) + (b0 + u) * (BLOCK // CHUNK) + chunk) * \
                         FLAT_GROUP + lane * FLAT_PIECE
                     w_lo = k.load(a.w, g0, fp8e4m3fn, 16, nontemporal=True)
@@ -196,6 +219,8 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     else:
         if x_in_lds:
             xl = stage_x()
+        if bulk:
+            k.mbar_wait(bar, 0)  # the wave's weights have landed in LDS
         for b0 in k.range(first_block, first_block + per_wave, unroll):
             # `unroll` whole 128-blocks per iteration: all their loads are issued before the
             # first MMA, so more bytes are in flight per lane (Little's law on ~1 us latency)
@@ -233,12 +258,13 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
 
 
 def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
-          flat=False, l2_prefetch=0):
+          flat=False, l2_prefetch=0, bulk=False):
     """`flat`: the kernel reads weights in permute_weights' layout (pass permuted bytes);
-    `l2_prefetch`: bulk L2 prefetches of the CTA's weights first, in pieces of that many bytes."""
+    `l2_prefetch`: bulk L2 prefetches of the CTA's weights first, in pieces of that many bytes;
+    `bulk` (with flat): each wave's weights in one bulk copy into LDS (body's doc)."""
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
                         wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch)
+                        ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch, bulk=bulk)
 
 
 def scratch(N, ksplit, L=32):
