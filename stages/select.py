@@ -301,10 +301,11 @@ class SelectConfig:
     # --tune sel_h3.early_emit=1,sel_out.early_emit=1 (the last pass and sel_out)
     early_emit: bool = False
     # sel_h0, when it does not read the scores itself (first digits given), asks the L2 for its
-    # slice's scores (bulk prefetches of SCORE_PREFETCH_PIECE bytes, a hint) before its own
-    # work, so that sel_h1's scan, which starts a message round trip later, hits the L2
-    # (sm_90a; dropped on AMD). Prefetching a stream its own loads follow at once measured
-    # slower (the GEMV, bench/NOTES.md v13): this one runs ahead of a wait.
+    # slice's scores (bulk prefetches of SCORE_PREFETCH_PIECE bytes, a hint: sm_90a; dropped
+    # on AMD) before its own work, so that sel_h1's scan, a message round trip later, hits
+    # the L2. Measured SLOWER on the H200 (select_hist 512K x 8 29.0 -> 31.6 us: sel_h0's
+    # prefetches take ~2.4 us to issue, and sel_h1's scan is no faster from L2, so it is not
+    # waiting on memory: bench/NOTES.md v13): off, a tunable (--tune sel_h0.l2_prefetch=1)
     l2_prefetch: bool = False
 
     def __post_init__(self):
@@ -1008,7 +1009,8 @@ class SelectPass(Stage):
             raise ValueError(f"{c.capacity} scores a row are not whole {piece}-byte pieces")
         row0 = sl.r * (c.capacity * 4)
         lo, nbytes = sl.lo * 4, (sl.hi - sl.lo) * 4
-        rounds = -(-(-(-c.max_slice_keys() * 4 // piece)) // T)
+        pieces = -(-c.max_slice_keys() * 4 // piece)  # the longest slice's, rounded up
+        rounds = -(-pieces // T)
         for j in range(rounds):
             off = (k.thread_id() + j * T) * piece
             start = k.min(lo + off, c.capacity * 4 - piece)
