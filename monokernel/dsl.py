@@ -485,16 +485,20 @@ class KernelBuilder:
             attrs["predicated"] = True
         self._emit("store", (p, idx, value) + margs, (), attrs)
 
+    @staticmethod
+    def _bulk_size(nbytes, what, limit):
+        """The size rule of the bulk operations (prefetch_l2, bulk_load_lds)."""
+        if not isinstance(nbytes, int) or nbytes <= 0 or nbytes % ir.BULK_ALIGN or nbytes > limit:
+            raise DSLError(f"{what}: nbytes {nbytes!r} must be a positive multiple of "
+                           f"{ir.BULK_ALIGN} up to {limit}")
+
     def prefetch_l2(self, p, byte_offset, nbytes: int, *, mask=None):
         """A hint that bytes [p + byte_offset, + nbytes) of a global buffer will be read soon:
         the L2 starts fetching them while this lane goes on (no register holds them, so a
         stream can have far more bytes in flight than its loads' registers allow). Values are
         never affected; a lane under `mask` = false issues nothing. Address and size
         16-byte multiples; the interpreter faults on a range outside one buffer."""
-        if not isinstance(nbytes, int) or nbytes <= 0 or nbytes % ir.PREFETCH_ALIGN or \
-                nbytes > ir.MAX_PREFETCH_BYTES:
-            raise DSLError(f"prefetch_l2: nbytes {nbytes!r} must be a positive multiple of "
-                           f"{ir.PREFETCH_ALIGN} up to {ir.MAX_PREFETCH_BYTES}")
+        self._bulk_size(nbytes, "prefetch_l2", ir.MAX_PREFETCH_BYTES)
         if isinstance(p, Value) and p.dtype == ptr_lds:
             raise DSLError(f"prefetch_l2: {p!r} points to LDS; only global memory goes to the L2")
         idx = self._addr(p, byte_offset, u8, 1, "prefetch_l2")
@@ -523,10 +527,11 @@ class KernelBuilder:
             raise DSLError(f"{what}: the mbarrier must be a uniform LDS pointer (k.mbarrier()), "
                            f"got {bar!r}")
 
-    def mbarrier(self, name: str) -> Value:
-        """An 8-byte LDS mbarrier (uninitialised: mbar_init it first, then a CTA barrier so
-        every wave sees it set up)."""
-        return self.lds(name, u64, 1)
+    def mbarrier(self, name: str, count: int = 1) -> Value:
+        """`count` LDS mbarriers of ir.MBARRIER_BYTES each, back to back (uninitialised:
+        mbar_init each first, then a CTA barrier so every wave sees them set up)."""
+        assert u64.bytes == ir.MBARRIER_BYTES
+        return self.lds(name, u64, count)
 
     def mbar_init(self, bar, count: int = 1):
         """Lane 0 sets up `bar` for `count` arrivals a phase (run it in one wave only)."""
@@ -549,10 +554,7 @@ class KernelBuilder:
         completing them on `bar` (whose phase must expect them: mbar_arrive_tx). Addresses
         and size 16-byte multiples; every operand uniform."""
         self._bar(bar, "bulk_load_lds")
-        if not isinstance(nbytes, int) or nbytes <= 0 or nbytes % ir.PREFETCH_ALIGN or \
-                nbytes > ir.MAX_BULK_BYTES:
-            raise DSLError(f"bulk_load_lds: nbytes {nbytes!r} must be a positive multiple of "
-                           f"{ir.PREFETCH_ALIGN} up to {ir.MAX_BULK_BYTES}")
+        self._bulk_size(nbytes, "bulk_load_lds", ir.MAX_BULK_BYTES)
         if not isinstance(dst, Value) or dst.dtype != ptr_lds:
             raise DSLError(f"bulk_load_lds: destination {dst!r} is not an LDS pointer")
         if isinstance(src, Value) and src.dtype == ptr_lds:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics
-from .ir import NAMED_BARRIERS, Kernel, Ptr, access_alignment
+from .ir import MBARRIER_BYTES, NAMED_BARRIERS, Kernel, Ptr, access_alignment
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
@@ -550,9 +550,7 @@ class Wave:
 
     def _mbar(self, op, what):
         bar = int(self.get(op.args[0])[0, 0])
-        self._lds_index(np.array([bar]), 8, what)
-        if bar % 8:
-            raise InterpError(f"{what}: mbarrier at LDS byte {bar} is not 8-byte aligned")
+        self._lds_index(np.array([bar]), MBARRIER_BYTES, what)  # in LDS, 8-byte aligned
         return bar
 
     def _mbar_state(self, bar, what):

@@ -17,7 +17,9 @@ from .types import DType, VType
 
 SCOPES = ("wave", "cta", "device", "system")
 MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
-PREFETCH_ALIGN = 16  # an L2 prefetch's address and size granularity (cp.async.bulk: 16 bytes)
+BULK_ALIGN = 16  # address and size granularity of the bulk operations (cp.async.bulk: L2
+# prefetches and copies into LDS)
+MBARRIER_BYTES = 8  # one mbarrier object in LDS (8-byte aligned)
 MAX_BULK_BYTES = 1 << 20  # one bulk copy's bytes at most (PTX takes a u32; LDS is far smaller)
 MAX_PREFETCH_BYTES = 1 << 20  # one prefetch op's bytes at most (PTX takes a u32; a bound
 # that keeps a typo from becoming a gigabyte of traffic, and the interpreter's check cheap)

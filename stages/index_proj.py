@@ -33,6 +33,7 @@ import numpy as np
 
 from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from monokernel.atoms import atom as get_atom
+from monokernel.ir import BULK_ALIGN
 from monokernel.types import bf16, f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
@@ -205,7 +206,7 @@ class IndexProj(_ProjStage):
             # whole projection) is long, and only a wave's first m-tile of these weights is in
             # registers when it starts; after it the rest are L2 hits
             per_thread = max(1, (k.W * k.L) // HD)
-            piece = QC // per_thread if QC % (per_thread * 16) == 0 else QC
+            piece = QC // per_thread if QC % (per_thread * BULK_ALIGN) == 0 else QC
             k.prefetch_rows_l2(a.ix_wq, (h * HD) * p.q_lora + k0, HD, QC, p.q_lora, piece)
 
         self._tile(k, T, w=a.ix_wq, w_dtype=p.fp8, scale=a.ix_ws, scale_stride=p.q_lora // BLOCK,

@@ -14,6 +14,7 @@ from conftest import ptxas_report
 from monokernel import interp
 from monokernel.dsl import ABI, DSLError, Ptr, build_kernel
 from monokernel.interp import InterpError, Stall
+from monokernel.ir import MBARRIER_BYTES
 from monokernel.types import u32
 
 WORDS = 512  # a wave's copy: 2 KB
@@ -26,9 +27,8 @@ def _copy_kernel(*, wait=True, rounds=1, init=True, arrive=True, issue=True, arr
     into its own LDS region with one bulk copy, waits, and writes it (+1) to out."""
     def body(k):
         a = k.args
-        bars = k.lds("bars", "u64", k.W)
         buf = k.lds("buf", u32, k.W * WORDS)
-        bar = k.ptr_add(bars, k.wave_id() * 8)
+        bar = k.ptr_add(k.mbarrier("bars", k.W), k.wave_id() * MBARRIER_BYTES)
         mine = k.ptr_add(buf, k.wave_id() * (WORDS * 4))
         if init:
             k.mbar_init(bar, arrivals)

@@ -11,7 +11,7 @@ from conftest import ptxas_report
 
 from monokernel import interp
 from monokernel.dsl import ABI, DSLError, Ptr, build_kernel
-from monokernel.ir import MAX_PREFETCH_BYTES, PREFETCH_ALIGN
+from monokernel.ir import BULK_ALIGN, MAX_PREFETCH_BYTES
 from monokernel.memory import MemoryFault
 from monokernel.types import u32
 
@@ -68,7 +68,7 @@ def test_masked_lanes_issue_nothing():
     assert np.array_equal(out, src * np.uint32(3))
 
 
-@pytest.mark.parametrize("nbytes", [0, 8, 24, MAX_PREFETCH_BYTES + PREFETCH_ALIGN, 64.0])
+@pytest.mark.parametrize("nbytes", [0, 8, 24, MAX_PREFETCH_BYTES + BULK_ALIGN, 64.0])
 def test_dsl_rejects_bad_sizes(nbytes):
     with pytest.raises(DSLError, match="nbytes"):
         _kernel("interp", piece=nbytes)

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..atoms import atom
 from ..dsl import build_kernel
-from ..ir import ABI, Ptr, Scalar
-from ..types import bf16, f32, fp8e4m3fn, i32, u8, u32, u64
+from ..ir import ABI, MBARRIER_BYTES, Ptr, Scalar
+from ..types import bf16, f32, fp8e4m3fn, i32, u8, u32
 from . import gemv
 
 ATOM = "sm90_mma_m16n8k16_bf16"
@@ -127,8 +127,7 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
                              "directly")
         region = per_wave * (BLOCK // CHUNK) * FLAT_GROUP  # a wave's weight bytes
         wl = k.lds("w_bulk", u8, k.W * region)
-        bars = k.lds("w_bars", u64, k.W)
-        bar = k.ptr_add(bars, k.wave_id() * 8)
+        bar = k.ptr_add(k.mbarrier("w_bars", k.W), k.wave_id() * MBARRIER_BYTES)
         wave_lds = k.ptr_add(wl, k.wave_id() * region)
         k.mbar_init(bar, 1)
         k.barrier()  # every wave's mbarrier set up before any copy completes on it
