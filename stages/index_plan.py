@@ -124,6 +124,11 @@ class IndexPlan:
     @property
     def nb_words(self): return NW0 + -(-self.heads // 4) * 4  # ix_nb words a row
     @property
+    def head_weight_coef(self):
+        """The head weights' constant factor heads^-0.5 * 128^-0.5 (f32): a scoring wave's
+        weight is (ix_nb's W_w h * s_q) * coef (IndexScore._head_weight)."""
+        return float(np.float32(self.heads ** -0.5 * HD ** -0.5))
+    @property
     def scores_layout(self) -> ScoresLayout:
         return ScoresLayout(self.rows, self.capacity, self.segment)
 

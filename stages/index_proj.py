@@ -22,14 +22,13 @@ job's work is declared; the scheduler places jobs):
                  scale's bits a (head, row)), then its pair in ix_qdone: a scoring job waits
                  for the `heads` pairs once and loads its query operands straight into
                  registers.
-    ix_key[0]    waits for the KS key jobs' pairs, sums their partials in split order,
-                 LayerNorm, rope, Hadamard, quantize: the new
-                 keys -> the cache and ix_nb (bulk: a row's key words, scale bits, then its
-                 head weights w = W_w h * s_q * consts).
+    ix_key[0]    waits for the KS key jobs' pairs (not for the q heads), sums their partials
+                 in split order: the head weights W_w h (x 1/rms(x) from the front), then the
+                 new keys (LayerNorm, rope, Hadamard, quantize) -> the cache and ix_nb (bulk:
+                 a row's key words, scale bits, then its head weights; the scoring multiplies
+                 in s_q and the constant factors).
 """
 from __future__ import annotations
-
-import numpy as np
 
 from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from monokernel.atoms import atom as get_atom
@@ -340,8 +339,11 @@ class IndexQ(_ProjStage):
 
 
 class IndexKey(_ProjStage):
-    """The new keys (LayerNorm, rope, Hadamard, FP8) -> pairs and the paged cache; the head
-    weights w = W_w h * heads^-0.5 * s_q * 128^-0.5 -> pairs."""
+    """The head weights W_w h (x 1/rms(x) from the front), then the new keys (LayerNorm,
+    rope, Hadamard, FP8) -> ix_nb (and the keys to the paged cache), one release. The q
+    scales and the constant factors are the scoring's (IndexScore._head_weight): ix_key waits
+    for nothing but the key jobs' partial sums, not for the q heads, so it is off the q
+    path (bench/NOTES.md v14)."""
     name = "ix_key"
 
     def jobs(self):
@@ -365,8 +367,7 @@ class IndexKey(_ProjStage):
     def reads(self, j):
         p = self.p
         return [Use("ix_pdone", p.q_jobs, p.proj_jobs),
-                Use("ix_kpart", 0, p.k_splits * p.rows * (HD + p.heads)),
-                Use("ix_qb", 0, p.heads * p.rows * QW), Use("ix_qdone", 0, p.heads)]
+                Use("ix_kpart", 0, p.k_splits * p.rows * (HD + p.heads))]
 
     def writes(self, j):
         p = self.p
@@ -379,19 +380,41 @@ class IndexKey(_ProjStage):
         R, KS, H = p.rows, p.k_splits, p.heads
         lane = _lane(k)
         PW_ = HD + H
-        NWR = p.nb_words
         # the rows' 1/rms(x) read only inputs (each row an L2 round trip and CTA barriers):
         # computed before any wait, while the projection jobs still run
         rs_of = self._row_scales(k, io)
         io.env.phase(0)  # the rows' 1/rms(x)
         wait_flags(k, io, p.q_jobs, KS)
         io.env.phase(1)  # the key jobs' partial sums are in
+        for r in k.range(k.wave_id(), R, k.W):
+            rs = rs_of(r)
+            for h0 in range(0, H, k.L):
+                h = h0 + lane
+                m = h < H
+                wsum = None
+                for s in range(KS):  # the fixed split order: the same bits on every run
+                    x = io.load("ix_kpart", (s * R + r) * PW_ + HD + k.min(h, H - 1), mask=m)
+                    wsum = x if wsum is None else wsum + x
+                if rs is not None:
+                    wsum = wsum * rs
+                io.store("ix_nb", r * p.nb_words + NW0 + k.min(h, H - 1), k.bitcast(wsum, u32),
+                         mask=m)
+        io.env.phase(2)  # wave 0's head weights are stored
+        self._new_keys(k, io, rs_of)
+        io.env.phase(3)  # wave 0's new keys are in the cache
+        io.release("ix_nb")
+
+    def _new_keys(self, k, io, rs_of):
+        """Each row's new key from the key jobs' partials: LayerNorm, rope, Hadamard, FP8 ->
+        ix_nb and the paged cache slot of the row's position (a wave a row)."""
+        p = self.p
+        a = io.args
+        R, KS, H = p.rows, p.k_splits, p.heads
+        lane = _lane(k)
+        PW_ = HD + H
         ne = HD // k.L
         e0 = lane * ne
         eps = float(p.config.index_eps)
-        coef = float(np.float32(H ** -0.5 * HD ** -0.5))
-        # the keys need only the key jobs' partials: they go out before the q heads are
-        # awaited (the head weights below need the q scales of ix_qb)
         for r in k.range(k.wave_id(), R, k.W):
             rs = rs_of(r)
             v = None
@@ -419,32 +442,14 @@ class IndexKey(_ProjStage):
             ys = rotate(k, p, ys, pc, a.ix_rope_freq)
             q8, sc = quantize(k, p, ys)
             word, widx, wl = pack_words(k, q8)
-            io.store("ix_nb", r * NWR + widx, word, mask=wl)
-            io.store("ix_nb", r * NWR + 32, k.bitcast(sc, u32), mask=lane.eq(0))
+            io.store("ix_nb", r * p.nb_words + widx, word, mask=wl)
+            io.store("ix_nb", r * p.nb_words + 32, k.bitcast(sc, u32), mask=lane.eq(0))
             page = k.load(a.block_table, r * p.max_pages + (pc >> 6), i32)
             ok = io.ok & (pos >= 0) & (page >= 0)
             base = page * PAGE_WORDS
             k.store(a.index_cache, base + (pc & (PAGE - 1)) * 32 + widx, word, mask=wl & ok)
             k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
                     mask=lane.eq(0) & ok)
-        io.env.phase(2)  # wave 0's new keys are in the cache
-        wait_flags(k, io, 0, p.heads, "ix_qdone")
-        io.env.phase(3)  # the q heads (their scales) are in
-        for r in k.range(k.wave_id(), R, k.W):
-            rs = rs_of(r)
-            for h0 in range(0, H, k.L):
-                h = h0 + lane
-                m = h < H
-                wsum = None
-                for s in range(KS):
-                    x = io.load("ix_kpart", (s * R + r) * PW_ + HD + k.min(h, H - 1), mask=m)
-                    wsum = x if wsum is None else wsum + x
-                if rs is not None:
-                    wsum = wsum * rs
-                sq_ = k.bitcast(io.load("ix_qb", (k.min(h, H - 1) * R + r) * QW + 32, mask=m), f32)
-                io.store("ix_nb", r * NWR + NW0 + k.min(h, H - 1), k.bitcast(wsum * sq_ * coef, u32),
-                         mask=m)
-        io.release("ix_nb")
 
     def bytes_moved(self):
         p = self.p

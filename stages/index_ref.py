@@ -201,16 +201,18 @@ def scores_from_kernel(p: IndexPlan, inp: dict, regions: dict, bf16_head_sum: bo
 
 def kernel_operands(p: IndexPlan, regions: dict):
     """The kernel's quantized operands from its regions: q8 bytes [R, H, 128], s_q [R, H],
-    new-key bytes [R, 128], s_k [R], w [R, H] (float64)."""
+    new-key bytes [R, 128], s_k [R], w [R, H] (float64: the scoring's head weight, (W_w h *
+    s_q) * coef in f32 as IndexScore._head_weight forms it from ix_nb's W_w h)."""
     R, H = p.rows, p.heads
     q = np.asarray(regions["ix_qb"]).view(np.uint32).reshape(H, R, QW).transpose(1, 0, 2)
     q8 = np.ascontiguousarray(q[..., :32]).view(np.uint8).reshape(R, H, HD)
-    sq = np.ascontiguousarray(q[..., 32]).view(np.float32).astype(np.float64)
-    nw = np.asarray(regions["ix_nb"]).view(np.uint32).reshape(R, p.nb_words)
-    k8 = np.ascontiguousarray(nw[:, :32]).view(np.uint8).reshape(R, HD)
-    ks = np.ascontiguousarray(nw[:, 32]).view(np.float32).astype(np.float64)
-    w = np.ascontiguousarray(nw[:, NW0:NW0 + H]).view(np.float32).astype(np.float64)
-    return q8, sq, k8, ks, w
+    sq32 = np.ascontiguousarray(q[..., 32]).view(np.float32)
+    nb = np.asarray(regions["ix_nb"]).view(np.uint32).reshape(R, p.nb_words)
+    k8 = np.ascontiguousarray(nb[:, :32]).view(np.uint8).reshape(R, HD)
+    ks = np.ascontiguousarray(nb[:, 32]).view(np.float32).astype(np.float64)
+    wn = np.ascontiguousarray(nb[:, NW0:NW0 + H]).view(np.float32)
+    w = (wn * sq32) * np.float32(p.head_weight_coef)
+    return q8, sq32.astype(np.float64), k8, ks, w.astype(np.float64)
 
 
 # ------------------------------------------------------------------------------- inputs

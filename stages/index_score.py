@@ -383,6 +383,18 @@ class IndexScore(Stage):
                                          k.const(1, u32), mask=one, scope="cta")
                                 io.store("scores", idx, score, mask=one)
 
+    def _head_weight(self, k, io, row, head, mask=None):
+        """Row `row`'s weight of head `head` (f32): (W_w h from ix_nb * s_q from ix_qb) * coef,
+        in that order (the reference's kernel_operands forms the same bits). The q scale is
+        folded in here, not by ix_key, so ix_key waits only for the key jobs' partial sums and
+        is off the q path (the q heads' scales were its last wait)."""
+        p = self.p
+        wn = k.bitcast(io.load("ix_nb", row * p.nb_words + NW0 + head, mask=mask), f32)
+        # unmasked: `row` and `head` are in range (callers clamp them) and a scale is finite,
+        # so a masked-off weight (0) makes the product 0
+        sq = k.bitcast(io.load("ix_qb", (head * p.rows + row) * QW + 32), f32)
+        return (wn * sq) * p.head_weight_coef
+
     def _new_dot(self, k, io, row, u):
         """sum_h w[row, h] * relu(q8[row, h] . k8[u]) (uniform f32): lanes over (head, part of
         the 128 bytes), f32 FMAs of exact fp8 products, then lane swaps and a wave sum (the
@@ -411,7 +423,7 @@ class IndexScore(Stage):
                 d = d + acc[i]
             for sh in range(int(math.log2(lph))):
                 d = d + k.lane_swap(d, 1 << sh)
-            w = k.bitcast(io.load("ix_nb", row * NB + NW0 + hc), f32)
+            w = self._head_weight(k, io, row, hc)
             if self.bf16_head_sum:  # the key loop's precision: relu(d) and w in bf16
                 r = k.bitcast(k.relu_bf16x2(d, d) << BF16_SHIFT, f32)
                 t = k.select(m & part.eq(0), r * k.cast(k.cast(w, bf16), f32), k.const(0.0, f32))
@@ -610,8 +622,8 @@ class IndexScore(Stage):
                           [v0[i] for i in range(4)] + [v1[i] for i in range(4)]]
                     rb.append([k.bitcast(k.vec(*[wd[wi] for wi in T.b_words[c]]), at.b_dtype,
                                          4 * len(T.b_words[c])) for c in range(T.chunks)])
-                    wt = io.load("ix_nb", r_ * p.nb_words + NW0 + k.min(head, H - 1))
-                    hb.append(k.bitcast(k.select(m, wt, zero_u), f32))
+                    wt = self._head_weight(k, io, r_, k.min(head, H - 1))
+                    hb.append(k.select(m, wt, k.const(0.0, f32)))
                 Bq.append(rb)
                 Wq.append(hb)
             my_n = (ngroups - j + nsub - 1) >> lns
@@ -704,8 +716,7 @@ class IndexScore(Stage):
             jj = i % NH
             head = self._pick_head(k, heads_t, t, jj)
             mm = m & (head < H)
-            v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * p.nb_words + NW0 + k.min(head, H - 1),
-                                  mask=mm), f32)
+            v = self._head_weight(k, io, k.min(row, R - 1), k.min(head, H - 1), mask=mm)
             if self.bf16_head_sum:  # the one-pair chains' FMAs take bf16 weights too
                 v = k.cast(k.cast(v, bf16), f32)
             k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
@@ -740,8 +751,7 @@ class IndexScore(Stage):
             half = []
             for d in range(per_word):
                 h = h0 + d
-                v = k.bitcast(io.load("ix_nb", k.min(row, R - 1) * NB + NW0 + k.min(h, H - 1),
-                                      mask=on & (h < H)), f32)
+                v = self._head_weight(k, io, k.min(row, R - 1), k.min(h, H - 1), mask=on & (h < H))
                 half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
             k.store(ws, k.min(wd, words - 1), half[0] | (half[1] << BF16_SHIFT), mask=m)
         return at.smem_descriptor(k.lds_offset("ix_wsum"))
