@@ -317,6 +317,7 @@ class IndexScore(Stage):
         self._flush(k, io, tab, hist)
         if k.W > 1:
             k.barrier()
+        io.env.phase(3)  # the job's histograms are stored
         w0 = k.wave_id().eq(0)
         with k.if_(w0 & io.ok):
             k.fence("release", "device")
