@@ -376,53 +376,58 @@ class IndexKey(_ProjStage):
     @stage_body
     def body(self, k, job, io):
         p = self.p
-        a = io.args
-        R, KS, H = p.rows, p.k_splits, p.heads
-        lane = _lane(k)
-        PW_ = HD + H
         # the rows' 1/rms(x) read only inputs (each row an L2 round trip and CTA barriers):
         # computed before any wait, while the projection jobs still run
         rs_of = self._row_scales(k, io)
         io.env.phase(0)  # the rows' 1/rms(x)
-        wait_flags(k, io, p.q_jobs, KS)
+        wait_flags(k, io, p.q_jobs, p.k_splits)
         io.env.phase(1)  # the key jobs' partial sums are in
-        for r in k.range(k.wave_id(), R, k.W):
-            rs = rs_of(r)
-            for h0 in range(0, H, k.L):
-                h = h0 + lane
-                m = h < H
-                wsum = None
-                for s in range(KS):  # the fixed split order: the same bits on every run
-                    x = io.load("ix_kpart", (s * R + r) * PW_ + HD + k.min(h, H - 1), mask=m)
-                    wsum = x if wsum is None else wsum + x
-                if rs is not None:
-                    wsum = wsum * rs
-                io.store("ix_nb", r * p.nb_words + NW0 + k.min(h, H - 1), k.bitcast(wsum, u32),
-                         mask=m)
+        self._head_weights(k, io, rs_of)
         io.env.phase(2)  # wave 0's head weights are stored
         self._new_keys(k, io, rs_of)
         io.env.phase(3)  # wave 0's new keys are in the cache
         io.release("ix_nb")
+
+    def _kpart_sum(self, k, io, r, rs, col, n=1, mask=None, heads=False):
+        """Row r's sum over the key jobs' partials of ix_kpart's key columns [col, col + n)
+        (`heads`: of its head columns, which follow the HD key columns), in split order (the
+        same bits on every run), times the row's 1/rms(x) `rs` where the front feeds x (None
+        from the buffers: h is normalized)."""
+        p = self.p
+        R, PW_ = p.rows, HD + p.heads
+        v = None
+        for s in range(p.k_splits):
+            row0 = (s * R + r) * PW_ + HD if heads else (s * R + r) * PW_
+            x = io.load("ix_kpart", row0 + col, n, mask=mask)
+            v = x if v is None else v + x
+        return v if rs is None else v * rs
+
+    def _head_weights(self, k, io, rs_of):
+        """W_w h (x 1/rms(x)) of every (row, head) -> ix_nb after the row's key words (a wave
+        a row, a lane a head); the scoring multiplies in s_q and the constants."""
+        p = self.p
+        H = p.heads
+        lane = _lane(k)
+        for r in k.range(k.wave_id(), p.rows, k.W):
+            rs = rs_of(r)  # once a row, not once a head block
+            for h0 in range(0, H, k.L):
+                h = h0 + lane
+                m = h < H
+                wsum = self._kpart_sum(k, io, r, rs, k.min(h, H - 1), mask=m, heads=True)
+                io.store("ix_nb", r * p.nb_words + NW0 + k.min(h, H - 1), k.bitcast(wsum, u32),
+                         mask=m)
 
     def _new_keys(self, k, io, rs_of):
         """Each row's new key from the key jobs' partials: LayerNorm, rope, Hadamard, FP8 ->
         ix_nb and the paged cache slot of the row's position (a wave a row)."""
         p = self.p
         a = io.args
-        R, KS, H = p.rows, p.k_splits, p.heads
         lane = _lane(k)
-        PW_ = HD + H
         ne = HD // k.L
         e0 = lane * ne
         eps = float(p.config.index_eps)
-        for r in k.range(k.wave_id(), R, k.W):
-            rs = rs_of(r)
-            v = None
-            for s in range(KS):  # the fixed split order: the same bits on every run
-                x = io.load("ix_kpart", (s * R + r) * PW_ + e0, ne)
-                v = x if v is None else v + x
-            if rs is not None:
-                v = v * rs
+        for r in k.range(k.wave_id(), p.rows, k.W):
+            v = self._kpart_sum(k, io, r, rs_of(r), e0, ne)
             xs = [v[t] for t in range(ne)] if ne > 1 else [v]
             tot = xs[0]
             for x in xs[1:]:

@@ -734,7 +734,7 @@ class IndexScore(Stage):
         starting at row ra reads it from K = ra x HP on, so D's column n is row n's sum.
         Returns the descriptor of K = 0."""
         p, at = self.p, self.SUM_ATOM
-        R, H, HP, NB = p.rows, p.heads, p.heads_pad, p.nb_words
+        R, H, HP = p.rows, p.heads, p.heads_pad
         ck, lbo_words = self.SUM_CORE_K, at.b_smem.lbo // WORD_BYTES
         per_word = WORD_BYTES // at.b_smem.elem_bytes  # bf16 a word: 2
         words = (R + 1) * HP // ck * lbo_words
