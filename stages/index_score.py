@@ -97,7 +97,7 @@ class IndexScore(Stage):
     rel_tol = 1e-5
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
-                "turns", "split_pairs", "depth", "head_sum", "pages_per_step")
+                "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -117,6 +117,14 @@ class IndexScore(Stage):
     CHOICES = {"head_sum": HEAD_SUMS}  # the string tunables' values (tools' --tune)
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
+    # Independent accumulators of the head-sum wgmmas (`head_sum` "mma"): the K chunks of row
+    # r (of run r when a chunk holds several rows) go to accumulator r mod sum_accs, added
+    # after the wait. A row's chunks stay in one accumulator, in order, and every other
+    # accumulator holds an exact +0.0 in its column (relu >= 0 times B's zeros), so the
+    # scores' bits do not depend on it. Why: the one-accumulator form is a chain of 2 x rows
+    # dependent m64n8k16 (~4 clocks of tensor work each) that may wait an accumulate latency
+    # a link; independent chains can overlap. 1: the form measured in v11-v14.
+    sum_accs = 1
     # K elements (bf16) in a row of the head-sum B's core matrices: LBO bytes apart
     SUM_CORE_K = CORE_ROW_BYTES // SUM_ATOM.b_smem.elem_bytes
     # The key loop's block-table entries load `depth` steps before the key loads that use them
@@ -181,6 +189,15 @@ class IndexScore(Stage):
             raise ValueError(f"ix_score: head_sum 'mma' takes at most {self.SUM_ATOM.n} rows "
                              f"(one a column of its m64n{self.SUM_ATOM.n}k16), got {self.p.rows}")
         return True
+
+    @property
+    def head_sum_accs(self) -> int:
+        """`sum_accs`, checked: a positive number of head-sum accumulators."""
+        n = self.sum_accs
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"ix_score: sum_accs {n!r}; the head-sum wgmmas need at least 1 "
+                             f"accumulator")
+        return n
 
     def jobs(self):
         p = self.p

@@ -23,6 +23,8 @@ byte-identical to the closures this class replaced.
 """
 from __future__ import annotations
 
+import math
+
 from monokernel.atoms.base import DESC_SHIFT
 from monokernel.atoms.nvidia import wgmma_e4m3
 from monokernel.types import bf16, f32, i32, u32, u64
@@ -191,12 +193,24 @@ class WgmmaGroup:
         ck = st.SUM_CORE_K
         lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (ck)
         d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // ck * lbo_units), u64)
-        k.wgmma_fence()
-        d = k.vec(*[k.const(0.0, f32)] * sa.c_slots)
+        # K chunks that hold whole rows (lcm(HP, k) / k): such a run shares an accumulator
+        per_run = math.lcm(p.heads_pad, sa.k) // sa.k
+        naccs = min(st.head_sum_accs, -(-len(A2) // per_run))
+        ds = [k.vec(*[k.const(0.0, f32)] * sa.c_slots) for _ in range(naccs)]
         for c, a2 in enumerate(A2):
-            d = k.wgmma(sa, a2, d0 + c * (sa.k // ck) * lbo_units, d)
+            j = (c // per_run) % naccs
+            if c < naccs * per_run and c % per_run == 0:
+                # an accumulator's zeros are register writes its first wgmma must follow:
+                # a fence each (ptxas otherwise injects one, advisory C7519)
+                k.wgmma_fence()
+            ds[j] = k.wgmma(sa, a2, d0 + c * (sa.k // ck) * lbo_units, ds[j])
         k.wgmma_commit()
         k.wgmma_wait(0)
+        d = ds[0]
+        if naccs > 1:
+            d = [ds[0][i] for i in range(sa.c_slots)]
+            for other in ds[1:]:
+                d = [d[i] + other[i] for i in range(sa.c_slots)]
         nrows = atom.n // p.heads_pad
         for i, (hk, col) in enumerate(st._sum_slots()):
             n = self.t4 * 2 + col  # D column: the row

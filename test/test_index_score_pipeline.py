@@ -555,6 +555,63 @@ def test_bf16_head_sum_scores_within_their_precision(cfg, rows, waves, requests,
     assert 2.0 ** -14 < rel < 2.0 ** -6, f"max-norm distance of the two head sums: {rel}"
 
 
+SUM_ACCS_CASES = [
+    ("tiny32", 8, 8, [(8, 2043)], "relaxed", 2),     # 32 heads: two K chunks a row
+    ("tiny32", 8, 8, [(7, 700), (1, 64)], "random", 4),
+    ("tiny", 8, 8, [(8, 700)], "inorder", 3),         # 4 heads: two rows a K chunk
+    ("tiny", 8, 16, [(4, 300), (4, 900)], "random", 2),  # 16 warps, pairs split
+]
+
+
+@pytest.mark.parametrize("cfg,rows,waves,requests,mode,naccs", SUM_ACCS_CASES,
+                         ids=[f"{c[0]}-r{c[1]}-w{c[2]}-{c[4]}-acc{c[5]}" for c in SUM_ACCS_CASES])
+def test_head_sum_accumulators_give_the_same_bits(cfg, rows, waves, requests, mode, naccs):
+    """IndexScore.sum_accs: the head-sum wgmmas spread over independent accumulators (a
+    row's K chunks in one of them), added after the wait: scores and histograms bit-identical
+    to one accumulator, within the float64 checks; the build issues the same wgmmas."""
+    out = {}
+    for n in (naccs, 1):
+        L, st = _head_sum_launch(cfg, rows, waves, "mma")
+        st.sum_accs = n
+        inp = make_inputs(st.p, np.random.default_rng(5 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=3)
+        check_launch(L, inp, res)
+        ops = [op for op in L.kernel("interp", 32).walk() if op.opcode == "wgmma"]
+        out[n] = (res.regions["scores"].view(np.uint32).copy(),
+                  res.regions["score_hist"].copy(), len(ops))
+    assert np.array_equal(out[1][0], out[naccs][0]), "scores differ"
+    assert np.array_equal(out[1][1], out[naccs][1]), "histograms differ"
+    assert out[1][2] == out[naccs][2], "a different number of wgmmas"
+
+
+def test_head_sum_accumulators_bad_values_are_named():
+    for bad in (0, -1, 1.5, True):
+        L, st = _head_sum_launch("tiny", 8, 8, "mma")
+        st.sum_accs = bad
+        with pytest.raises(ValueError, match="sum_accs"):
+            L.kernel("interp", 32)
+
+
+def test_sm90a_head_sum_accumulators_ptx():
+    """glm5 rows 8, sum_accs 2 / 4: the head-sum wgmmas write that many distinct accumulators
+    a step (the chain is no longer one), nothing touched in flight, and (where ptxas is
+    installed) no spill or injected wait."""
+    from monokernel.build import build_many
+    for naccs in (2, 4):
+        L = index_scoring_launch(BuildSpec.make("glm5", rows=8, target="sm_90a"))
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.sum_accs = naccs
+        (art,) = build_many([L.kernel("sm_90a")])
+        ptx = art.data.decode()
+        dests = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n8k16\.f32\.bf16\.bf16\s+"
+                           r"\{([^}]*)\}", ptx)
+        assert dests and len({d.replace(" ", "") for d in dests}) >= naccs, dests[:4]
+        assert not inflight_violations(ptx)
+        rep = ptxas_report(ptx)
+        if rep is not None:
+            assert "0 bytes spill stores" in rep and "C751" not in rep, rep
+
+
 def test_bf16_head_sum_is_refused_off_hopper_and_bad_values_are_named():
     spec = BuildSpec.make("tiny", rows=4, target="interp")
     L = index_scoring_launch(spec, chip="gfx950", capacity=CAP, cache_pages=PAGES)
