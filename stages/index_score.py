@@ -97,7 +97,8 @@ class IndexScore(Stage):
     rel_tol = 1e-5
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
-                "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs")
+                "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
+                "defer_stores")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -125,6 +126,9 @@ class IndexScore(Stage):
     # dependent m64n8k16 (~4 clocks of tensor work each) that may wait an accumulate latency
     # a link; independent chains can overlap. 1: the form measured in v11-v14.
     sum_accs = 1
+    # Hopper, the all-pairs chain with the bf16 head sum: step t - 1's scores stored and
+    # counted while step t's chain runs (WgmmaGroup._wide_deferred), not after its own wait
+    defer_stores = False
     # K elements (bf16) in a row of the head-sum B's core matrices: LBO bytes apart
     SUM_CORE_K = CORE_ROW_BYTES // SUM_ATOM.b_smem.elem_bytes
     # The key loop's block-table entries load `depth` steps before the key loads that use them

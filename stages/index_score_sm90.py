@@ -182,10 +182,14 @@ class WgmmaGroup:
 
     def finish_mma(self, acc, atom, ra, b0, scales):
         """The bf16 head sum (IndexScore.head_sum "mma") of a chain `atom` whose columns are
-        rows ra .. ra + atom.n / HP - 1: relu and bf16 pairs in one cvt a pair of
-        accumulators, which are in place the A chunks of the head-sum wgmma (m64n8k16); its
-        B, the staged block-diagonal weights from K = ra x HP on, sums each row's heads into
-        D's column of that row; a lane stores its 2 keys x 2 rows."""
+        rows ra .. ra + atom.n / HP - 1 (`head_sum`), then a lane's stores (`store_sums`)."""
+        self.store_sums(self.head_sum(acc, atom, ra), atom, ra, b0, scales)
+
+    def head_sum(self, acc, atom, ra):
+        """relu and bf16 pairs in one cvt a pair of accumulators, which are in place the A
+        chunks of the head-sum wgmma (m64n8k16); its B, the staged block-diagonal weights
+        from K = ra x HP on, sums each row's heads into D's column of that row. Returns D's
+        slots (waited for)."""
         k, st, p = self.k, self.st, self.p
         sa = st.SUM_ATOM
         A2 = [k.bitcast(k.vec(*[k.relu_bf16x2(acc[i], acc[j]) for i, j in regs]), bf16,
@@ -211,13 +215,29 @@ class WgmmaGroup:
             d = [ds[0][i] for i in range(sa.c_slots)]
             for other in ds[1:]:
                 d = [d[i] + other[i] for i in range(sa.c_slots)]
+        return [d[i] for i in range(sa.c_slots)]
+
+    def store_sums(self, d, atom, ra, b0, scales, valid=None):
+        """A lane's 2 keys x 2 rows of the head-sum D (`head_sum`): scaled, stored, counted."""
+        k, st = self.k, self.st
+        self.store_scores(lambda i, hk: st._scaled(k, d[i], scales[hk]), atom, ra, b0, valid)
+
+    def scale_sums(self, d, scales):
+        """D's slots times their keys' scales: the lane's scores."""
+        k, st = self.k, self.st
+        return [st._scaled(k, d[i], scales[hk]) for i, (hk, _) in enumerate(st._sum_slots())]
+
+    def store_scores(self, score, atom, ra, b0, valid=None):
+        """A lane's 2 keys x 2 rows of scores stored and counted: score(slot, key half) is
+        D's slot `slot` scaled (built where the store needs it)."""
+        k, st, p = self.k, self.st, self.p
         nrows = atom.n // p.heads_pad
         for i, (hk, col) in enumerate(st._sum_slots()):
             n = self.t4 * 2 + col  # D column: the row
-            valid = (n >= ra) & (n < ra + nrows)
+            ok = (n >= ra) & (n < ra + nrows)
+            ok = ok if valid is None else ok & valid
             st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi,
-                      self.warp_key(hk, b0), b0,
-                      st._scaled(k, d[i], scales[hk]), valid)
+                      self.warp_key(hk, b0), b0, score(i, hk), ok)
         st._cyc.mark("epilogue")
 
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
@@ -287,6 +307,33 @@ class WgmmaGroup:
         acc = self.chain(self.wide, self.operands(cur), self.gi)
         self.sums(acc, self.wide, self.wide_maps, 0, b0, cur)
 
+    def _wide_deferred(self):
+        """The all-pairs chain with its stores a step behind (IndexScore.defer_stores): step
+        t's chain is issued, then step t - 1's head sums (carried, 4 registers a lane) are
+        scaled, stored and counted while it runs on the tensor cores, then step t's wait and
+        head sum; the last step's stores follow the loop."""
+        st, k, sa = self.st, self.k, self.st.SUM_ATOM
+        zero = k.const(0.0, f32)
+        # the scaled scores are carried, not D's slots: a register an FMA wrote, where ptxas
+        # waits for every wgmma before a read of one a wgmma wrote (advisory C7517)
+        held = [k.lane_var(zero) for _ in range(sa.c_slots)]
+
+        def stores(t, valid=None):
+            self.store_scores(lambda i, _: held[i].get(), self.wide, self.gi,
+                              self.step_key(t), valid)
+
+        def compute(t, cur):
+            acc = self.issue(self.wide, self.operands(cur), self.gi)
+            stores(t - 1, t > 0)
+            k.wgmma_wait(0)
+            st._cyc.mark("chain")
+            scores = self.scale_sums(self.head_sum(acc, self.wide, self.gi), cur[4:6])
+            for x, v in zip(held, scores):
+                x.set(v)
+
+        st._pipeline(k, self.my_n, self.locate, self.load, compute)
+        stores(self.my_n - 1)
+
     def issue_one(self, cur):
         """One pair's chain on keys `cur`, not waited for (`_pipeline_alternate`)."""
         return self.issue(self.at, self.operands(cur), self.gi)
@@ -328,7 +375,9 @@ class WgmmaGroup:
             else:
                 with k.if_else(P.eq(p.pairs)) as (all_pairs, fewer):
                     with all_pairs:
-                        if self.half is None:
+                        if self.half is None and st.defer_stores and self.mma_chains:
+                            self._wide_deferred()
+                        elif self.half is None:
                             st._pipeline(k, my_n, self.locate, self.load, self.compute_wide)
                         else:
                             st._pipeline_halves(k, my_n, self.locate, self.load,

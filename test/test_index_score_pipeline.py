@@ -584,6 +584,50 @@ def test_head_sum_accumulators_give_the_same_bits(cfg, rows, waves, requests, mo
     assert out[1][2] == out[naccs][2], "a different number of wgmmas"
 
 
+DEFER_CASES = [
+    ("tiny32", 8, [(8, 2043)], "relaxed"),               # one group: every step deferred
+    ("tiny32", 8, [(7, 700), (1, 64)], "random"),        # an odd group: one-pair chains too
+    ("tiny", 4, [(4, 129)], "inorder"),                  # 3 pages: a warpgroup's one step
+    ("tiny", 8, [(8, 0)], "random"),                     # one key: a warpgroup with no step
+]
+
+
+@pytest.mark.parametrize("cfg,rows,requests,mode", DEFER_CASES,
+                         ids=[f"{c[0]}-r{c[1]}-{c[3]}-{len(c[2])}req" for c in DEFER_CASES])
+def test_deferred_stores_give_the_same_bits(cfg, rows, requests, mode):
+    """IndexScore.defer_stores: step t - 1's scores stored while step t's chain runs, the
+    last step's after the loop: scores and histograms bit-identical to storing each step's
+    own, within the float64 checks (every key scored once: check_launch's poison)."""
+    out = {}
+    for on in (True, False):
+        L, st = _head_sum_launch(cfg, rows, 8, "mma")
+        st.defer_stores = on
+        inp = make_inputs(st.p, np.random.default_rng(7 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=5)
+        check_launch(L, inp, res)
+        out[on] = (res.regions["scores"].view(np.uint32).copy(), res.regions["score_hist"].copy(),
+                   sum(1 for _ in L.kernel("interp", 32).walk()))
+    assert out[True][2] > out[False][2], "the deferred path was not built"
+    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
+    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+
+
+def test_sm90a_deferred_stores_ptx():
+    """glm5 rows 8, defer_stores: no instruction touches a wgmma's registers in flight, and
+    (where ptxas is installed) no wait injected: the carried values are the scaled scores
+    (an FMA's registers), not the head-sum D's (carrying D drew advisory C7517)."""
+    from monokernel.build import build_many
+    L = index_scoring_launch(BuildSpec.make("glm5", rows=8, target="sm_90a"))
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.defer_stores = True
+    (art,) = build_many([L.kernel("sm_90a")])
+    ptx = art.data.decode()
+    assert not inflight_violations(ptx)
+    rep = ptxas_report(ptx)
+    if rep is not None:
+        assert "C751" not in rep, rep
+
+
 def test_head_sum_accumulators_bad_values_are_named():
     for bad in (0, -1, 1.5, True):
         L, st = _head_sum_launch("tiny", 8, 8, "mma")
