@@ -98,7 +98,7 @@ class IndexScore(Stage):
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
-                "defer_stores")
+                "defer_stores", "sum_mma")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -115,7 +115,8 @@ class IndexScore(Stage):
     # Hopper pipelines: ss_keys, pipeline_min_pairs, alternate_one_pair)
     HEAD_SUMS = ("auto", "fma", "mma")
     head_sum = "auto"
-    CHOICES = {"head_sum": HEAD_SUMS}  # the string tunables' values (tools' --tune)
+    # the string tunables' values (tools' --tune)
+    CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": ("wgmma", "sync")}
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
     # Independent accumulators of the head-sum wgmmas (`head_sum` "mma"): the K chunks of row
@@ -129,6 +130,13 @@ class IndexScore(Stage):
     # Hopper, the all-pairs chain with the bf16 head sum: step t - 1's scores stored and
     # counted while step t's chain runs (WgmmaGroup._wide_deferred), not after its own wait
     defer_stores = False
+    # Hopper, the bf16 head sum's MMA: "wgmma" (m64n8k16 a K chunk, A from registers) or
+    # "sync" (each warp's mma.sync m16n8k16 on the same packed A, B fragments loaded from the
+    # staged weights): the register-A wgmma reads 2 KB of A an instruction whatever its N
+    # (the narrow N = 64 chains ran at a quarter of the tensor rate, v7), so its 2 x rows
+    # head-sum wgmmas may cost the tensor pipe far more than their flops
+    SUM_MMAS = ("wgmma", "sync")
+    sum_mma = "wgmma"
     # K elements (bf16) in a row of the head-sum B's core matrices: LBO bytes apart
     SUM_CORE_K = CORE_ROW_BYTES // SUM_ATOM.b_smem.elem_bytes
     # The key loop's block-table entries load `depth` steps before the key loads that use them
@@ -745,6 +753,7 @@ class IndexScore(Stage):
         out = dict(wl=wl, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"), NH=NH)
         if self.bf16_head_sum:
             out["sum_desc"] = self._stage_sum_weights(k, io)
+            out["sum_lds"] = self._wsum
         return out
 
     def _stage_sum_weights(self, k, io):
@@ -762,6 +771,7 @@ class IndexScore(Stage):
         tid = _tid(k)
         Tn = k.W * k.L
         ws = k.lds("ix_wsum", u32, words)
+        self._wsum = ws  # the head-sum B's words (sum_mma "sync" loads its fragments)
         wpr = CORE_ROW_BYTES // WORD_BYTES  # words a core-matrix row (CK bf16 of K)
         for i0 in range(0, words, Tn):
             wd = i0 + tid

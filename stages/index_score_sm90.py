@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 from monokernel.atoms.base import DESC_SHIFT
-from monokernel.atoms.nvidia import wgmma_e4m3
+from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
 from monokernel.types import bf16, f32, i32, u32, u64
 
 from .index_dsl import BF16_HIGH, BF16_SHIFT, _lane
@@ -194,6 +194,10 @@ class WgmmaGroup:
         sa = st.SUM_ATOM
         A2 = [k.bitcast(k.vec(*[k.relu_bf16x2(acc[i], acc[j]) for i, j in regs]), bf16,
                         sa.a_slots) for regs in st._acc_to_sum_a(atom)]
+        if st.sum_mma not in st.SUM_MMAS:
+            raise ValueError(f"ix_score: sum_mma {st.sum_mma!r}; one of {st.SUM_MMAS}")
+        if st.sum_mma == "sync":
+            return self._head_sum_sync(A2, ra)
         ck = st.SUM_CORE_K
         lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (ck)
         d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // ck * lbo_units), u64)
@@ -216,6 +220,51 @@ class WgmmaGroup:
             for other in ds[1:]:
                 d = [d[i] + other[i] for i in range(sa.c_slots)]
         return [d[i] for i in range(sa.c_slots)]
+
+    def _head_sum_sync(self, A2, ra):
+        """The head sum on each warp's mma.sync m16n8k16 (IndexScore.sum_mma "sync"): the
+        packed chunks are, per warp, its 16 keys' A fragments (the m64n8k16 A of lane L is
+        the m16n8k16 A of lane L % 32, rows 16 (L // 32) on: checked below); B's fragments
+        are words of the staged block-diagonal weights (`_stage_sum_weights`' layout); the
+        accumulators as `sum_accs` says, a row's chunks in one. D's lane layout is the
+        m64n8k16's (`_sum_slots`)."""
+        k, st, p = self.k, self.st, self.p
+        sa, ma = st.SUM_ATOM, MMA_M16N8K16_BF16
+        ar, ac, mr, mc = sa.a_rows(), sa.a_cols(), ma.a_rows(), ma.a_cols()
+        for L in range(ar.shape[0]):
+            for s in range(sa.a_slots):
+                if (int(ar[L, s]) - 16 * (L // 32), int(ac[L, s])) != \
+                        (int(mr[L % 32, s]), int(mc[L % 32, s])):
+                    raise ValueError(f"{sa.name} A slot {s} of lane {L} is not {ma.name}'s")
+        br, bc = ma.b_rows(), ma.b_cols()
+        word = u32.bits // 8
+        ck, lbo_words = st.SUM_CORE_K, sa.b_smem.lbo // word
+        row_words = ck * sa.b_smem.elem_bytes // word  # a core matrix's row: ck bf16 of K
+        lane = self.lane
+        # a lane's B words: slots (0, 1) and (2, 3) are K rows 2t, 2t + 1 and 2t + 8, 2t + 9
+        # of column g (checked on the table for lane 5: g = 1, t = 1)
+        if [(int(br[5, s]), int(bc[5, s])) for s in range(4)] != [(2, 1), (3, 1), (10, 1), (11, 1)]:
+            raise ValueError(f"{ma.name}: B lane table not as _head_sum_sync reads it")
+        if ck != 8:  # K rows 2t + 8, 2t + 9 are then the next core matrix's
+            raise ValueError(f"ix_score: sum_mma 'sync' reads core matrices of 8 K rows, "
+                             f"not {ck}")
+        g, t = lane >> 2, lane & 3
+        kbase = ra * p.heads_pad  # K of the chain's first column in the staged B
+        ws = self.stage["sum_lds"]
+        per_run = math.lcm(p.heads_pad, ma.k) // ma.k
+        naccs = min(st.head_sum_accs, -(-len(A2) // per_run))
+        ds = [k.vec(*[k.const(0.0, f32)] * ma.c_slots) for _ in range(naccs)]
+        for c, a2 in enumerate(A2):
+            kk = kbase + c * ma.k + 2 * t  # even: the word holds K rows kk, kk + 1
+            w0 = (kk / ck) * lbo_words + g * row_words + (kk % ck) / 2
+            b = k.bitcast(k.vec(k.load(ws, w0, u32), k.load(ws, w0 + lbo_words, u32)),
+                          bf16, ma.b_slots)
+            j = (c // per_run) % naccs
+            ds[j] = k.mma(ma, a2, b, ds[j])
+        d = [ds[0][i] for i in range(ma.c_slots)]
+        for other in ds[1:]:
+            d = [d[i] + other[i] for i in range(ma.c_slots)]
+        return d
 
     def store_sums(self, d, atom, ra, b0, scales, valid=None):
         """A lane's 2 keys x 2 rows of the head-sum D (`head_sum`): scaled, stored, counted."""

@@ -628,6 +628,65 @@ def test_sm90a_deferred_stores_ptx():
         assert "C751" not in rep, rep
 
 
+SYNC_CASES = [
+    ("tiny32", 8, [(8, 2043)], "relaxed", 1),     # 32 heads: two K chunks a row
+    ("tiny32", 8, [(7, 700), (1, 64)], "random", 2),
+    ("tiny", 8, [(8, 700)], "inorder", 1),         # 4 heads: two rows a K chunk
+    ("tiny", 4, [(4, 300)], "random", 2),
+]
+
+
+@pytest.mark.parametrize("cfg,rows,requests,mode,naccs", SYNC_CASES,
+                         ids=[f"{c[0]}-r{c[1]}-{c[3]}-acc{c[4]}" for c in SYNC_CASES])
+def test_head_sum_on_mma_sync_gives_the_same_bits(cfg, rows, requests, mode, naccs):
+    """IndexScore.sum_mma "sync": each warp's mma.sync m16n8k16 on the packed A chunks,
+    B fragments read from the staged weights: scores and histograms bit-identical to the
+    head-sum wgmmas (the interpreter sums each K chunk the same way), within the float64
+    checks; the build issues mma.sync for the sums and no m64n8k16 wgmma."""
+    out = {}
+    for mm in ("sync", "wgmma"):
+        L, st = _head_sum_launch(cfg, rows, 8, "mma")
+        st.sum_mma, st.sum_accs = mm, naccs
+        inp = make_inputs(st.p, np.random.default_rng(11 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=6)
+        check_launch(L, inp, res)
+        ops = list(L.kernel("interp", 32).walk())
+        sums = sum(1 for op in ops if op.opcode == "wgmma" and op.attrs["atom"].k == 16)
+        syncs = sum(1 for op in ops if op.opcode == "mma"
+                    and op.attrs["atom"].name == "sm90_mma_m16n8k16_bf16")
+        out[mm] = (res.regions["scores"].view(np.uint32).copy(),
+                   res.regions["score_hist"].copy(), sums, syncs)
+    assert out["sync"][2] == 0 and out["wgmma"][2] > 0
+    assert out["sync"][3] - out["wgmma"][3] == out["wgmma"][2], "one mma.sync a K chunk"
+    assert np.array_equal(out["sync"][0], out["wgmma"][0]), "scores differ"
+    assert np.array_equal(out["sync"][1], out["wgmma"][1]), "histograms differ"
+
+
+def test_sm90a_head_sum_on_mma_sync_ptx():
+    """glm5 rows 8, sum_mma "sync": the sums are mma.sync (no m64n8k16 wgmma) and, where
+    ptxas is installed, the scoring and the fused index build without spills."""
+    from monokernel.build import build_many
+    from stages.index import index_launch
+    for make in (index_scoring_launch, index_launch):
+        L = make(BuildSpec.make("glm5", rows=8, target="sm_90a"))
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.sum_mma = "sync"
+        (art,) = build_many([L.kernel("sm_90a")])
+        ptx = art.data.decode()
+        assert "m64n8k16" not in ptx and "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in ptx
+        assert not inflight_violations(ptx)
+        rep = ptxas_report(ptx)
+        if rep is not None:
+            assert "0 bytes spill stores" in rep and "C751" not in rep, rep
+
+
+def test_sum_mma_bad_value_is_named():
+    L, st = _head_sum_launch("tiny", 8, 8, "mma")
+    st.sum_mma = "hmma"
+    with pytest.raises(ValueError, match="sum_mma 'hmma'"):
+        L.kernel("interp", 32)
+
+
 def test_head_sum_accumulators_bad_values_are_named():
     for bad in (0, -1, 1.5, True):
         L, st = _head_sum_launch("tiny", 8, 8, "mma")
