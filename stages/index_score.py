@@ -119,22 +119,32 @@ class IndexScore(Stage):
     CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": ("wgmma", "sync")}
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
-    # Independent accumulators of the head-sum wgmmas (`head_sum` "mma"): the K chunks of row
-    # r (of run r when a chunk holds several rows) go to accumulator r mod sum_accs, added
-    # after the wait. A row's chunks stay in one accumulator, in order, and every other
-    # accumulator holds an exact +0.0 in its column (relu >= 0 times B's zeros), so the
-    # scores' bits do not depend on it. Why: the one-accumulator form is a chain of 2 x rows
-    # dependent m64n8k16 (~4 clocks of tensor work each) that may wait an accumulate latency
-    # a link; independent chains can overlap. 1: the form measured in v11-v14.
+    # The three below are measured alternatives of the rows-4 / rows-8 epilogue, all off
+    # (H200, 512K keys, each against the default in the same call; bench/NOTES.md v15). Each
+    # moved work that the cycle accounts charge to the epilogue (~900 clocks a step), and
+    # none moved the step time: the key loop is not bound by that work's own latency.
+    #
+    # sum_accs: independent accumulators of the head-sum MMAs: row r's K chunks (run r's,
+    # when a chunk holds several rows) go to accumulator r mod sum_accs, added after the
+    # wait. A row's chunks stay in one accumulator, in order, and every other accumulator
+    # holds an exact +0.0 in its column (relu >= 0 times B's zeros): the scores' bits do not
+    # depend on it (the H200's digests equal). Against the one chain of 2 x rows dependent
+    # m64n8k16: index_scoring r8 W1 63.40 / 62.86 / 63.85 us at 1 / 2 / 4, r4 47.04 / 46.41 /
+    # 46.55; index r8 W1 127.82 vs 128.23 at 4. Noise.
     sum_accs = 1
-    # Hopper, the all-pairs chain with the bf16 head sum: step t - 1's scores stored and
-    # counted while step t's chain runs (WgmmaGroup._wide_deferred), not after its own wait
+    # defer_stores: step t - 1's scores stored and counted while step t's chain runs
+    # (WgmmaGroup._wide_deferred). index_scoring r8 W1 63.40 vs 64.40 us but its tail 55.0
+    # vs 53.1, W2 159.7 vs 99.7 (the build spills 48 bytes: ptxas 255 registers); index r8 W1
+    # 130.6 vs 128.0. Its accounts: the stores' issue ~800 clocks under the chain, the chain
+    # then done 1190 clocks after its issue (805-1017 without): what the stores gave back, the
+    # chain took. (Carrying the head-sum D instead of the scaled scores drew ptxas's injected
+    # wait, C7517: a register a wgmma wrote, read while another wgmma is in flight.)
     defer_stores = False
-    # Hopper, the bf16 head sum's MMA: "wgmma" (m64n8k16 a K chunk, A from registers) or
-    # "sync" (each warp's mma.sync m16n8k16 on the same packed A, B fragments loaded from the
-    # staged weights): the register-A wgmma reads 2 KB of A an instruction whatever its N
-    # (the narrow N = 64 chains ran at a quarter of the tensor rate, v7), so its 2 x rows
-    # head-sum wgmmas may cost the tensor pipe far more than their flops
+    # sum_mma: the bf16 head sum on "wgmma" (m64n8k16 a K chunk) or "sync" (each warp's
+    # mma.sync m16n8k16 on the same packed A, B fragments loaded from the staged weights; no
+    # spill, 244 registers at index_scoring r8). Bit-identical in the interpreter; on the
+    # H200 index_scoring r8 W1 68.29 vs 64.66 us (with sum_accs 2: 65.39), r4 47.21 vs 47.25;
+    # index r8 W1 132.78 vs 128.15; epilogue ~930 clocks a step either way.
     SUM_MMAS = ("wgmma", "sync")
     sum_mma = "wgmma"
     # K elements (bf16) in a row of the head-sum B's core matrices: LBO bytes apart
