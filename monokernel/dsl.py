@@ -566,6 +566,13 @@ class KernelBuilder:
         self.uses.add("bulk")
         self._emit("bulk_load_lds", (dst, src, idx, bar), (), dict(nbytes=nbytes))
 
+    def mbar_inval(self, bar):
+        """Lane 0 invalidates `bar` (run it in one wave, after a CTA barrier: every wave has
+        waited for its last phase and no copy is in flight), so a later mbar_init may set it
+        up again; the bytes its copies wrote become plain LDS."""
+        self._bar(bar, "mbar_inval")
+        self._emit("mbar_inval", (bar,), (), {})
+
     def mbar_wait(self, bar, parity):
         """Wait until the phase of `bar` with this parity (0 or 1: phases alternate) has
         completed; after it this wave may read what the phase's copies wrote."""

@@ -60,7 +60,8 @@ class Wave:
         self.seen_writes = -1
         self.seen_wg = -1  # the run's wgmma issue count when this wave last waited
         self.seen_async = -1  # the run's async_events when this wave last waited
-        self.mbar_seen: dict[int, int] = {}  # mbarrier LDS byte -> phases seen complete
+        # mbarrier LDS byte -> (its set-up's generation, phases seen complete)
+        self.mbar_seen: dict[int, tuple] = {}
         self.force_timeout = False
         self.wg_seq = 0
         self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
@@ -542,8 +543,9 @@ class Wave:
             return
         m = marks[self.cta][idx]
         for j in np.unique(m[m != 0]):
-            bar, phase = self.run.bulk_table[int(j) - 1]
-            if self.mbar_seen.get(bar, 0) <= phase:
+            bar, gen, phase = self.run.bulk_table[int(j) - 1]
+            seen_gen, seen = self.mbar_seen.get(bar, (None, 0))
+            if seen_gen != gen or seen <= phase:
                 raise InterpError(
                     f"LDS bytes a bulk copy writes {how} before this wave waited for the copy's "
                     f"mbarrier (LDS byte {bar}) to complete phase {phase}")
@@ -568,9 +570,27 @@ class Wave:
 
     def op_mbar_init(self, op):
         bar = self._mbar(op, "mbar_init")
+        if (self.cta, bar) in self.run.mbars:
+            raise InterpError(f"mbar_init: the mbarrier at LDS byte {bar} is already set up "
+                              "(mbar_inval it first: initialising a valid mbarrier is undefined)")
+        gen = self.run.mbar_gens.get((self.cta, bar), 0) + 1
+        self.run.mbar_gens[(self.cta, bar)] = gen
         self.run.mbars[(self.cta, bar)] = dict(count=op.attrs["count"], pending=op.attrs["count"],
-                                               tx=0, phase=0)
+                                               tx=0, phase=0, gen=gen)
         self.run.async_events += 1
+
+    def op_mbar_inval(self, op):
+        bar = self._mbar(op, "mbar_inval")
+        st = self._mbar_state(bar, "mbar_inval")
+        if st["tx"] or st["pending"] != st["count"]:
+            raise InterpError(f"mbar_inval: the mbarrier at LDS byte {bar} has a phase in flight "
+                              f"({st['count'] - st['pending']} of {st['count']} arrivals, "
+                              f"{st['tx']} bytes outstanding)")
+        del self.run.mbars[(self.cta, bar)]
+        marks = self.run.bulk_marks[self.cta]  # its copies are complete: plain LDS bytes now
+        for j, (b, gen, _) in enumerate(self.run.bulk_table):
+            if b == bar and gen == st["gen"]:
+                marks[marks == j + 1] = 0
 
     def op_mbar_arrive_tx(self, op):
         bar = self._mbar(op, "mbar_arrive_tx")
@@ -593,7 +613,7 @@ class Wave:
         lidx = self._lds_index(dst, nbytes, "bulk_load_lds destination")
         self._check_bulk(lidx, "overwritten")  # a copy into bytes another copy still writes
         self.run.lds[self.cta][lidx] = mem.plain_load(self.cta, b, gidx)
-        self.run.bulk_table.append((bar, st["phase"]))
+        self.run.bulk_table.append((bar, st["gen"], st["phase"]))
         self.run.bulk_marks[self.cta][lidx] = len(self.run.bulk_table)
         st["tx"] -= nbytes
         self._mbar_progress(st)
@@ -607,7 +627,7 @@ class Wave:
         while True:
             st = self._mbar_state(bar, "mbar_wait")
             if (st["phase"] & 1) != parity:  # the phase of that parity is the last completed
-                self.mbar_seen[bar] = st["phase"]
+                self.mbar_seen[bar] = (st["gen"], st["phase"])
                 self.wait_addr = None
                 return
             self.wait_addr = f"mbarrier at LDS byte {bar} (phase {st['phase']})"
@@ -860,6 +880,7 @@ class Run:
         # barrier state {count, pending, tx, phase}; per CTA LDS byte, 0 or 1 + the index in
         # bulk_table of the (barrier, phase) whose completion makes the copied byte readable
         self.mbars: dict[tuple, dict] = {}
+        self.mbar_gens: dict[tuple, int] = {}  # (CTA, LDS byte) -> set-ups so far
         self.bulk_table: list[tuple] = []
         self.bulk_marks = ([np.zeros(self.lds_size, np.int32) for _ in range(grid)]
                            if "bulk" in kernel.uses else None)

@@ -89,6 +89,9 @@ OPCODES: dict[str, str] = {
                      "args[2] (byte offset) to LDS args[0], completing bytes on mbarrier args[3] "
                      "(sm_90a: cp.async.bulk, the TMA unit; no registers hold them); a wave may "
                      "read them only after its mbar_wait saw that phase complete",
+    "mbar_inval": "lane 0 invalidates mbarrier args[0] (no phase in flight), so its 8 bytes may "
+                  "be set up again by mbar_init: a barrier used by each job of a persistent "
+                  "CTA (sm_90a: mbarrier.inval; initialising a valid mbarrier is undefined)",
     "mbar_wait": "wait until the phase of mbarrier args[0] with parity args[1] has completed "
                  "(mbarrier.try_wait.parity in a loop)",
     "fence": "memory fence with attrs.scope and attrs.order",

@@ -71,6 +71,9 @@ class TargetHooks:
     def mbar_try_wait(self, e: "Emitter", bar: str, parity: str) -> str:
         self._no_bulk("mbar_wait")
 
+    def mbar_inval(self, e: "Emitter", bar: str):
+        self._no_bulk("mbar_inval")
+
     def prefetch_l2(self, e: "Emitter", addr: str, nbytes: int):
         """op prefetch_l2 (a hint): nothing by default. gfx942 / gfx950 have no instruction
         that fills the L2 without a register destination, so on AMD the hint is dropped
@@ -683,6 +686,10 @@ class Emitter:
         dst, src, idx, bar = op.args
         self._lane0(lambda: self.h.bulk_load_lds(self, self.val(dst), self.address(src, idx, u8),
                                                  op.attrs["nbytes"], self.val(bar)))
+
+    def op_mbar_inval(self, op):
+        bar = self.val(op.args[0])
+        self._lane0(lambda: self.h.mbar_inval(self, bar))
 
     def op_mbar_wait(self, op):
         bar, parity = (self.val(x) for x in op.args)

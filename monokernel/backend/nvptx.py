@@ -256,6 +256,10 @@ class NVPTXHooks(TargetHooks):
                f'(ptr addrspace(3) {dst}, ptr addrspace(1) {src}, i32 {nbytes}, '
                f'ptr addrspace(3) {bar})')
 
+    def mbar_inval(self, e: Emitter, bar: str):
+        e.emit('call void asm sideeffect "mbarrier.inval.shared::cta.b64 [$0];", "l,~{memory}"'
+               f'(ptr addrspace(3) {bar})')
+
     def mbar_try_wait(self, e: Emitter, bar: str, parity: str) -> str:
         """One mbarrier.try_wait.parity (it may itself wait a while before giving up): 1 once
         the phase of that parity has completed. The memory clobber keeps LDS reads after it."""
