@@ -152,6 +152,7 @@ from layouts.protocol import Mailbox
 from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, MAX_KEYS,
                             MAX_SLICES, TOPK, ScoresLayout, exact_topk_positions, ordered_key)
+from monokernel.ir import MBARRIER_BYTES
 from monokernel.types import f32, i32, u32
 from spec.config import KEY_PAGE_TOKENS
 
@@ -307,6 +308,14 @@ class SelectConfig:
     # prefetches take ~2.4 us to issue, and sel_h1's scan is no faster from L2, so it is not
     # waiting on memory: bench/NOTES.md v13): off, a tunable (--tune sel_h0.l2_prefetch=1)
     l2_prefetch: bool = False
+    # sel_h1 with scores from an input buffer (the select kinds; sm_90a) copies its slice's
+    # scores into LDS with bulk copies (the TMA unit: one a segment, each on its own
+    # mbarrier) issued before it waits for message 0, and scans them from LDS, waiting
+    # segment by segment: the whole slice in flight at once instead of the scan's register
+    # loads (v12: the loads alone took 6.8 of sel_h1's 12.6 us at 512K x 8, latency-bound;
+    # v13: L2 residency alone did not help). LDS: the longest slice (128 KB at 512K x 8).
+    # Off: prepared, to be timed (--tune sel_h1.lds_scan=1); bulk copies are sm_90a only
+    lds_scan: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -818,7 +827,7 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch")
+                "l2_prefetch", "lds_scan")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -854,6 +863,7 @@ class SelectPass(Stage):
         self.wide_segment_sums = cfg.wide_segment_sums
         self.early_emit = cfg.early_emit
         self.l2_prefetch = cfg.l2_prefetch
+        self.lds_scan = cfg.lds_scan
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -980,7 +990,9 @@ class SelectPass(Stage):
                 self._publish(k, io, sl, lds)
                 return
             if not self.solo_check:
-                if self._loads_early:
+                if self._scans_lds:
+                    self._copy_slice(k, io, sl, lds)
+                elif self._loads_early:
                     sl.early = self._scan_loads(k, io, sl, sl.lo)
                 self._round(k, io, sl, lds)
                 return
@@ -1030,6 +1042,55 @@ class SelectPass(Stage):
         return (self.early_loads and self.compacts and self.cfg.prefetch
                 and not self.scores.in_region)
 
+    @property
+    def _scans_lds(self) -> bool:
+        """sel_h1 scans its slice from LDS (SelectConfig.lds_scan): scores from an input
+        buffer only (no stage of the launch writes them, so the copies may start before the
+        wait for message 0)."""
+        return self.lds_scan and self.compacts and not self.scores.in_region
+
+    def _scan_segments(self) -> int:
+        """Segments of the longest slice: the LDS copy's mbarriers."""
+        return self.cfg.max_slice_keys() // self.cfg.segment
+
+    def _copy_slice(self, k, io, sl, lds):
+        """Wave 0 sets up one mbarrier a segment, then (after a CTA barrier) starts one bulk
+        copy a segment of the slice into lds["scan"] (segments tile the capacity, so no copy
+        passes the row's end); the scan waits for each before it reads it (`_scan_scores`),
+        and `_release_slice` invalidates them for the CTA's next job."""
+        c = self.cfg
+        seg_bytes = c.segment * 4
+        with _wave0(k):
+            for s in range(self._scan_segments()):
+                k.mbar_init(k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES), 1)
+        _barrier(k)  # every wave sees the mbarriers set up before any copy completes on one
+        segs = (sl.hi - sl.lo + (c.segment - 1)) / c.segment
+        src = getattr(io.args, self.scores.name)
+        with _wave0(k):
+            for s in k.range(segs):
+                bar = k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES)
+                k.mbar_arrive_tx(bar, seg_bytes)
+                k.bulk_load_lds(k.ptr_add(lds["scan"], s * seg_bytes), src,
+                                (sl.r * c.capacity + sl.lo + s * c.segment) * 4, seg_bytes, bar)
+
+    def _wait_segments(self, k, sl, lds, rel):
+        """Wait for the copies of the segments an iteration at slice offset `rel` reads."""
+        c = self.cfg
+        step = 4 * k.W * k.L * SCAN_UNROLL
+        segs = (sl.hi - sl.lo + (c.segment - 1)) / c.segment
+        first = rel / c.segment
+        for j in range(-(-step // c.segment)):
+            s = first + j
+            with k.if_(s < segs):
+                k.mbar_wait(k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES), 0)
+
+    def _release_slice(self, k, lds):
+        """After every wave's last read of the copies: invalidate the mbarriers."""
+        _barrier(k)
+        with _wave0(k):
+            for s in range(self._scan_segments()):
+                k.mbar_inval(k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES))
+
     def _round(self, k, io, sl, lds):
         """One exchange round: decide on message q-1, then emit (sel_out) or count the next
         digit and publish message q."""
@@ -1077,6 +1138,10 @@ class SelectPass(Stage):
                                                         if c.batched_append else 1) * k.W)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
+        if self._scans_lds:
+            step = 4 * k.W * k.L * SCAN_UNROLL  # the scan reads whole iterations
+            out["scan"] = k.lds(f"{nm}_scan", u32, -(-c.max_slice_keys() // step) * step)
+            out["scan_bars"] = k.mbarrier(f"{nm}_scan_bars", self._scan_segments())
         if self.solo_runs:
             S = c.max_slices
             # the directory of the row's lists laid end to end (each padded to whole 4-key
@@ -1188,13 +1253,20 @@ class SelectPass(Stage):
 
         def load(ps):
             return self._scan_loads(k, io, sl, None, ps)
+        from_lds = self._scans_lds
+        if from_lds:
+            def load(ps):  # noqa: F811  (the slice's copy in LDS: offsets from lo)
+                return [k.load(lds["scan"], p - sl.lo, u32, 4) for p in ps]
         with k.if_(sl.lo < sl.hi):
-            if self.cfg.prefetch:
+            if self.cfg.prefetch and not from_lds:
                 first_loads = sl.early or load(positions(sl.lo))
                 ring = [k.lane_var(x) for x in first_loads]
             for base in k.range(sl.lo, sl.hi, step):
                 ps = positions(base)
-                if self.cfg.prefetch:  # the next iteration's loads go out first
+                if from_lds:
+                    self._wait_segments(k, sl, lds, base - sl.lo)
+                    raws = load(ps)
+                elif self.cfg.prefetch:  # the next iteration's loads go out first
                     raws = [v.get() for v in ring]
                     for v, x in zip(ring, load(positions(base + step))):
                         v.set(x)
@@ -1230,6 +1302,8 @@ class SelectPass(Stage):
                 if not first and append and self.cfg.batched_append:
                     par = ((base - sl.lo) / step) & 1
                     self._append(k, io, sl, lds, kept, run, par)
+        if from_lds:
+            self._release_slice(k, lds)
         if first:
             return
         if nans:  # a lane counts <= 512K / 64 keys: no carry between its halves

@@ -295,3 +295,50 @@ def test_l2_prefetch_asks_for_every_visible_score_and_changes_nothing(dist):
         assert np.array_equal(on_r.outputs[name], off_r.outputs[name])
     for q in range(base.passes):
         assert np.array_equal(on_r.regions[base.msg(q)], off_r.regions[base.msg(q)])
+
+
+@pytest.mark.parametrize("waves", [1, 3])
+@pytest.mark.parametrize("dist", ["normal", "allequal", "fewsel", "above2049", "nan"])
+def test_sel_h1_scanning_its_slice_from_lds_gives_the_same_messages(dist, waves):
+    """SelectConfig.lds_scan: sel_h1 copies its slice's scores into LDS (a bulk copy and an
+    mbarrier a segment, started before its wait for message 0; the mbarriers set up and
+    invalidated each job, three CTAs running several jobs each) and scans them from there:
+    message 1, the lists, message 2 and the second lists exactly those of the register
+    loads, in the relaxed memory mode (a read before its segment's wait is an interpreter
+    error); exact selections."""
+    key = [26, ["normal", "allequal", "fewsel", "above2049", "nan"].index(dist)]
+    runs = _ab_runs(CFG, "lds_scan", dist, key, waves=waves, seed=6)
+    copies = [sum(1 for op in L.kernel("interp", 32).walk() if op.opcode == "bulk_load_lds")
+              for _, L, _ in runs]
+    assert copies[0] > 0 and copies[1] == 0, copies
+    (_, _, on), (_, _, off) = runs
+    for name in (CFG.msg(1), CFG.list_keys, CFG.list_pos, CFG.msg(2), CFG.list2_keys,
+                 CFG.list2_pos):
+        assert np.array_equal(on.regions[name], off.regions[name]), name
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
+    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+
+
+def test_sm90a_lds_scan_ptx():
+    """select_hist glm5 rows 8 with lds_scan: sel_h1's copies go through the TMA unit with
+    their mbarriers set up and invalidated per job, the LDS holds the longest slice (128 KB)
+    within sm_90a's 227 KB a CTA, and (where ptxas is installed) nothing spills."""
+    import re
+
+    from conftest import ptxas_report
+    from monokernel.backend import nvptx
+    from spec import BuildSpec
+    from stages import kinds
+    L = kinds.kind("select_hist").launch(BuildSpec.make("glm5", rows=8, target="sm_90a"))
+    for st in L.stages:
+        if isinstance(st, sel.SelectPass):
+            st.lds_scan = True
+    kern = L.kernel("sm_90a")
+    assert 128 * 1024 < kern.lds_bytes <= 227 * 1024, kern.lds_bytes
+    ptx = nvptx.build_ptx(kern)
+    for pattern in (r"cp\.async\.bulk\.shared::cluster\.global", r"mbarrier\.inval\.shared::cta",
+                    r"mbarrier\.init\.shared::cta"):
+        assert re.search(pattern, ptx), pattern
+    rep = ptxas_report(ptx)
+    if rep is not None:
+        assert "0 bytes spill stores" in rep, rep
