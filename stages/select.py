@@ -314,7 +314,12 @@ class SelectConfig:
     # segment by segment: the whole slice in flight at once instead of the scan's register
     # loads (v12: the loads alone took 6.8 of sel_h1's 12.6 us at 512K x 8, latency-bound;
     # v13: L2 residency alone did not help). LDS: the longest slice (128 KB at 512K x 8).
-    # Off: prepared, to be timed (--tune sel_h1.lds_scan=1); bulk copies are sm_90a only
+    # Measured SLOWER on the H200 (bench/NOTES.md v15, same call: select_hist 512K x 8 35.1
+    # vs 29.2 us, 64K x 8 21.6 vs 20.5, 512K x 2 27.0 vs 25.5; exact): the set-up (32
+    # mbarrier inits, each with its fence, and 32 copies from one lane) delays sel_h1's wait
+    # by ~4.5 us, and the scan from LDS is no faster (10.3 vs 9.2 us after the wait): it is
+    # bound by its instructions, not its loads. Off, a tunable (--tune sel_h1.lds_scan=1);
+    # bulk copies are sm_90a only
     lds_scan: bool = False
 
     def __post_init__(self):
