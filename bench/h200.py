@@ -120,30 +120,37 @@ def mma_bench(name: str, waves: int = 8, iters: int = 4096) -> dict:
     return dict(atom=name, us=us, TFLOPs=fl / (us * 1e-6) / 1e12, regs=ck.regs)
 
 
-def overlap_bench(iters: int = 2048, works=(256, 512), waves: int = 8) -> list:
+# (work, mem) cases of the overlap probe: relu / FMA instructions and (store, LDS count)
+# pairs an iteration; A from registers (RS) also with the scoring epilogue's memory side
+OVERLAP_CASES = {False: ((256, 0), (512, 0), (0, 4), (128, 4), (256, 8)),
+                 True: ((256, 0), (512, 0))}
+
+
+def overlap_bench(iters: int = 2048, waves: int = 8) -> list:
     """bench/mma_loops.wgmma_overlap_loop: a wgmma m64n256k32 chain per iteration alone,
-    `work` relu / FMA instructions alone, and both (the work issued while the chain is in
-    flight), with A from registers (RS, the scoring's form) and from shared memory (SS);
-    overlap = (t_tensor + t_work - t_both) / min(t_tensor, t_work): 1 = fully hidden, 0 =
-    serialized (bench/NOTES.md v9: the scoring's epilogue)."""
+    `work` relu / FMA instructions (and `mem` masked store + LDS count pairs) alone, and
+    both (issued while the chain is in flight), with A from registers (RS, the scoring's
+    form) and from shared memory (SS); overlap = (t_tensor + t_work - t_both) /
+    min(t_tensor, t_work): 1 = fully hidden, 0 = serialized (bench/NOTES.md v9, v15: the
+    scoring's epilogue)."""
     src = torch.randint(0, 64, (mma_loops.SRC_BYTES,), dtype=torch.uint8, device="cuda")
     out = torch.zeros(132 * waves * 32, device="cuda")
 
-    def t(work, tensor, ss):
-        kern, _ = mma_loops.build_overlap(work, tensor, waves=waves, a_smem=ss)
+    def t(work, tensor, ss, mem=0):
+        kern, _ = mma_loops.build_overlap(work, tensor, waves=waves, a_smem=ss, mem=mem)
         ck = CudaKernel(kern)
         return timed(lambda: ck.launch(dict(src=src, out=out, iters=iters), grid=132, sync=False,
                                        cooperative=False), reps=10, warmup=2), ck.regs
     rows = []
     for ss in (False, True):
         t_tensor, _ = t(0, True, ss)
-        for work in works:
-            t_work, _ = t(work, False, ss)
-            t_both, regs_b = t(work, True, ss)
+        for work, mem in OVERLAP_CASES[ss]:
+            t_work, _ = t(work, False, ss, mem)
+            t_both, regs_b = t(work, True, ss, mem)
             ov = (t_tensor + t_work - t_both) / min(t_tensor, t_work)
-            rows.append(dict(a="smem" if ss else "regs", work=work, tensor_us=t_tensor,
+            rows.append(dict(a="smem" if ss else "regs", work=work, mem=mem, tensor_us=t_tensor,
                              work_us=t_work, both_us=t_both, overlap=ov, regs=regs_b))
-            print(f"A from {'smem' if ss else 'regs'}, work {work:4d}: wgmma alone "
+            print(f"A from {'smem' if ss else 'regs'}, work {work:4d}, mem {mem}: wgmma alone "
                   f"{t_tensor:8.1f} us, work alone {t_work:8.1f}, both {t_both:8.1f}: "
                   f"overlap {ov:5.2f} ({regs_b} regs)", flush=True)
     return rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 from monokernel.atoms import atom, wgmma_e4m3
 from monokernel.dsl import build_kernel
 from monokernel.ir import ABI, Ptr, Scalar
-from monokernel.types import f32, i32, u8, u64
+from monokernel.types import f32, i32, u8, u32, u64
 
 CHAINS = 4
 SRC_BYTES = 256  # the `src` buffer the loops read their operands from (bench/h200.py's)
@@ -79,15 +79,21 @@ def wgmma_loop(k, *, at):
 # The overlap probe's CUDA-core work: EPI_CHAINS independent relu + FMA chains a thread (the
 # scoring epilogue's instruction pair), `work` instructions an iteration in all.
 EPI_CHAINS = 32
+HIST_BITS = 6  # the memory side's counts: the scoring's first digit (top 6 bits), 64 bins
+HIST_BINS = 1 << HIST_BITS
 
 
-def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
+def wgmma_overlap_loop(k, *, at, work: int, tensor: bool, mem: int = 0):
     """Does CUDA-core work issued while a wgmma chain is in flight overlap it? Per iteration:
     fence, CHAINS wgmmas (A from registers, or from shared memory for an SS atom), commit
     (if `tensor`), then `work` relu / FMA instructions on registers of their own
     (independent of the chain), then wait(0). Timed against tensor-only (work 0) and
     work-only (tensor False) launches by bench/h200.py --overlap: overlap = (t_tensor +
-    t_work - t_both) / min(t_tensor, t_work)."""
+    t_work - t_both) / min(t_tensor, t_work). `mem`: also that many (score-like store, LDS
+    histogram count) pairs an iteration, each masked by its value's sign as the scoring's
+    `_store` is (a global store of the value, its top 6 bits counted by a predicated LDS
+    atomic): the scoring epilogue's memory side (4 of each a lane a step), v15's question
+    whether that, not the ALU work, is what does not overlap the RS chain."""
     if work % (2 * EPI_CHAINS):
         raise ValueError(f"work {work} must be a multiple of {2 * EPI_CHAINS} instructions")
     lane = k.wave_id() % 4 * k.L + k.lane_id()
@@ -98,6 +104,10 @@ def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
     w = k.cast(k.load(k.args.src, lane % SRC_BYTES, u8), f32) * (-1.0 / 256)
     ep = [k.lane_var(k.cast(k.load(k.args.src, (lane + 7 * i) % SRC_BYTES, u8), f32) - 31.5)
           for i in range(EPI_CHAINS)]
+    gid = (k.cta_id() * k.W + k.wave_id()) * k.L + k.lane_id()
+    hist = k.lds("ovl_hist", u32, HIST_BINS * k.W) if mem else None
+    if mem > EPI_CHAINS:
+        raise ValueError(f"mem {mem}: at most {EPI_CHAINS} pairs an iteration")
     for _ in k.range(k.args.iters):
         d = acc.get()
         if tensor:
@@ -108,23 +118,29 @@ def wgmma_overlap_loop(k, *, at, work: int, tensor: bool):
         for _r in range(work // (2 * EPI_CHAINS)):
             for v in ep:
                 v.set(k.fma(k.max(v.get(), 0.0), w, v.get()))
+        for m in range(mem):  # overwritten by the final store below
+            v = ep[m].get()
+            ok = v > 0.0
+            k.store(k.args.out, gid, v, mask=ok)
+            digit = k.cast(k.bitcast(v, u32) >> (32 - HIST_BITS), i32)
+            k.atomic("add", hist, k.wave_id() * HIST_BINS + digit, k.const(1, u32), mask=ok,
+                     scope="cta")
         if tensor:
             k.wgmma_wait(0)
         acc.set(d)
     total = k.extract(acc.get(), 0)
     for v in ep:
         total = total + v.get()
-    gid = (k.cta_id() * k.W + k.wave_id()) * k.L + k.lane_id()
     k.store(k.args.out, gid, total)
 
 
 def build_overlap(work: int, tensor: bool, n: int = 256, target: str = "sm_90a", waves: int = 8,
-                  a_smem: bool = False):
+                  a_smem: bool = False, mem: int = 0):
     at = wgmma_e4m3(n, a_smem=a_smem)
-    return build_kernel(f"wgmma_overlap_w{work}_{'t' if tensor else 'n'}{'_ss' if a_smem else ''}",
-                        wgmma_overlap_loop,
+    return build_kernel(f"wgmma_overlap_w{work}_m{mem}_{'t' if tensor else 'n'}"
+                        f"{'_ss' if a_smem else ''}", wgmma_overlap_loop,
                         abi=_abi(), target=target, waves=waves, wave_size=32, at=at,
-                        work=work, tensor=tensor), at
+                        work=work, tensor=tensor, mem=mem), at
 
 
 def build(name: str, target: str = "sm_90a", waves: int = 8):

@@ -208,18 +208,21 @@ def test_gemv_bench_probes_build_run_and_write_every_output(probe, rng):
         gemv_mma.build("interp", N=N, K=K, R=R, waves=2, probe="bogus")
 
 
-@pytest.mark.parametrize("work,tensor,ss", [(0, True, False), (128, False, False),
-                                            (128, True, False), (128, True, True)])
-def test_wgmma_overlap_probe_runs_and_writes_every_output(work, tensor, ss):
+@pytest.mark.parametrize("work,tensor,ss,mem", [(0, True, False, 0), (128, False, False, 0),
+                                                (128, True, False, 0), (128, True, True, 0),
+                                                (0, False, False, 4), (128, True, False, 4)])
+def test_wgmma_overlap_probe_runs_and_writes_every_output(work, tensor, ss, mem):
     """The bench-only overlap probe (bench/h200.py --overlap): tensor-only, work-only and
-    both (A from registers, or shared memory: `ss`) run in the interpreter (2 iterations, the wgmma chain retired before its result is
+    both (A from registers, or shared memory: `ss`; with `mem` masked store + LDS count pairs)
+    run in the interpreter (2 iterations, the wgmma chain retired before its result is
     carried on) and write every thread's output (poisoned first); the work-only sum is the
     host's own recurrence; work not a multiple of the chains' round is an error naming it."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from bench import mma_loops
-    kern, at = mma_loops.build_overlap(work, tensor, n=64, target="interp", waves=4, a_smem=ss)
+    kern, at = mma_loops.build_overlap(work, tensor, n=64, target="interp", waves=4, a_smem=ss,
+                                       mem=mem)
     src = np.random.default_rng(5).integers(0, 64, 256).astype(np.uint8)
     out = np.full(4 * 32, np.nan, np.float32)
     inp = dict(src=src, out=out, iters=np.int32(2))
