@@ -201,9 +201,7 @@ class WgmmaGroup:
         ck = st.SUM_CORE_K
         lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (ck)
         d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // ck * lbo_units), u64)
-        # K chunks that hold whole rows (lcm(HP, k) / k): such a run shares an accumulator
-        per_run = math.lcm(p.heads_pad, sa.k) // sa.k
-        naccs = min(st.head_sum_accs, -(-len(A2) // per_run))
+        per_run, naccs = self._sum_accumulators(sa.k, len(A2))
         ds = [k.vec(*[k.const(0.0, f32)] * sa.c_slots) for _ in range(naccs)]
         for c, a2 in enumerate(A2):
             j = (c // per_run) % naccs
@@ -214,12 +212,21 @@ class WgmmaGroup:
             ds[j] = k.wgmma(sa, a2, d0 + c * (sa.k // ck) * lbo_units, ds[j])
         k.wgmma_commit()
         k.wgmma_wait(0)
-        d = ds[0]
-        if naccs > 1:
-            d = [ds[0][i] for i in range(sa.c_slots)]
-            for other in ds[1:]:
-                d = [d[i] + other[i] for i in range(sa.c_slots)]
-        return [d[i] for i in range(sa.c_slots)]
+        return self._added(ds, sa.c_slots)
+
+    def _sum_accumulators(self, chunk_k, chunks):
+        """(K chunks a run, accumulators) of the head sum (IndexScore.sum_accs): a run is
+        lcm(HP, chunk_k) / chunk_k chunks, whole rows, and shares an accumulator."""
+        per_run = math.lcm(self.p.heads_pad, chunk_k) // chunk_k
+        return per_run, min(self.st.head_sum_accs, -(-chunks // per_run))
+
+    @staticmethod
+    def _added(ds, slots):
+        """The accumulators' slots, added in order (one accumulator: its slots)."""
+        d = [ds[0][i] for i in range(slots)]
+        for other in ds[1:]:
+            d = [d[i] + other[i] for i in range(slots)]
+        return d
 
     def _head_sum_sync(self, A2, ra):
         """The head sum on each warp's mma.sync m16n8k16 (IndexScore.sum_mma "sync"): the
@@ -237,22 +244,22 @@ class WgmmaGroup:
                         (int(mr[L % 32, s]), int(mc[L % 32, s])):
                     raise ValueError(f"{sa.name} A slot {s} of lane {L} is not {ma.name}'s")
         br, bc = ma.b_rows(), ma.b_cols()
+        for L in range(br.shape[0]):  # B slots (0, 1), (2, 3): K rows 2t, 2t + 1, 2t + 8, 2t + 9
+            for s in range(ma.b_slots):
+                if (int(br[L, s]), int(bc[L, s])) != (2 * (L & 3) + (s & 1) + 8 * (s >> 1), L >> 2):
+                    raise ValueError(f"{ma.name}: B slot {s} of lane {L} is not where "
+                                     "_head_sum_sync loads it")
         word = u32.bits // 8
         ck, lbo_words = st.SUM_CORE_K, sa.b_smem.lbo // word
         row_words = ck * sa.b_smem.elem_bytes // word  # a core matrix's row: ck bf16 of K
         lane = self.lane
-        # a lane's B words: slots (0, 1) and (2, 3) are K rows 2t, 2t + 1 and 2t + 8, 2t + 9
-        # of column g (checked on the table for lane 5: g = 1, t = 1)
-        if [(int(br[5, s]), int(bc[5, s])) for s in range(4)] != [(2, 1), (3, 1), (10, 1), (11, 1)]:
-            raise ValueError(f"{ma.name}: B lane table not as _head_sum_sync reads it")
         if ck != 8:  # K rows 2t + 8, 2t + 9 are then the next core matrix's
             raise ValueError(f"ix_score: sum_mma 'sync' reads core matrices of 8 K rows, "
                              f"not {ck}")
         g, t = lane >> 2, lane & 3
         kbase = ra * p.heads_pad  # K of the chain's first column in the staged B
         ws = self.stage["sum_lds"]
-        per_run = math.lcm(p.heads_pad, ma.k) // ma.k
-        naccs = min(st.head_sum_accs, -(-len(A2) // per_run))
+        per_run, naccs = self._sum_accumulators(ma.k, len(A2))
         ds = [k.vec(*[k.const(0.0, f32)] * ma.c_slots) for _ in range(naccs)]
         for c, a2 in enumerate(A2):
             kk = kbase + c * ma.k + 2 * t  # even: the word holds K rows kk, kk + 1
@@ -261,10 +268,7 @@ class WgmmaGroup:
                           bf16, ma.b_slots)
             j = (c // per_run) % naccs
             ds[j] = k.mma(ma, a2, b, ds[j])
-        d = [ds[0][i] for i in range(ma.c_slots)]
-        for other in ds[1:]:
-            d = [d[i] + other[i] for i in range(ma.c_slots)]
-        return d
+        return self._added(ds, ma.c_slots)
 
     def store_sums(self, d, atom, ra, b0, scales, valid=None):
         """A lane's 2 keys x 2 rows of the head-sum D (`head_sum`): scaled, stored, counted."""
