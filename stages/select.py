@@ -591,6 +591,11 @@ def _barrier(k):
         k.barrier()
 
 
+def _scan_step(k) -> int:
+    """Keys an iteration of a pass over the scores reads: SCAN_UNROLL rounds of 4 a thread."""
+    return 4 * k.W * k.L * SCAN_UNROLL
+
+
 @contextlib.contextmanager
 def _wave0(k):
     if k.W > 1:
@@ -1058,6 +1063,10 @@ class SelectPass(Stage):
         """Segments of the longest slice: the LDS copy's mbarriers."""
         return self.cfg.max_slice_keys() // self.cfg.segment
 
+    def _slice_segments(self, sl):
+        """Segments of this slice (the last one partly past hi): its copies."""
+        return (sl.hi - sl.lo + (self.cfg.segment - 1)) / self.cfg.segment
+
     def _copy_slice(self, k, io, sl, lds):
         """Wave 0 sets up one mbarrier a segment, then (after a CTA barrier) starts one bulk
         copy a segment of the slice into lds["scan"] (segments tile the capacity, so no copy
@@ -1069,7 +1078,7 @@ class SelectPass(Stage):
             for s in range(self._scan_segments()):
                 k.mbar_init(k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES), 1)
         _barrier(k)  # every wave sees the mbarriers set up before any copy completes on one
-        segs = (sl.hi - sl.lo + (c.segment - 1)) / c.segment
+        segs = self._slice_segments(sl)
         src = getattr(io.args, self.scores.name)
         with _wave0(k):
             for s in k.range(segs):
@@ -1081,10 +1090,9 @@ class SelectPass(Stage):
     def _wait_segments(self, k, sl, lds, rel):
         """Wait for the copies of the segments an iteration at slice offset `rel` reads."""
         c = self.cfg
-        step = 4 * k.W * k.L * SCAN_UNROLL
-        segs = (sl.hi - sl.lo + (c.segment - 1)) / c.segment
+        segs = self._slice_segments(sl)
         first = rel / c.segment
-        for j in range(-(-step // c.segment)):
+        for j in range(-(-_scan_step(k) // c.segment)):
             s = first + j
             with k.if_(s < segs):
                 k.mbar_wait(k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES), 0)
@@ -1144,7 +1152,7 @@ class SelectPass(Stage):
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self._scans_lds:
-            step = 4 * k.W * k.L * SCAN_UNROLL  # the scan reads whole iterations
+            step = _scan_step(k)  # the scan reads whole iterations
             out["scan"] = k.lds(f"{nm}_scan", u32, -(-c.max_slice_keys() // step) * step)
             out["scan_bars"] = k.mbarrier(f"{nm}_scan_bars", self._scan_segments())
         if self.solo_runs:
@@ -1252,16 +1260,16 @@ class SelectPass(Stage):
             self.count_from_list
         if later_count:  # prefix(key) >= Q and key != 0  <=>  key >= max(Q << (32 - d), 1)
             key_lo = k.max(_prefix_floor(k, Q, d), k.const(1, u32))
-        step = 4 * T * U
+        step = _scan_step(k)
 
         positions = functools.partial(self._scan_positions, k)
 
-        def load(ps):
-            return self._scan_loads(k, io, sl, None, ps)
         from_lds = self._scans_lds
-        if from_lds:
-            def load(ps):  # noqa: F811  (the slice's copy in LDS: offsets from lo)
+
+        def load(ps):  # from the slice's copy in LDS (offsets from lo) or from memory
+            if from_lds:
                 return [k.load(lds["scan"], p - sl.lo, u32, 4) for p in ps]
+            return self._scan_loads(k, io, sl, None, ps)
         with k.if_(sl.lo < sl.hi):
             if self.cfg.prefetch and not from_lds:
                 first_loads = sl.early or load(positions(sl.lo))
