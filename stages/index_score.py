@@ -115,8 +115,9 @@ class IndexScore(Stage):
     # Hopper pipelines: ss_keys, pipeline_min_pairs, alternate_one_pair)
     HEAD_SUMS = ("auto", "fma", "mma")
     head_sum = "auto"
+    SUM_MMAS = ("wgmma", "sync")  # the head sum's MMA (`sum_mma`, below)
     # the string tunables' values (tools' --tune)
-    CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": ("wgmma", "sync")}
+    CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": SUM_MMAS}
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
     # The three below are measured alternatives of the rows-4 / rows-8 epilogue, all off
@@ -145,7 +146,6 @@ class IndexScore(Stage):
     # spill, 244 registers at index_scoring r8). Bit-identical in the interpreter; on the
     # H200 index_scoring r8 W1 68.29 vs 64.66 us (with sum_accs 2: 65.39), r4 47.21 vs 47.25;
     # index r8 W1 132.78 vs 128.15; epilogue ~930 clocks a step either way.
-    SUM_MMAS = ("wgmma", "sync")
     sum_mma = "wgmma"
     # K elements (bf16) in a row of the head-sum B's core matrices: LBO bytes apart
     SUM_CORE_K = CORE_ROW_BYTES // SUM_ATOM.b_smem.elem_bytes
@@ -220,6 +220,13 @@ class IndexScore(Stage):
             raise ValueError(f"ix_score: sum_accs {n!r}; the head-sum wgmmas need at least 1 "
                              f"accumulator")
         return n
+
+    @property
+    def head_sum_on_sync(self) -> bool:
+        """`sum_mma`, checked: whether the head sums run on mma.sync ("sync")."""
+        if self.sum_mma not in self.SUM_MMAS:
+            raise ValueError(f"ix_score: sum_mma {self.sum_mma!r}; one of {self.SUM_MMAS}")
+        return self.sum_mma == "sync"
 
     def jobs(self):
         p = self.p
@@ -762,8 +769,7 @@ class IndexScore(Stage):
             k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
         out = dict(wl=wl, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"), NH=NH)
         if self.bf16_head_sum:
-            out["sum_desc"] = self._stage_sum_weights(k, io)
-            out["sum_lds"] = self._wsum
+            out["sum_desc"], out["sum_lds"] = self._stage_sum_weights(k, io)
         return out
 
     def _stage_sum_weights(self, k, io):
@@ -772,7 +778,7 @@ class IndexScore(Stage):
         SUM_ATOM's LBO (the 8 x 8 core matrices of successive K back to back, one column block):
         byte (kk // CK) * LBO + n * CORE_ROW_BYTES + (kk % CK) * 2, CK = SUM_CORE_K. A chain
         starting at row ra reads it from K = ra x HP on, so D's column n is row n's sum.
-        Returns the descriptor of K = 0."""
+        Returns the descriptor of K = 0 and the words (sum_mma "sync" loads its fragments)."""
         p, at = self.p, self.SUM_ATOM
         R, H, HP = p.rows, p.heads, p.heads_pad
         ck, lbo_words = self.SUM_CORE_K, at.b_smem.lbo // WORD_BYTES
@@ -781,7 +787,6 @@ class IndexScore(Stage):
         tid = _tid(k)
         Tn = k.W * k.L
         ws = k.lds("ix_wsum", u32, words)
-        self._wsum = ws  # the head-sum B's words (sum_mma "sync" loads its fragments)
         wpr = CORE_ROW_BYTES // WORD_BYTES  # words a core-matrix row (CK bf16 of K)
         for i0 in range(0, words, Tn):
             wd = i0 + tid
@@ -796,7 +801,7 @@ class IndexScore(Stage):
                 v = self._head_weight(k, io, k.min(row, R - 1), k.min(h, H - 1), mask=on & (h < H))
                 half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
             k.store(ws, k.min(wd, words - 1), half[0] | (half[1] << BF16_SHIFT), mask=m)
-        return at.smem_descriptor(k.lds_offset("ix_wsum"))
+        return at.smem_descriptor(k.lds_offset("ix_wsum")), ws
 
     def _sum_slots(self):
         """[(key half hk, column offset)] of the head-sum D's slots: slot i of lane (warp w,

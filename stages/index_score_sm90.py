@@ -194,9 +194,7 @@ class WgmmaGroup:
         sa = st.SUM_ATOM
         A2 = [k.bitcast(k.vec(*[k.relu_bf16x2(acc[i], acc[j]) for i, j in regs]), bf16,
                         sa.a_slots) for regs in st._acc_to_sum_a(atom)]
-        if st.sum_mma not in st.SUM_MMAS:
-            raise ValueError(f"ix_score: sum_mma {st.sum_mma!r}; one of {st.SUM_MMAS}")
-        if st.sum_mma == "sync":
+        if st.head_sum_on_sync:
             return self._head_sum_sync(A2, ra)
         ck = st.SUM_CORE_K
         lbo_units = sa.b_smem.lbo >> DESC_SHIFT  # descriptor units a core matrix of K (ck)
@@ -238,10 +236,11 @@ class WgmmaGroup:
         k, st, p = self.k, self.st, self.p
         sa, ma = st.SUM_ATOM, MMA_M16N8K16_BF16
         ar, ac, mr, mc = sa.a_rows(), sa.a_cols(), ma.a_rows(), ma.a_cols()
+        warp = ma.group  # lanes of a warp, which holds ma.m keys of the warpgroup's sa.m
         for L in range(ar.shape[0]):
             for s in range(sa.a_slots):
-                if (int(ar[L, s]) - 16 * (L // 32), int(ac[L, s])) != \
-                        (int(mr[L % 32, s]), int(mc[L % 32, s])):
+                if (int(ar[L, s]) - ma.m * (L // warp), int(ac[L, s])) != \
+                        (int(mr[L % warp, s]), int(mc[L % warp, s])):
                     raise ValueError(f"{sa.name} A slot {s} of lane {L} is not {ma.name}'s")
         br, bc = ma.b_rows(), ma.b_cols()
         for L in range(br.shape[0]):  # B slots (0, 1), (2, 3): K rows 2t, 2t + 1, 2t + 8, 2t + 9
