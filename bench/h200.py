@@ -34,7 +34,12 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
                x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None,
                l2_prefetch: int = 0, bulk: bool = False) -> dict:
     """probe (gemv_mma.PROBES): time the tensor-core GEMV's grid without loads ("empty") or
-    its loads without the math ("read"), no peers, no error: bounds, not a GEMV."""
+    its loads without the math ("read"), no peers, no error: bounds, not a GEMV. A variant
+    ending in "-pdl": built with pdl and launched with programmatic dependent launch, so in
+    the graph's chain each launch starts under the one before (its first weights read before
+    grid_dep_wait): the time per launch of a decode step's chain, not of one launch alone."""
+    pdl = variant.endswith("-pdl")
+    variant = variant.removesuffix("-pdl")
     rng = np.random.default_rng(rows)
     inp = gemv.make_inputs(rng, N=N_OUT, K=K_IN, R=rows, ctas=132)
     ref = gemv.reference(inp, N=N_OUT, K=K_IN, R=rows)
@@ -58,7 +63,7 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
                  for _ in range(copies)]
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
                               x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat,
-                              l2_prefetch=l2_prefetch, bulk=bulk)
+                              l2_prefetch=l2_prefetch, bulk=bulk, pdl=pdl)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -71,17 +76,26 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
     def launch():
         state["i"] = (state["i"] + 1) % copies
         ck.launch(dict(w=w[state["i"]], ws=ws, x=x, y=y, ctas=grid, **extra), grid=grid,
-                  sync=False, cooperative=False)
+                  sync=False, cooperative=False, pdl=pdl)
     launch()
     torch.cuda.synchronize()
     err = float(np.abs(y.cpu().numpy() - ref["y"]).max() / np.abs(ref["y"]).max())
-    us = timed_graph(launch)
+    try:
+        us = timed_graph(launch)
+    except Exception as e:  # noqa: BLE001 - a launch a graph cannot capture: time the stream
+        if not pdl:
+            raise
+        print(f"  (pdl launches not captured in a graph: {type(e).__name__}: {e}; timing 20 "
+              "back-to-back stream launches instead)", flush=True)
+        torch.cuda.synchronize()
+        us = timed(lambda: [launch() for _ in range(20)]) / 20
+    variant += "-pdl" if pdl else ""
     floor_us = wbytes / (copy_tbs * 1e12) * 1e6
     if probe:
         return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
                     torch_bf16_us=float("nan"), torch_fp8_scaled_mm_us=float("nan"),
                     rel_err=float("nan"), regs=ck.regs, waves=waves,
-                    variant=f"PROBE {probe} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' l2pf {l2_prefetch}' if l2_prefetch else ''}")
+                    variant=f"PROBE {probe}{' pdl' if pdl else ''} unroll {unroll}{' x-lds' if x_in_lds else ''}{f' l2pf {l2_prefetch}' if l2_prefetch else ''}")
     # torch peers: bf16 GEMV on weights dequantized ahead (reads 2x the bytes), and fp8
     # _scaled_mm with one per-tensor scale (rows padded to 16, its smallest M)
     wdq = torch.from_numpy(numerics.to_f32(inp["w"], "fp8e4m3fn")).cuda()
@@ -169,6 +183,11 @@ def main():
                     help="the GEMV with each wave's (pre-permuted) weights in one bulk copy "
                     "into LDS (gemv_mma bulk) beside the flat and row-major loads, rows 1 / 2 / "
                     "8, K split 1 / 3")
+    ap.add_argument("--pdl", action="store_true",
+                    help="8 rows (and 1 / 2 / 4): the GEMV launched with programmatic dependent "
+                    "launch (chained in the graph: each launch's first weights stream under "
+                    "the one before) beside the plain launch, the empty grid both ways, and "
+                    "with the CTA's weights L2-prefetched before its wait")
     ap.add_argument("--overlap", action="store_true",
                     help="only: does CUDA-core work overlap a wgmma chain in flight, A from "
                     "registers (RS) and from shared memory (SS)")
@@ -205,6 +224,13 @@ def main():
     if args.bulk:
         plan = [(v, r, 2, 8, False, ks, None, 0) for r in (8, 1, 2) for ks in (1, 3)
                 for v in ("mma", "mma-flat", "mma-bulk")]
+    if args.pdl:
+        plan = [(v + p, 8, 2, 8, False, 1, pr, 0) for pr in (None, "empty") for v in ("mma", "mma-flat")
+                for p in ("", "-pdl") if not (pr and v == "mma-flat")] + \
+            [("mma-flat-pdl", 8, 2, 8, False, 1, None, pf) for pf in (6144, 98304)] + \
+            [("mma-flat-pdl", 8, u, 8, False, 1, None, 0) for u in (1, 3)] + \
+            [("mma-flat-pdl", 8, 2, 4, False, ks, None, 0) for ks in (2, 3)] + \
+            [(v, r, 2, 8, False, 1, None, 0) for r in (1, 2, 4) for v in ("mma-flat", "mma-flat-pdl")]
     for variant, rows, unroll, waves, xl, ks, probe, pf in plan:
         try:
             g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf)
@@ -217,7 +243,7 @@ def main():
               f"{g['torch_bf16_us']:11.2f} {g['torch_fp8_scaled_mm_us']:13.2f} {g['rel_err']:9.2e}  "
               f"{variant} ({g['regs']} regs)", flush=True)
     res["mma"] = []
-    if args.quick or args.explore or args.l2 or args.bulk:
+    if args.quick or args.explore or args.l2 or args.bulk or args.pdl:
         return
     print("\nMMA atoms, register-resident loops on 132 SMs x 8 warps")
     for name in mma_loops.BENCH_ATOMS:

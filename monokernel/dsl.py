@@ -615,6 +615,19 @@ class KernelBuilder:
         self._check_order(scope, order, ("acquire", "release", "acq_rel", "seq_cst"), "fence")
         self._emit("fence", (), (), dict(order=order, scope=scope))
 
+    def grid_dep_launch(self):
+        """Let the next launch in the stream start its CTAs now (programmatic dependent launch:
+        its work before its grid_dep_wait overlaps this grid's rest). Where it stands changes
+        timing only, never values."""
+        self._emit("grid_dep_launch")
+
+    def grid_dep_wait(self):
+        """Wait for every earlier launch in the stream to complete, its memory visible. A
+        kernel that has one may be launched with pdl; before it each wave reads only
+        Ptr(constant=True) buffers (weights) and writes nothing: the interpreter checks that."""
+        self.uses.add("grid_dep")
+        self._emit("grid_dep_wait")
+
     def barrier(self):
         if len(self._blocks) > 1 and self.W > 1:
             # CTA-uniform control flow is the user's promise; the interpreter checks it (a

@@ -63,6 +63,8 @@ class Wave:
         # mbarrier LDS byte -> (its set-up's generation, phases seen complete)
         self.mbar_seen: dict[int, tuple] = {}
         self.force_timeout = False
+        # grid_dep_wait: until a wave has passed it, the earlier launch may still run (pdl)
+        self.dep_waited = "grid_dep" not in run.kernel.uses
         self.wg_seq = 0
         self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
         self.wg_retired: set[int] = set()  # sequence numbers this wave's waits retired
@@ -383,6 +385,7 @@ class Wave:
             else:
                 mem = self.run.mem
                 b, idx = mem.locate(a, nb, f"CTA {self.cta} wave {self.wave} load")
+                self._dep_check(b, "load", write=False)
                 if op.attrs.get("order"):
                     out[sel] = mem.atomic_load(b, idx)
                     if op.attrs["order"] in ("acquire", "seq_cst") and op.attrs["scope"] in ("device", "system"):
@@ -423,6 +426,7 @@ class Wave:
             return
         mem = self.run.mem
         b, idx = mem.locate(addr, nb, f"CTA {self.cta} wave {self.wave} store")
+        self._dep_check(b, "store", write=True)
         order = op.attrs.get("order")
         if order:
             if order in ("release", "seq_cst") and op.attrs["scope"] in ("device", "system"):
@@ -467,6 +471,7 @@ class Wave:
                 cur = store[idx].view(dt.np)[0]
             else:
                 b, idx = mem.locate(addr[lane:lane + 1], nb, f"CTA {self.cta} atomic")
+                self._dep_check(b, "atomic", write=True)
                 idx = idx[0]
                 cur = mem.atomic_load(b, idx).view(dt.np)[0]
             v = val[lane, 0]
@@ -610,6 +615,7 @@ class Wave:
         src = self.get(op.args[1]).astype(np.int64)[:1, 0] + self.get(op.args[2]).astype(np.int64)[:1, 0]
         mem = self.run.mem
         b, gidx = mem.locate(src, nbytes, "bulk_load_lds source")
+        self._dep_check(b, "bulk_load_lds", write=False)
         lidx = self._lds_index(dst, nbytes, "bulk_load_lds destination")
         self._check_bulk(lidx, "overwritten")  # a copy into bytes another copy still writes
         self.run.lds[self.cta][lidx] = mem.plain_load(self.cta, b, gidx)
@@ -632,6 +638,27 @@ class Wave:
                 return
             self.wait_addr = f"mbarrier at LDS byte {bar} (phase {st['phase']})"
             yield "async"
+
+    def _dep_check(self, b, what, *, write):
+        """The contract of Ptr(constant=True) and grid_dep_wait: nothing writes a constant
+        buffer, and a wave that has not passed its grid_dep_wait touches nothing else (under
+        programmatic dependent launch the earlier launch may still be writing, or reading,
+        every other buffer)."""
+        name = self.run.mem.names[b]
+        constant = name in self.run.constant_buffers
+        if write and constant:
+            raise InterpError(f"{what} to {name!r}, declared "
+                              "Ptr(constant=True): no launch may write it")
+        if not self.dep_waited and (write or not constant):
+            raise InterpError(f"{what} of {name!r} before "
+                              "grid_dep_wait: with pdl the earlier launch may still be running; "
+                              "only Ptr(constant=True) buffers may be read before the wait")
+
+    def op_grid_dep_launch(self, op):
+        """No effect here: the interpreter runs one launch at a time."""
+
+    def op_grid_dep_wait(self, op):
+        self.dep_waited = True
 
     def op_fence(self, op):
         if op.attrs["scope"] not in ("device", "system"):
@@ -703,6 +730,7 @@ class Wave:
         mem = self.run.mem
         b, idx = mem.locate(addr if mask is None else addr[mask] if mask.any() else addr[:1], nb,
                             f"CTA {self.cta} wave {self.wave} poll")
+        self._dep_check(b, "poll", write=False)
         polls = 0
         yield from self._memory_point()
         while True:
@@ -870,6 +898,8 @@ class Run:
                          if "wgmma" in kernel.uses else None)
         self.arg_values = {}
         self.buffers = {}
+        self.constant_buffers = {s.name for s in kernel.abi.slots
+                                 if isinstance(s.kind, Ptr) and s.kind.constant}
         self._wg = {}
         # named barriers: (cta, id) -> [waves counted toward the open completion, the waves
         # waiting for it]; a waiting wave is not runnable until the completion

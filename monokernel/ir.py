@@ -95,6 +95,14 @@ OPCODES: dict[str, str] = {
     "mbar_wait": "wait until the phase of mbarrier args[0] with parity args[1] has completed "
                  "(mbarrier.try_wait.parity in a loop)",
     "fence": "memory fence with attrs.scope and attrs.order",
+    "grid_dep_launch": "the next launch in the stream may start its CTAs now (they run up to their "
+                       "grid_dep_wait beside this grid). sm_90a: griddepcontrol.launch_dependents "
+                       "(programmatic dependent launch); AMD and the interpreter: no effect",
+    "grid_dep_wait": "wait until every earlier launch in the stream has completed and its memory "
+                     "is visible. Before it a wave may read only Ptr(constant=True) buffers and "
+                     "write nothing (the earlier launch may still be running when this one is "
+                     "launched with pdl). sm_90a: griddepcontrol.wait; AMD: nothing (its "
+                     "launches never overlap: stream order already is the wait)",
     "barrier": "CTA barrier, with a CTA-scope acq_rel fence (LDS and global)",
     "named_barrier": "named barrier args[0] (uniform i32, 1..NAMED_BARRIERS-1; 0 is the CTA "
                      "barrier's) completing when attrs.waves waves of the CTA have reached it; "
@@ -198,9 +206,12 @@ class Op:
 
 @dataclass(frozen=True)
 class Ptr:
-    """A global buffer argument; `dtype` documents its elements (loads may reinterpret)."""
+    """A global buffer argument; `dtype` documents its elements (loads may reinterpret).
+    `constant`: the same bytes for every launch of a step (weights, tables): the one kind of
+    buffer a wave may read before its grid_dep_wait, and no launch may write it."""
     dtype: DType
     readonly: bool = False
+    constant: bool = False
     size = 8
     align = 8
 

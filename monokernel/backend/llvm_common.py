@@ -74,6 +74,14 @@ class TargetHooks:
     def mbar_inval(self, e: "Emitter", bar: str):
         self._no_bulk("mbar_inval")
 
+    def grid_dep_launch(self, e: "Emitter"):
+        """op grid_dep_launch: nothing by default. AMD's queues start a launch only after the
+        one before it (no programmatic dependent launch), so there is nothing to allow early."""
+
+    def grid_dep_wait(self, e: "Emitter"):
+        """op grid_dep_wait: nothing by default: where launches never overlap, stream order
+        already is the wait (the AMD code objects do not change)."""
+
     def prefetch_l2(self, e: "Emitter", addr: str, nbytes: int):
         """op prefetch_l2 (a hint): nothing by default. gfx942 / gfx950 have no instruction
         that fills the L2 without a register destination, so on AMD the hint is dropped
@@ -705,6 +713,12 @@ class Emitter:
         mask = self._mask(op, 2)
         self.guarded(mask, lambda: self.h.prefetch_l2(self, self.address(p, idx, u8),
                                                       op.attrs["nbytes"]), None, None)
+
+    def op_grid_dep_launch(self, op):
+        self.h.grid_dep_launch(self)
+
+    def op_grid_dep_wait(self, op):
+        self.h.grid_dep_wait(self)
 
     def op_fence(self, op):
         self.emit(f"fence{self.sync(op.attrs['scope'])} {self._ORD[op.attrs['order']]}")

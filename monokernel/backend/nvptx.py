@@ -271,6 +271,16 @@ class NVPTXHooks(TargetHooks):
         e.emit(f"{ok} = icmp ne i32 {r}, 0")
         return ok
 
+    def grid_dep_launch(self, e: Emitter):
+        """griddepcontrol.launch_dependents: the next launch (made with the programmatic
+        stream serialization attribute) may start its CTAs; a hint, so no memory clobber."""
+        e.emit('call void asm sideeffect "griddepcontrol.launch_dependents;", ""()')
+
+    def grid_dep_wait(self, e: Emitter):
+        """griddepcontrol.wait: blocks until the prerequisite grids have completed and their
+        memory is visible; the memory clobber keeps every later access after it."""
+        e.emit('call void asm sideeffect "griddepcontrol.wait;", "~{memory}"()')
+
     def prefetch_l2(self, e: Emitter, addr: str, nbytes: int):
         """One bulk prefetch into the L2 (sm_90, the TMA unit: no registers, no completion to
         wait for). No memory clobber: it orders nothing, so LLVM may move loads across it."""

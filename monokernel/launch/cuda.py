@@ -188,6 +188,14 @@ def _scalar_bytes(name: str, dt, value) -> bytes:
     return np.array([v], dtype=dt.np).tobytes()
 
 
+def check_pdl(kernel: Kernel):
+    """A kernel may be launched with pdl only if it has a grid_dep_wait (else it could read
+    what the launch before it is still writing)."""
+    if "grid_dep" not in kernel.uses:
+        raise LaunchError(f"kernel {kernel.name}: launched with pdl but it has no grid_dep_wait; "
+                          "it could read what the launch before it is still writing")
+
+
 class CudaKernel:
     """One IR kernel loaded on one GPU: `launch(args, grid=...)` or call with keywords."""
 
@@ -270,12 +278,16 @@ class CudaKernel:
 
     # ------------------------------------------------------------------ launch
     def launch(self, args: dict, *, grid: int | None = None, stream=None, sync: bool = True,
-               cooperative: bool = True):
+               cooperative: bool = True, pdl: bool = False):
         """Launch on `grid` CTAs (default: one per SM) of kernel.threads threads. With
         `cooperative` the driver guarantees co-residency (required by persistent kernels
         that hand data between CTAs) and a grid larger than the occupancy API allows is
         refused; a plain launch (a kernel whose CTAs never wait on each other) may exceed it,
-        the hardware then runs the CTAs in rounds. With `sync`, waits and raises a CudaError naming the kernel on failure."""
+        the hardware then runs the CTAs in rounds. With `sync`, waits and raises a CudaError naming the kernel on failure.
+        `pdl` (programmatic dependent launch, sm_90): this launch may start while the one
+        before it in the stream still runs, once that one's CTAs passed grid_dep_launch (or
+        ended); only a kernel with a grid_dep_wait may be launched so (its waves read nothing
+        but Ptr(constant=True) buffers before it: the interpreter checks the kernel)."""
         import torch
         drv = driver()
         grid = self.num_sms if grid is None else int(grid)
@@ -286,6 +298,8 @@ class CudaKernel:
                 f"kernel {self.name}: a persistent grid of {grid} CTAs cannot be co-resident: "
                 f"{self.ctas_per_sm} CTA(s) of {self.kernel.threads} threads and {self.smem} "
                 f"bytes of shared memory fit per SM, x {self.num_sms} SMs = {self.max_resident}")
+        if pdl:
+            check_pdl(self.kernel)
         if cooperative and not self.cooperative_ok:
             raise LaunchError(f"kernel {self.name}: device {self.device} has no cooperative launch")
         buf, ptrs = self.pack(args)
@@ -295,7 +309,9 @@ class CudaKernel:
         handle = stream.cuda_stream if hasattr(stream, "cuda_stream") else int(stream)
         hs = drv.CUstream(handle)
         block = self.kernel.threads
-        if cooperative:
+        if pdl:
+            res, what = self._launch_ex(drv, hs, grid, block, ptrs, cooperative)
+        elif cooperative:
             res = drv.cuLaunchCooperativeKernel(self.function, grid, 1, 1, block, 1, 1,
                                                 self.smem, hs, ptrs.ctypes.data)
             what = f"cuLaunchCooperativeKernel(grid={grid}, block={block}, smem={self.smem})"
@@ -307,6 +323,29 @@ class CudaKernel:
         del buf, ptrs  # the driver copied the parameters at launch
         if sync:
             self.synchronize(stream)
+
+    def _launch_ex(self, drv, hs, grid, block, ptrs, cooperative):
+        """cuLaunchKernelEx with the programmatic stream serialization attribute (and the
+        cooperative one): the launch path of pdl."""
+        attrs = []
+        ids = drv.CUlaunchAttributeID
+        for ident, field in ((ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                              "programmaticStreamSerializationAllowed"),
+                             (ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, "cooperative")):
+            if field == "cooperative" and not cooperative:
+                continue
+            at = drv.CUlaunchAttribute()
+            at.id = ident
+            setattr(at.value, field, 1)
+            attrs.append(at)
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+        cfg.sharedMemBytes, cfg.hStream = self.smem, hs
+        cfg.attrs, cfg.numAttrs = attrs, len(attrs)
+        res = drv.cuLaunchKernelEx(cfg, self.function, ptrs.ctypes.data, 0)
+        return res, (f"cuLaunchKernelEx(grid={grid}, block={block}, smem={self.smem}, pdl, "
+                     f"cooperative={cooperative})")
 
     def synchronize(self, stream=None):
         import torch
@@ -333,16 +372,17 @@ _CACHE: dict = {}
 
 
 def launch(kernel: Kernel, args: dict, *, grid: int | None = None, ptx: str | None = None,
-           device=None, sync: bool = True, cooperative: bool = True) -> CudaKernel:
+           device=None, sync: bool = True, cooperative: bool = True,
+           pdl: bool = False) -> CudaKernel:
     """Build (once per kernel object and device), load and launch. Returns the CudaKernel."""
     key = (id(kernel), _device_index(device))
     ck = _CACHE.get(key)
     if ck is None or ck.kernel is not kernel:
         ck = CudaKernel(kernel, ptx, device=device)
         _CACHE[key] = ck
-    ck.launch(args, grid=grid, sync=sync, cooperative=cooperative)
+    ck.launch(args, grid=grid, sync=sync, cooperative=cooperative, pdl=pdl)
     return ck
 
 
 __all__ = ["CudaKernel", "CudaError", "LaunchError", "launch", "load_module", "available",
-           "driver"]
+           "driver", "check_pdl"]

@@ -36,7 +36,9 @@ BLOCK = gemv.BLOCK
 
 def abi(ksplit=1):
     extra = dict(partials=Ptr(f32), counters=Ptr(u32)) if ksplit > 1 else {}
-    return ABI(w=Ptr(fp8e4m3fn), ws=Ptr(f32), x=Ptr(bf16), y=Ptr(f32), ctas=Scalar(i32), **extra)
+    # weights and their scales are the same every launch (constant): read before grid_dep_wait
+    return ABI(w=Ptr(fp8e4m3fn, constant=True), ws=Ptr(f32, constant=True), x=Ptr(bf16),
+               y=Ptr(f32), ctas=Scalar(i32), **extra)
 
 
 PROBES = (None, "empty", "read", "read_w", "read_flat")  # bench-only bounds (body's doc)
@@ -79,7 +81,7 @@ def prefetch_weights(k, w, tile_idx, split, *, K, ksplit, flat, piece):
 
 
 def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=False,
-         l2_prefetch=0, bulk=False):
+         l2_prefetch=0, bulk=False, pdl=False):
     """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
     conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
     "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
@@ -89,10 +91,19 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     (contiguous in the flat layout) come in ONE bulk copy into LDS (the TMA unit: the whole
     tile in flight at once, no registers holding it), completing on the wave's mbarrier;
     the MMAs then read them from LDS (conflict-free: a warp's 512 contiguous bytes a load).
-    The probes write every y (zeros, or a fold of the loaded bits): not a GEMV. (A variant prefetching each weight group's successor
+    The probes write every y (zeros, or a fold of the loaded bits): not a GEMV.
+    `pdl` (programmatic dependent launch): the next launch may start at once
+    (grid_dep_launch first), and the first `unroll` blocks' weights (constants) and any L2
+    prefetch are issued BEFORE grid_dep_wait, so they stream while the launch before this one
+    finishes; x, the outputs and the split counters only after it. (A variant prefetching each weight group's successor
     over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7; removed.)"""
     if probe not in PROBES:
         raise ValueError(f"gemv_mma: probe {probe!r}; one of {PROBES}")
+    if pdl and (x_in_lds or bulk or probe not in (None, "empty")):
+        raise ValueError("gemv_mma: pdl is built for x read directly, no bulk copies and no "
+                         "probe but 'empty'")
+    if pdl:
+        k.grid_dep_launch()
     at = atom(ATOM)
     a = k.args
     blocks = K // BLOCK
@@ -135,8 +146,12 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
         k.mbar_arrive_tx(bar, region)
         k.bulk_load_lds(wave_lds, a.w, src, region, bar)
 
-    def issue(b0):
-        """The weight (and, without LDS staging, activation) loads of `unroll` blocks."""
+    def x_loads(kb):
+        return [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
+
+    def issue(b0, with_x=True):
+        """The weight (and, without LDS staging, activation) loads of `unroll` blocks;
+        `with_x` False: weights only (attach_x adds the activations later)."""
         loads = []
         for u in range(unroll):
             for chunk in range(BLOCK // CHUNK):
@@ -161,10 +176,12 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
                 else:
                     w_lo = k.load(a.w, (tile + r) * K + kb, fp8e4m3fn, 16, nontemporal=True)
                     w_hi = k.load(a.w, (tile + r + 8) * K + kb, fp8e4m3fn, 16, nontemporal=True)
-                xs = None if x_in_lds or probe == "read_w" else \
-                    [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
+                xs = None if x_in_lds or probe == "read_w" or not with_x else x_loads(kb)
                 loads.append((w_lo, w_hi, xs, kb))
         return loads
+
+    def attach_x(loads):
+        return [(w_lo, w_hi, x_loads(kb), kb) for w_lo, w_hi, _, kb in loads]
 
     def stage_x():
         # the CTA's activations once in LDS: later x reads are LDS-latency, so only weight
@@ -207,7 +224,8 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
             total.set(k.fma(acc, scale, total.get()))
 
     if probe == "empty":
-        pass
+        if pdl:
+            k.grid_dep_wait()
     elif single_round:
         # every weight load of the wave goes out FIRST, then the activations are staged
         # under them: one memory round trip per wave (registers hold weights only)
@@ -220,7 +238,13 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
             xl = stage_x()
         if bulk:
             k.mbar_wait(bar, 0)  # the wave's weights have landed in LDS
-        for b0 in k.range(first_block, first_block + per_wave, unroll):
+        start = first_block
+        if pdl:  # the first weights stream under the launch before; x after its end
+            first = issue(first_block, with_x=False)
+            k.grid_dep_wait()
+            compute(first_block, attach_x(first))
+            start = first_block + unroll
+        for b0 in k.range(start, first_block + per_wave, unroll):
             # `unroll` whole 128-blocks per iteration: all their loads are issued before the
             # first MMA, so more bytes are in flight per lane (Little's law on ~1 us latency)
             compute(b0, issue(b0))
@@ -257,13 +281,15 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
 
 
 def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
-          flat=False, l2_prefetch=0, bulk=False):
+          flat=False, l2_prefetch=0, bulk=False, pdl=False):
     """`flat`: the kernel reads weights in permute_weights' layout (pass permuted bytes);
     `l2_prefetch`: bulk L2 prefetches of the CTA's weights first, in pieces of that many bytes;
-    `bulk` (with flat): each wave's weights in one bulk copy into LDS (body's doc)."""
+    `bulk` (with flat): each wave's weights in one bulk copy into LDS; `pdl`: launchable with
+    programmatic dependent launch, the first weights read before grid_dep_wait (body's doc)."""
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
                         wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch, bulk=bulk)
+                        ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch, bulk=bulk,
+                        pdl=pdl)
 
 
 def scratch(N, ksplit, L=32):
