@@ -32,7 +32,8 @@ N_OUT, K_IN = 2624, 6144  # the front projection q_a | kv_a
 
 def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unroll: int = 2,
                x_in_lds: bool = False, ksplit: int = 1, probe: str | None = None,
-               l2_prefetch: int = 0, bulk: bool = False) -> dict:
+               l2_prefetch: int = 0, bulk: bool = False, ahead: int = 0,
+               ctas_per_sm: int = 1) -> dict:
     """probe (gemv_mma.PROBES): time the tensor-core GEMV's grid without loads ("empty") or
     its loads without the math ("read"), no peers, no error: bounds, not a GEMV. A variant
     ending in "-pdl": built with pdl and launched with programmatic dependent launch, so in
@@ -63,7 +64,8 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
                  for _ in range(copies)]
         kern = gemv_mma.build("sm_90a", N=N_OUT, K=K_IN, R=rows, waves=waves, unroll=unroll,
                               x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat,
-                              l2_prefetch=l2_prefetch, bulk=bulk, pdl=pdl)
+                              l2_prefetch=l2_prefetch, bulk=bulk, pdl=pdl, ahead=ahead,
+                              ctas_per_sm=ctas_per_sm)
         grid = N_OUT // gemv_mma.TILE_N * ksplit
         if ksplit > 1:
             extra = {n: torch.from_numpy(v).cuda() for n, v in gemv_mma.scratch(N_OUT, ksplit).items()}
@@ -89,7 +91,8 @@ def gemv_bench(rows: int, copy_tbs: float, waves: int, variant: str = "mma", unr
               "back-to-back stream launches instead)", flush=True)
         torch.cuda.synchronize()
         us = timed(lambda: [launch() for _ in range(20)]) / 20
-    variant += "-pdl" if pdl else ""
+    variant += ("-pdl" if pdl else "") + (f" ahead {ahead}" if ahead else "") + \
+        (f" {ctas_per_sm} CTAs/SM" if ctas_per_sm > 1 else "")
     floor_us = wbytes / (copy_tbs * 1e12) * 1e6
     if probe:
         return dict(rows=rows, us=us, floor_us=floor_us, ratio_to_floor=us / floor_us,
@@ -224,16 +227,18 @@ def main():
     if args.bulk:
         plan = [(v, r, 2, 8, False, ks, None, 0) for r in (8, 1, 2) for ks in (1, 3)
                 for v in ("mma", "mma-flat", "mma-bulk")]
-    if args.pdl:
-        plan = [(v + p, 8, 2, 8, False, 1, pr, 0) for pr in (None, "empty") for v in ("mma", "mma-flat")
-                for p in ("", "-pdl") if not (pr and v == "mma-flat")] + \
-            [("mma-flat-pdl", 8, 2, 8, False, 1, None, pf) for pf in (6144, 98304)] + \
-            [("mma-flat-pdl", 8, u, 8, False, 1, None, 0) for u in (1, 3)] + \
-            [("mma-flat-pdl", 8, 2, 4, False, ks, None, 0) for ks in (2, 3)] + \
-            [(v, r, 2, 8, False, 1, None, 0) for r in (1, 2, 4) for v in ("mma-flat", "mma-flat-pdl")]
-    for variant, rows, unroll, waves, xl, ks, probe, pf in plan:
+    if args.pdl:  # (v13: pdl measured -1.2 us; the pipeline `ahead` beside it)
+        pipe = [dict(ahead=a, ctas_per_sm=c) for a, c in ((2, 2), (3, 2), (4, 2), (2, 1), (1, 2))]
+        plan = [(v, 8, 2, 8, False, 1, None, 0) for v in ("mma-flat", "mma-flat-pdl")] + \
+            [("mma-flat", 8, 2, 8, False, 1, None, 0, pipe[0])] + \
+            [("mma-flat-pdl", 8, 2, 8, False, 1, None, 0, p) for p in pipe] + \
+            [("mma-pdl", 8, 2, 8, False, 1, None, 0, pipe[0]), ("mma-pdl", 8, 2, 8, False, 1, "empty", 0)] + \
+            [(v, r, 2, 8, False, 1, None, 0, *p) for r in (1, 2, 4)
+             for v, p in (("mma-flat-pdl", ()), ("mma-flat-pdl", (pipe[0],)), ("mma-flat-pdl", (pipe[1],)))]
+    for variant, rows, unroll, waves, xl, ks, probe, pf, *opt in plan:
         try:
-            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf)
+            g = gemv_bench(rows, c["copy_TBps"], waves, variant, unroll, xl, ks, probe, pf,
+                           **(opt[0] if opt else {}))
         except Exception as e:  # noqa: BLE001 - a variant that does not build: say so, go on
             print(f"{rows:>4} {variant} unroll {unroll} w{waves} {probe}: {type(e).__name__}: {e}")
             continue

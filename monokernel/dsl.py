@@ -843,8 +843,12 @@ class VarRef:
 
 
 def build_kernel(name: str, fn, *, abi: ABI, target: str = "interp", waves: int = 1,
-                 wave_size: int | None = None, **params) -> ir.Kernel:
-    """Run the kernel function `fn(k, **params)` and return the built IR kernel."""
+                 wave_size: int | None = None, ctas_per_sm: int = 1, **params) -> ir.Kernel:
+    """Run the kernel function `fn(k, **params)` and return the built IR kernel.
+    `ctas_per_sm`: how many of its CTAs the kernel must fit per SM (a register bound on
+    sm_90a; a grid of more CTAs than SMs that are not persistent)."""
+    if not isinstance(ctas_per_sm, int) or ctas_per_sm < 1:
+        raise DSLError(f"kernel {name}: ctas_per_sm {ctas_per_sm!r} must be a positive int")
     b = KernelBuilder(name, abi, target, waves, wave_size)
     token = _builder.set(b)
     try:
@@ -852,6 +856,7 @@ def build_kernel(name: str, fn, *, abi: ABI, target: str = "interp", waves: int 
     finally:
         _builder.reset(token)
     kern = b.finish()
+    kern.ctas_per_sm = ctas_per_sm
     try:
         verify(kern)
     except VerifyError as e:

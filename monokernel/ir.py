@@ -303,6 +303,9 @@ class Kernel:
     body: Block
     lds: list[LDSAlloc]
     uses: frozenset = frozenset()  # hardware features used (for amdgpu-no-* attributes)
+    # CTAs the kernel is built to keep resident per SM (sm_90a: nvvm.minctasm, so ptxas keeps
+    # the registers within 65536 / (ctas_per_sm * threads)); persistent kernels: 1
+    ctas_per_sm: int = 1
 
     @property
     def threads(self) -> int:

@@ -5,7 +5,8 @@ Choices, with the fact behind each (checked against LLVM 22's NVPTX output):
 - kernels are `define ptx_kernel` (LLVM 22's kernel calling convention) with
   "nvvm.reqntid" = threads (`.reqntid`: a launch with another block size is a driver error,
   not a silent misrun; it also bounds registers as `.maxntid` would, and ptxas refuses the
-  two together) and "nvvm.minctasm" = 1 (persistent: one CTA per SM).
+  two together) and "nvvm.minctasm" = the kernel's ctas_per_sm (1, persistent: one CTA per
+  SM; more bounds the registers so that many CTAs fit an SM).
 - shared memory is one `extern .shared` array (@lds, dynamic shared memory), so a CTA may
   use up to 227 KiB: a static `.shared` array above 48 KiB is refused by ptxas. The
   launcher passes the kernel's `lds_bytes` as the launch's dynamic shared size.
@@ -97,7 +98,7 @@ class NVPTXHooks(TargetHooks):
 
     def kernel_attrs(self, k: Kernel) -> str:
         # .reqntid alone: ptxas refuses .maxntid next to it ("Conflicting directives")
-        return (f'"nvvm.reqntid"="{k.threads}" "nvvm.minctasm"="1" '
+        return (f'"nvvm.reqntid"="{k.threads}" "nvvm.minctasm"="{k.ctas_per_sm}" '
                 f'"target-cpu"="{self.sm}"')
 
     def kernel_header(self, e: Emitter, k: Kernel, params: str) -> str:

@@ -81,7 +81,7 @@ def prefetch_weights(k, w, tile_idx, split, *, K, ksplit, flat, piece):
 
 
 def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=False,
-         l2_prefetch=0, bulk=False, pdl=False):
+         l2_prefetch=0, bulk=False, pdl=False, ahead=0):
     """probe "empty": no loads (what a launch of this grid costs); "read": every load, no
     conversion or MMA (what the load pattern alone costs); "read_w": the weight loads alone;
     "read_flat": as many weight loads, each warp's reading 512 contiguous bytes of the tile
@@ -95,10 +95,17 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     `pdl` (programmatic dependent launch): the next launch may start at once
     (grid_dep_launch first), and the first `unroll` blocks' weights (constants) and any L2
     prefetch are issued BEFORE grid_dep_wait, so they stream while the launch before this one
-    finishes; x, the outputs and the split counters only after it. (A variant prefetching each weight group's successor
+    finishes; x, the outputs and the split counters only after it.
+    `ahead` (0: off): a software pipeline instead of rounds of `unroll` blocks: the wave's
+    blocks unrolled one by one, each block's weights loaded `ahead` blocks and its x one block
+    before its MMAs, so the weight stream never waits for the math (with the rounds every
+    load of a round waits for the round before's MMAs). (A variant prefetching each weight group's successor
     over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7; removed.)"""
     if probe not in PROBES:
         raise ValueError(f"gemv_mma: probe {probe!r}; one of {PROBES}")
+    if ahead and (x_in_lds or bulk or probe):
+        raise ValueError("gemv_mma: the pipeline (ahead) reads x directly, without bulk copies "
+                         "or probes")
     if pdl and (x_in_lds or bulk or probe not in (None, "empty")):
         raise ValueError("gemv_mma: pdl is built for x read directly, no bulk copies and no "
                          "probe but 'empty'")
@@ -149,11 +156,11 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     def x_loads(kb):
         return [k.load(a.x, r * K + kb + h * 8, bf16, 8, mask=xrow_ok) for h in range(2)]
 
-    def issue(b0, with_x=True):
-        """The weight (and, without LDS staging, activation) loads of `unroll` blocks;
+    def issue(b0, with_x=True, n=unroll):
+        """The weight (and, without LDS staging, activation) loads of `n` blocks;
         `with_x` False: weights only (attach_x adds the activations later)."""
         loads = []
-        for u in range(unroll):
+        for u in range(n):
             for chunk in range(BLOCK // CHUNK):
                 kb = (b0 + u) * BLOCK + chunk * CHUNK + q * 16
                 if probe == "read_flat":  # the wave's 2 KB a block, 512 contiguous a load
@@ -194,7 +201,7 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
         k.barrier()
         return xl
 
-    def compute(b0, loads):
+    def compute(b0, loads, n=unroll):
         if probe in ("read", "read_w", "read_flat"):  # every loaded word folded into one slot: nothing is dead code
             t = total.get()
             acc = k.bitcast(t[0], u32)
@@ -205,7 +212,7 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
                         acc = acc ^ words[i]
             total.set(k.vec(k.bitcast(acc & 1, f32), *[t[i] for i in range(1, at.c_slots)]))
             return
-        for u in range(unroll):
+        for u in range(n):
             acc = k.vec(*[k.const(0.0, f32)] * at.c_slots)
             for chunk in range(BLOCK // CHUNK):
                 w_lo8, w_hi8, xs, kb = loads[u * (BLOCK // CHUNK) + chunk]
@@ -226,6 +233,19 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     if probe == "empty":
         if pdl:
             k.grid_dep_wait()
+    elif ahead:
+        # weights[i] issued at block i - ahead, x[i] at block i - 1 (Python-unrolled: a
+        # wave's blocks are few and the register ring needs static names)
+        weights = {i: issue(first_block + i, with_x=False, n=1) for i in range(min(ahead, per_wave))}
+        if pdl:
+            k.grid_dep_wait()
+        with_x = {0: attach_x(weights.pop(0))}
+        for i in range(per_wave):
+            if i + ahead < per_wave:
+                weights[i + ahead] = issue(first_block + i + ahead, with_x=False, n=1)
+            if i + 1 < per_wave:
+                with_x[i + 1] = attach_x(weights.pop(i + 1))
+            compute(first_block + i, with_x.pop(i), n=1)
     elif single_round:
         # every weight load of the wave goes out FIRST, then the activations are staged
         # under them: one memory round trip per wave (registers hold weights only)
@@ -281,15 +301,17 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
 
 
 def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, probe=None,
-          flat=False, l2_prefetch=0, bulk=False, pdl=False):
+          flat=False, l2_prefetch=0, bulk=False, pdl=False, ahead=0, ctas_per_sm=1):
     """`flat`: the kernel reads weights in permute_weights' layout (pass permuted bytes);
     `l2_prefetch`: bulk L2 prefetches of the CTA's weights first, in pieces of that many bytes;
     `bulk` (with flat): each wave's weights in one bulk copy into LDS; `pdl`: launchable with
-    programmatic dependent launch, the first weights read before grid_dep_wait (body's doc)."""
+    programmatic dependent launch, the first weights read before grid_dep_wait; `ahead`: the
+    software pipeline, weights that many blocks ahead of their MMAs (body's doc);
+    `ctas_per_sm` 2: registers bounded so that two CTAs fit an SM (164 tiles on 132 SMs)."""
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
-                        wave_size=32, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
+                        wave_size=32, ctas_per_sm=ctas_per_sm, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
                         ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch, bulk=bulk,
-                        pdl=pdl)
+                        pdl=pdl, ahead=ahead)
 
 
 def scratch(N, ksplit, L=32):
