@@ -533,6 +533,7 @@ class Wave:
         addr = addr if mask is None else addr[mask]
         if len(addr):
             b, idx = self.run.mem.locate(np.unique(addr), nbytes, "prefetch_l2")
+            self._dep_check(b, "prefetch_l2", write=False)  # before a wait: constants only
             if self.run.prefetched is not None:
                 counts = self.run.prefetched.setdefault(b, np.zeros(self.run.mem.buffers[b].size,
                                                                     np.int64))

@@ -407,8 +407,9 @@ def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | 
 
 
 class _Builder:
-    def __init__(self, stages, waves, poll_bound, io, timeline=False):
+    def __init__(self, stages, waves, poll_bound, io, timeline=False, pdl=False):
         self.timeline = timeline
+        self.pdl = pdl
         self.stages = stages
         self.waves = waves
         self.poll_bound = poll_bound
@@ -444,9 +445,29 @@ class _Builder:
         with k.if_(k.wave_id().eq(0)):
             k.store(k.args.timeline, e * TIMELINE_WORDS + which, t, mask=k.lane_id().eq(0))
 
+    def prefetch_first_job(self, k, hdr):
+        """pdl: the CTA's first job asks the L2 for its constant inputs (Stage.prefetch)
+        before the wait; the schedule table is constant, so it may be read here."""
+        c = k.cta_id()
+        lo = k.load(k.args.sched, c + HEADER_WORDS, i32)
+        hi = k.load(k.args.sched, c + (HEADER_WORDS + 1), i32)
+        base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) / ENTRY_WORDS * ENTRY_WORDS
+        hooks = [(s_id, st) for s_id, st in enumerate(self.stages) if hasattr(st, "prefetch")]
+        if not hooks:
+            return
+        with k.if_(lo < hi):
+            ent = k.load(k.args.sched, base + lo * ENTRY_WORDS, i32, ENTRY_WORDS)
+            sid, job = k.extract(ent, 0), k.extract(ent, 1)
+            for s_id, st in hooks:
+                with k.if_(sid.eq(s_id)), k.stage_scope(st.name):
+                    st.prefetch(k, job, SimpleNamespace(
+                        **{n: getattr(k.args, n) for n in self.stage_args[st.name]}))
+
     def kernel(self, k):
         self.k = k
         a = k.args
+        if self.pdl:  # the next launch may start its CTAs now (they stop at their wait)
+            k.grid_dep_launch()
         self.failed = k.uniform_var(0, u32, name="failed")
         if k.W > 1:
             self.lds_flag = k.lds("link_failed", u32, 1)
@@ -456,6 +477,11 @@ class _Builder:
         hdr = k.load(a.sched, 0, i32, 4)
         fits = (k.extract(hdr, 0).eq(TABLE_MAGIC) & k.extract(hdr, 1).eq(k.num_ctas())
                 & k.extract(hdr, 2).eq(len(self.stages)))
+        if self.pdl:
+            # everything after this reads or writes what the launch before may still use
+            with k.if_(fits):
+                self.prefetch_first_job(k, hdr)
+            k.grid_dep_wait()
         with k.if_else(fits) as (good, bad):
             with good:
                 c = k.cta_id()
@@ -513,16 +539,22 @@ def link_abi(stages: Sequence, timeline: bool = False) -> tuple[ABI, dict]:
             merged[n] = kind
     if timeline:
         merged[TIMELINE_ARG] = Ptr(u64)
-    abi = ABI(arena=Ptr(u8), sched=Ptr(i32, readonly=True), err=Ptr(u64), tag=Scalar(u32), **merged)
+    # the schedule table is the build's: the same every launch (read before a pdl wait)
+    abi = ABI(arena=Ptr(u8), sched=Ptr(i32, readonly=True, constant=True), err=Ptr(u64),
+              tag=Scalar(u32), **merged)
     return abi, per_stage
 
 
 def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
          wave_size: int | None = None, io: Callable | None = None,
-         poll_bound: int = DEFAULT_POLL_BOUND, timeline: bool = False) -> LinkedKernel:
+         poll_bound: int = DEFAULT_POLL_BOUND, timeline: bool = False,
+         pdl: bool = False) -> LinkedKernel:
     """Build the persistent kernel of `stages` for `target`. `io(env)` wraps the JobEnv a
     body receives (e.g. a mailbox helper bound to the arena layout); without it the body
-    gets the JobEnv itself. `timeline` adds the per-entry timestamp buffer (module doc)."""
+    gets the JobEnv itself. `timeline` adds the per-entry timestamp buffer (module doc).
+    `pdl`: launchable with programmatic dependent launch: grid_dep_launch first, then the
+    CTA's first job's Stage.prefetch (constant buffers into the L2), then grid_dep_wait
+    before anything else (sm_90a; on AMD the ops lower to nothing)."""
     stages = list(stages)
     _check_stage_names(stages)
     if not stages:
@@ -530,7 +562,7 @@ def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
     if poll_bound < 1:
         raise LinkError(f"poll bound {poll_bound} must be at least 1")
     abi, per_stage = link_abi(stages, timeline)
-    b = _Builder(stages, waves, poll_bound, io, timeline)
+    b = _Builder(stages, waves, poll_bound, io, timeline, pdl)
     b.stage_args = per_stage
     kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size)
     return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats),

@@ -11,6 +11,11 @@ A stage declares, in plain Python:
     body(k, job, io)          DSL; `job` is a uniform runtime i32, `io` a layouts.Mailbox
     reference(env)  -> {name: tensor}   torch float64 of what it computes
     bytes_moved()   -> {item: bytes} | None   optional: the byte floor (default: its buffers)
+    prefetch(k, job, args)    optional, for launches linked with pdl: ask the L2 for what job
+                              `job` (the CTA's first) reads of its Buffer(constant=True)
+                              buffers (`args`: its kernel arguments), before the kernel's
+                              grid_dep_wait, so those bytes stream while the launch before
+                              this one finishes; nothing else may be touched there
 
 and never names a CTA, a lane number of a vendor, a byte offset or a tag. Which job produced
 what a job reads is derived from the writes of every stage of the launch (`resolve`), so the
@@ -59,6 +64,8 @@ class Buffer:
     dtype: DType | str
     shape: tuple
     output: bool = False
+    # the same bytes every launch (weights): readable before the kernel's grid_dep_wait
+    constant: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", as_dtype(self.dtype))
@@ -71,7 +78,7 @@ class Buffer:
 
     @property
     def ptr(self) -> Ptr:
-        return Ptr(self.dtype, readonly=not self.output)
+        return Ptr(self.dtype, readonly=not self.output, constant=self.constant)
 
 
 class Stage:

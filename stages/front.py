@@ -438,8 +438,9 @@ class FrontProj(Stage):
         p = self.p
         return {"x": Buffer(bf16, (p.rows, p.hidden)),
                 "attn_norm_w": Buffer(bf16, (p.hidden,)),
-                "qkv_a_w": Buffer(p.fp8, (p.n_out, p.hidden)),
-                "qkv_a_scale": Buffer(f32, (p.weight_scale_rows, p.hidden // BLOCK))}
+                "qkv_a_w": Buffer(p.fp8, (p.n_out, p.hidden), constant=True),
+                "qkv_a_scale": Buffer(f32, (p.weight_scale_rows, p.hidden // BLOCK),
+                                      constant=True)}
 
     def bytes_moved(self):
         p = self.p
@@ -502,6 +503,15 @@ class FrontProj(Stage):
             if self.release:
                 k.fence("release", "device")
             io.publish("front_done", job, k.cast(job, u32), mask=k.lane_id().eq(0))
+
+    def prefetch(self, k, job, args):
+        """The job's TILE_N weight rows of its K split into the L2: one bulk prefetch a row
+        (its `chunk` contiguous bytes), spread over the CTA's threads. (The scales, 4 bytes a
+        128 x 128 block, are left to the job's own loads.)"""
+        p = self.p
+        t, s = job / p.splits, job % p.splits
+        k.prefetch_rows_l2(args.qkv_a_w, t * (TILE_N * p.hidden) + s * p.chunk, TILE_N, p.chunk,
+                           p.hidden, p.chunk)
 
     def reference(self, env):
         import torch

@@ -61,6 +61,10 @@ class Launch:
         self.table = mlink.make_table(self.stages, self.schedule, self.graph, grid)
         self._linked: dict = {}
         self._cuda: dict = {}
+        # programmatic dependent launch (sm_90a; --tune launch.pdl=1): each launch may start
+        # under the one before it, its first job's constant inputs asked of the L2 before
+        # its grid_dep_wait (monokernel.link); values never change with it
+        self.pdl = False
         self._hip: dict = {}
 
     # -- layout and proofs ----------------------------------------------------------------
@@ -94,13 +98,13 @@ class Launch:
     # -- build ----------------------------------------------------------------------------
     def linked(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False) -> mlink.LinkedKernel:
-        key = (target, wave_size, bool(timeline))
+        key = (target, wave_size, bool(timeline), self.pdl)
         if key not in self._linked:
             arena = self.arena
             self._linked[key] = mlink.link(
                 self.name, self.stages, target=target, waves=self.waves, wave_size=wave_size,
                 io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound,
-                timeline=timeline)
+                timeline=timeline, pdl=self.pdl)
         return self._linked[key]
 
     def kernel(self, target: str = "interp", wave_size: int | None = None,
@@ -244,10 +248,11 @@ class Launch:
     def cuda_kernel(self, timeline: bool = False, device=None):
         """The CudaKernel of the sm_90a build (loaded once per timeline flag)."""
         from monokernel.launch.cuda import CudaKernel
-        if timeline not in self._cuda:
-            self._cuda[timeline] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
-                                              device=device)
-        return self._cuda[timeline]
+        key = (timeline, self.pdl)
+        if key not in self._cuda:
+            self._cuda[key] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
+                                         device=device)
+        return self._cuda[key]
 
     def run_cuda(self, inputs: dict, *, arena, step: int | None = None, tag: int | None = None,
                  device=None, timeline=None):
@@ -265,7 +270,7 @@ class Launch:
         err = torch.zeros(1, dtype=torch.int64, device=dev)
         args = lk.args(arena=arena, table=table, err=err, tag=tag,
                        **self._buffers(inputs, timeline))
-        ck.launch(args, grid=self.table.grid)
+        ck.launch(args, grid=self.table.grid, pdl=self.pdl)
         host_err = err.cpu().numpy().view(np.uint64)
         host_arena = arena.cpu().numpy()
         self._check(lk, host_err, host_arena, tag)

@@ -574,6 +574,9 @@ def apply_tunes(launch, tunes):
 # q projection's split of q_lora (stages.index_plan.proj_splits; a value that does not divide
 # its 128-blocks or does not fit the loads is an error naming it)
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits")
+# --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
+# computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl)
+LINK_TUNABLES = ("pdl",)
 
 
 def launch_tune_value(attr: str, text: str):
@@ -594,21 +597,29 @@ def launch_tune_value(attr: str, text: str):
 def launch_for(kind, spec, tunes=()):
     """kind.launch(spec) with the --tune settings applied: `launch.ATTR=VALUE` (one of
     LAUNCH_TUNABLES) builds the launch with that keyword, the others set stage tunables."""
-    kw, rest = {}, []
+    kw, link, rest = {}, {}, []
     for stage_name, attr, text in tunes:
         if stage_name != "launch":
             rest.append((stage_name, attr, text))
             continue
+        if attr in LINK_TUNABLES:
+            if text not in ("0", "1"):
+                raise ValueError(f"--tune launch.{attr}={text}: expected 0 or 1")
+            link[attr] = text == "1"
+            continue
         if attr not in LAUNCH_TUNABLES:
             raise ValueError(f"--tune launch.{attr}: the launch's tunables are "
-                             f"{', '.join(LAUNCH_TUNABLES)}")
+                             f"{', '.join(LAUNCH_TUNABLES + LINK_TUNABLES)}")
         kw[attr] = launch_tune_value(attr, text)
     for attr in kw:
         if attr not in kind.launch_tunables:
             raise ValueError(f"--tune launch.{attr}: kind {kind.name} builds that part of its "
                              f"launch itself (its launch tunables: "
                              f"{', '.join(kind.launch_tunables) or 'none'})")
-    return apply_tunes(kind.launch(spec, **kw), rest)
+    launch = apply_tunes(kind.launch(spec, **kw), rest)
+    for attr, value in link.items():
+        setattr(launch, attr, value)
+    return launch
 
 
 def add_spec_options(ap, *, config: str, kv: list, kind_help: str):

@@ -260,6 +260,7 @@ class _Gpu:
             from monokernel.launch.hip import HipKernel
             self.k = HipKernel(build(self.lk.kernel).data, self.lk.kernel)
         self.grid = L.table.grid
+        self.pdl = L.pdl  # back-to-back launches overlap: each starts under the one before
         if backend == "cuda" and self.grid > self.k.max_resident:
             raise RuntimeError(f"a persistent grid of {self.grid} CTAs cannot be co-resident "
                                f"({self.k.max_resident} fit)")
@@ -268,7 +269,7 @@ class _Gpu:
         # plain launches (graph capture); the grid was checked co-resident above, and one
         # stream runs the launches one after another
         if self.backend == "cuda":
-            self.k.launch(args, grid=self.grid, sync=False, cooperative=False)
+            self.k.launch(args, grid=self.grid, sync=False, cooperative=False, pdl=self.pdl)
         else:
             import torch
             self.k.launch(args, grid=self.grid, stream=torch.cuda.current_stream(), sync=False)
