@@ -209,10 +209,12 @@ def main():
     print(f"{'rows':>4} {'us':>8} {'floor':>7} {'x floor':>8} {'torch bf16':>11} {'torch fp8 mm':>13} {'rel err':>9}")
     plan = [("mma", r, 2, 8, False, 1) for r in (1, 2, 4, 8)] + [
         ("mma-flat", r, 2, 8, False, 1) for r in (1, 8)] + [
+        ("mma-flat-pdl", r, 2, 8, False, 1, None, 0, dict(ahead=a, ctas_per_sm=2))
+        for a in (2, 3) for r in (1, 2, 4, 8)] + [
         ("mma", 8, 3, 4, False, 4), ("mma", 8, 1, 4, False, 12), ("mma", 8, 2, 4, False, 6),
         ("mma", 8, 3, 8, False, 2), ("mma", 8, 6, 8, True, 1), ("split", 8, 0, 8, False, 1),
         ("cuda-core", 8, 1, 4, False, 1)]
-    plan = [p + (None, 0) for p in plan]
+    plan = [p + (None, 0) if len(p) == 6 else p for p in plan]
     if args.quick:
         plan = [p for p in plan if p[1] == 8][:6]  # the row-major and pre-permuted GEMV first
     if args.explore:

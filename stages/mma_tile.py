@@ -399,7 +399,7 @@ class WaveSplit:
 
 def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride: int, row0, k0,
             kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None,
-            w_rows: int | None = None):
+            w_rows: int | None = None, loads_in_flight: int = LOADS_IN_FLIGHT):
     """The tile's partial sums (module doc).
 
     w, scale      weight and block-scale pointers; w_stride = K (elements a weight row),
@@ -421,6 +421,8 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     emit(m, r, v, mask)  per run of C slots: per-lane output row m (i32), activation row r,
                   f32 vector v of consecutive rows m.., mask (r < R)
     red           f32 LDS of W * L * c_slots words when several waves share an m-tile
+    loads_in_flight  16-byte weight loads a lane keeps in flight (the ring's depth in blocks
+                  is this over a block's loads)
     """
     at = T.atom
     M, cs = at.m, at.c_slots
@@ -438,7 +440,7 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     epl = LOAD_BYTES // wb  # weight values a load
     nl = T.lane_k // epl  # loads a row a block
     clamp = w_rows is not None and w_rows < tile_m
-    depth = max(1, min(nbw, LOADS_IN_FLIGHT // per))
+    depth = max(1, min(nbw, loads_in_flight // per))
     kp = wave / sp.mtiles if KP > 1 else None
     count = (blocks - kp + KP - 1) / KP if KP > 1 and blocks % KP else nbw
     rows_l = [fn.emit(k, lane) for fn in T.a_rows]
