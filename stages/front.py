@@ -490,6 +490,7 @@ class FrontProj(Stage):
             def finish():
                 mma_tile.store_activations(k, T, act, KC, pending, value8)
                 k.barrier()
+                io.env.phase(0)  # the activations are staged (the first weights in flight)
             return finish
 
         def emit(m, r, v, mask):  # front_part[s, r, m ..]
@@ -500,6 +501,7 @@ class FrontProj(Stage):
                          blocks=KC // BLOCK, tile_m=TILE_N, lds=act, chunk=KC, stage=stage,
                          emit=emit, red=red,
                          loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT)
+        io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)
         k.fence("release", "cta")
@@ -508,6 +510,7 @@ class FrontProj(Stage):
             if self.release:
                 k.fence("release", "device")
             io.publish("front_done", job, k.cast(job, u32), mask=k.lane_id().eq(0))
+        io.env.phase(2)  # the job's flag is published
 
     def prefetch(self, k, job, args):
         """The job's TILE_N weight rows of its K split into the L2: one bulk prefetch a row
@@ -578,7 +581,9 @@ class _Post(Stage):
         per = k.W * k.L * POST_VEC
         tid = _tid(k)
         rs = _row_rs(k, p, a, r, lds, slot)  # inputs only: before the wait
+        io.env.phase(0)  # the row's 1/rms(x)
         self.wait_projection(k, io)
+        io.env.phase(1)  # every projection job's partial sums are visible
         out = []
         for it in range(-(-n // per)):
             e = it * per + tid * POST_VEC
