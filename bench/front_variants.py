@@ -20,7 +20,7 @@ from monokernel.launch import timing  # noqa: E402
 from spec import BuildSpec  # noqa: E402
 from stages import kinds  # noqa: E402
 from stages.front import front_launch  # noqa: E402
-from tools import time_layers  # noqa: E402
+from tools import common, time_layers  # noqa: E402
 
 
 def _ints(s):
@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--splits", default="3,6,12")
     ap.add_argument("--waves", default="8")
     ap.add_argument("--grids", default="132", help="CTAs (264: two a SM, if registers allow)")
+    ap.add_argument("--tune", type=common.tune_list, default=[],
+                    help="stage tunables for every variant (e.g. front_proj.straight=1)")
     a = ap.parse_args()
     args = time_layers._parser().parse_args(["--kind", "front", "--backend", "cuda",
                                              "--timeline"])
@@ -43,7 +45,8 @@ def main():
         spec = BuildSpec.make("glm5", rows=rows, target="sm_90a")
         for waves, grid, splits in [(w, g, s) for w in _ints(a.waves) for g in _ints(a.grids)
                                 for s in _ints(a.splits)]:
-            L = front_launch(spec, splits=splits, waves=waves, grid=grid)
+            L = common.apply_tunes(front_launch(spec, splits=splits, waves=waves, grid=grid),
+                                   a.tune)
             # a failure (e.g. a grid that cannot be co-resident) is reported, the rest timed
             r = time_layers.time_or_report(kind, spec, args, ceil, 0, launch=L)
             if r["status"].startswith("FAILED"):

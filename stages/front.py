@@ -415,10 +415,12 @@ class FrontProj(Stage):
     bf16 MMA through stages/mma_tile.py (x * g fed as exact bf16 halves hi + lo)."""
     name = "front_proj"
     rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
-    TUNABLES = ("loads_in_flight",)
-    # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT); a job is
-    # one CTA's whole SM for its 128 KB of weights on sm_90a, so deeper rings may pay
+    TUNABLES = ("loads_in_flight", "straight")
+    # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT): deeper
+    # rings measured slower on the H200 (bench/NOTES.md v16)
     loads_in_flight = None
+    # mma_tile.project's ring unrolled (no register copies rotating it)
+    straight = False
 
     def __init__(self, p: FrontPlan, release: bool = True):
         self.p = p
@@ -500,7 +502,8 @@ class FrontProj(Stage):
                          scale_stride=H // BLOCK, row0=t * TILE_N, k0=k0, kb0=s * (KC // BLOCK),
                          blocks=KC // BLOCK, tile_m=TILE_N, lds=act, chunk=KC, stage=stage,
                          emit=emit, red=red,
-                         loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT)
+                         loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT,
+                         straight=self.straight)
         io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)

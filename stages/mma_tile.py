@@ -399,7 +399,8 @@ class WaveSplit:
 
 def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride: int, row0, k0,
             kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None,
-            w_rows: int | None = None, loads_in_flight: int = LOADS_IN_FLIGHT):
+            w_rows: int | None = None, loads_in_flight: int = LOADS_IN_FLIGHT,
+            straight: bool = False):
     """The tile's partial sums (module doc).
 
     w, scale      weight and block-scale pointers; w_stride = K (elements a weight row),
@@ -423,6 +424,10 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     red           f32 LDS of W * L * c_slots words when several waves share an m-tile
     loads_in_flight  16-byte weight loads a lane keeps in flight (the ring's depth in blocks
                   is this over a block's loads)
+    straight      the ring unrolled in Python: block i's loads issued at block i - depth as
+                  in the ring, but every block's registers named statically, so no copies
+                  rotate the ring (the runtime ring's loop moves ~70 registers a block on
+                  sm_90a: bench/NOTES.md v16)
     """
     at = T.atom
     M, cs = at.m, at.c_slots
@@ -511,10 +516,11 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W
         mrow0 = row0 + mt * M
         finish = stage() if j == 0 else None
-        if nbw <= depth:
-            # every block's loads fit in flight: issue them all, then a straight-line body
-            pre = [loads(mrow0, k.const(i, i32), masked=not isinstance(count, int))
-                   for i in range(nbw)]
+        if nbw <= depth or straight:
+            # every block's loads fit in flight (or the ring is unrolled): issue the first
+            # ones, then a straight-line body issuing each block's successor `depth` ahead
+            pre = {i: loads(mrow0, k.const(i, i32), masked=not isinstance(count, int))
+                   for i in range(min(nbw, depth))}
         else:
             ring = [[k.lane_var(x) for x in loads(mrow0, k.const(d, i32))] for d in range(depth)]
         if finish:
@@ -523,13 +529,17 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
             k.opaque(0, i32)
             finish()
         total = k.lane_var(zero)
-        if nbw <= depth:
+        if nbw <= depth or straight:
             for i in range(nbw):
+                if i + depth < nbw:
+                    pre[i + depth] = loads(mrow0, k.const(i + depth, i32),
+                                           masked=not isinstance(count, int))
                 if isinstance(count, int):
-                    total.set(block(i, pre[i], total.get()))
+                    total.set(block(i, pre.pop(i), total.get()))
                 else:
+                    cur = pre.pop(i)
                     with k.if_(k.const(i, i32) < count):
-                        total.set(block(i, pre[i], total.get()))
+                        total.set(block(i, cur, total.get()))
         else:
             for i in k.range(count, unroll=False):
                 cur = [x.get() for x in ring[0]]
