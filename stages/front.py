@@ -110,6 +110,10 @@ BAD_PAGE = ("invalid input: a row's block-table entry for its page is -1 or past
             "{pages} pages; no output was written")
 
 DEFAULT_WAVES = {"interp": 2, "amd": 4, "nvidia": 8}
+# the front KIND on NVIDIA (front_launch; the index kinds keep plan()'s defaults): two CTAs of
+# 4 warps an SM (264 CTAs on the H200, K split 6: one round of 246 jobs of 64 KB) and
+# front_proj's weight ring unrolled: r8 14.4 -> 11.9 us, r2 12.4 -> 10.6 (bench/NOTES.md v16)
+FRONT_KIND_NVIDIA = dict(waves=4, ctas_per_sm=2, straight=True)
 ONE_ROUND_FILL = 0.9  # k_splits: one round of jobs on at least this share of the CTAs
 STAGING_LDS_SHARE = 0.5  # k_splits: the most of a CTA's LDS a job's staged activations take
 # (the fused index launch's scoring and selection stages need the rest)
@@ -910,8 +914,19 @@ def front_launch(spec, **kw) -> FrontLaunch:
     pk = {n: kw.pop(n) for n in ("grid", "waves", "fp8", "cache_pages", "splits", "chip")
           if n in kw}
     sk = {n: kw.pop(n) for n in ("release", "acquire") if n in kw}
+    t = spec.target_info
+    nvidia = spec.target != "interp" and t.vendor == "nvidia"
+    if nvidia:  # FRONT_KIND_NVIDIA, unless the caller sets the CTA shape
+        if "waves" not in pk and "grid" not in pk:
+            pk["waves"] = FRONT_KIND_NVIDIA["waves"]
+            pk["grid"] = FRONT_KIND_NVIDIA["ctas_per_sm"] * t.num_ctas
     p = plan(spec, **pk)
-    return FrontLaunch(p, front_stages(p, **sk), **kw)
+    stages = front_stages(p, **sk)
+    if nvidia:
+        for st in stages:
+            if isinstance(st, FrontProj):
+                st.straight = FRONT_KIND_NVIDIA["straight"]
+    return FrontLaunch(p, stages, **kw)
 
 
 def request_layout(p: FrontPlan, rng, requests=None, *, shuffle=True):

@@ -287,7 +287,16 @@ def test_k_splits_fill_each_target_and_respect_the_config():
         staged = 4 * 2 * p.rows * F.mma_tile.act_row_words(p.chunk)
         lds = BuildSpec.make("glm5", rows=8, target=t).target_info.lds_bytes
         assert staged <= F.STAGING_LDS_SHARE * lds
-    assert got == {"gfx950": 6, "gfx942": 12, "sm_90a": 3}
+    # the front kind on sm_90a: two 4-warp CTAs an SM (264), one round of S = 6 jobs, the
+    # weight ring unrolled (FRONT_KIND_NVIDIA); plan()'s own default (what the index kinds'
+    # front takes) keeps one 8-warp CTA an SM and S = 3; AMD keeps the runtime ring
+    assert got == {"gfx950": 6, "gfx942": 12, "sm_90a": 6}
+    L = launch(8, "fp8", "glm5", "sm_90a")
+    assert (L.plan.grid, L.plan.waves) == (264, 4)
+    assert [st.straight for st in L.stages if isinstance(st, F.FrontProj)] == [True]
+    assert [st.straight for st in launch(8, "fp8", "glm5", "gfx950").stages
+            if isinstance(st, F.FrontProj)] == [False]
+    assert F.plan(BuildSpec.make("glm5", rows=8, target="sm_90a")).splits == 3
     # one round only while the staged activations fit: with a small LDS the balanced rule
     # (246 jobs of S = 6 on 132 CTAs) again
     cfg = BuildSpec.make("glm5", rows=8, target="sm_90a").config
@@ -432,3 +441,21 @@ def test_front_on_h200_against_the_reference(cfg, rows, kv):
     bad["positions"][0] = L.plan.capacity
     with pytest.raises(ValueError, match="past the cache capacity"):
         L.run_cuda({n: to_cuda(v) for n, v in bad.items()}, arena=arena, step=2)
+
+
+@pytest.mark.parametrize("rows,mode", [(2, "random"), (8, "relaxed")])
+def test_unrolled_weight_ring_gives_the_same_bits(rows, mode):
+    """front_proj.straight (mma_tile.project's ring unrolled in Python, the sm_90a front
+    kind's default): the partial sums and qr bit for bit those of the runtime ring."""
+    outs = []
+    for straight in (False, True):
+        L = launch(rows, "fp8")
+        for st in L.stages:
+            if isinstance(st, F.FrontProj):
+                st.straight = straight
+        inp = inputs(L, seed=rows + 40)
+        res = L.run_interp(fresh(inp), step=0, mode=mode, seed=4)
+        check_front(L, inp, res)
+        outs.append((res.outputs["qr"], res.regions["front_part"].view(np.uint32)))
+    for a, b in zip(*outs):
+        assert np.array_equal(a, b)
