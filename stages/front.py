@@ -553,8 +553,14 @@ class _Post(Stage):
     def jobs(self):
         p = self.p
         n = self.hi - self.lo
+        # a lead job (its row's 1/rms(x) before its wait, on a CTA of its own from the
+        # start) where the grid holds every projection and post job at once (the sm_90a
+        # front kind: 246 + 2 x rows on 264 CTAs); fewer CTAs would push projection jobs
+        # into a second round
+        lead = p.grid >= p.tiles * p.splits + 2 * p.rows
         return [Job(r, cost_bytes=p.splits * n * 4 + p.hidden * 2 + 2 * n * 2,
-                    cost_flops=p.splits * n + 2 * p.hidden + 8 * n) for r in range(p.rows)]
+                    cost_flops=p.splits * n + 2 * p.hidden + 8 * n, lead=lead)
+                for r in range(p.rows)]
 
     def flags(self):
         """The front_done flags of the projection jobs whose tiles this stage reduces."""

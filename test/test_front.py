@@ -459,3 +459,23 @@ def test_unrolled_weight_ring_gives_the_same_bits(rows, mode):
         outs.append((res.outputs["qr"], res.regions["front_part"].view(np.uint32)))
     for a, b in zip(*outs):
         assert np.array_equal(a, b)
+
+
+def test_post_jobs_lead_where_the_grid_holds_every_job():
+    """front_q / front_kv jobs are lead jobs (their row's 1/rms(x) on a CTA of their own from
+    the start) exactly where the grid holds every projection and post job at once (the sm_90a
+    front kind); the outputs are those of the default grid, bit for bit."""
+    spec = BuildSpec.make("tiny", rows=4, kv="fp8", target="interp")
+    p = F.plan(spec)
+    grid = p.tiles * p.splits + 2 * p.rows
+    L = F.front_launch(spec, grid=grid, splits=p.splits)
+    posts = [jobs for jobs in L.schedule.cta_jobs if jobs[0][0] in ("front_q", "front_kv")]
+    assert len(posts) == 2 * p.rows and all(len(j) == 1 for j in posts)
+    assert not any(j.lead for j in F.front_launch(spec).stages[1].jobs())  # 8 CTAs: no
+    inp = inputs(L, seed=9)
+    res = L.run_interp(fresh(inp), step=0, mode="relaxed", seed=2)
+    ref = launch(4, "fp8").run_interp(fresh(inp), step=0, mode="random", seed=2)
+    check_front(L, inp, res)
+    assert np.array_equal(res.outputs["qr"], ref.outputs["qr"])
+    assert np.array_equal(res.outputs["kv_cache"], ref.outputs["kv_cache"])
+    assert [st.jobs()[0].lead for st in launch(8, "fp8", "glm5", "sm_90a").stages[1:]] == [True, True]
