@@ -46,3 +46,19 @@ def ptxas_report(ptx: str, arch: str = "sm_90a"):
                              capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stderr
+
+
+def gemv_ys(inp, builds, *, N, K, R, ksplit=1, mode="random", seed=0):
+    """y of gemv_mma built with each keyword set in `builds` (2 waves, the interpreter), each
+    run on a NaN-poisoned copy of y (and fresh split scratch): the proof GEMV's variants
+    compared bit for bit by the tests that add one."""
+    from monokernel import interp
+    from monokernel.proofs import gemv_mma
+    ys = []
+    for kw in builds:
+        kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, ksplit=ksplit, **kw)
+        run_inp = dict(inp, y=np.full_like(inp["y"], np.nan),
+                       **({} if ksplit == 1 else gemv_mma.scratch(N, ksplit, L=32)))
+        interp.run(kern, run_inp, grid=N // 16 * ksplit, mode=mode, seed=seed)
+        ys.append(run_inp["y"])
+    return ys

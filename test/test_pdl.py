@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import ptxas_report
+from conftest import gemv_ys, ptxas_report
 from monokernel import interp
 from monokernel.dsl import build_kernel
 from monokernel.interp import InterpError
@@ -107,14 +107,8 @@ def test_pdl_gemv_gives_the_plain_gemvs_bits(flat, ksplit, mode, ahead, rng):
     inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R, ctas=N // 16)
     if flat:
         inp["w"] = gemv_mma.permute_weights(inp["w"], N, K)
-    outs = []
-    for pdl in (False, True):
-        kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, ksplit=ksplit, flat=flat, pdl=pdl,
-                              ahead=ahead if pdl else 0)
-        run_inp = dict(inp, y=np.full_like(inp["y"], np.nan),
-                       **({} if ksplit == 1 else gemv_mma.scratch(N, ksplit, L=32)))
-        interp.run(kern, run_inp, grid=N // 16 * ksplit, mode=mode, seed=4)
-        outs.append(run_inp["y"])
+    outs = gemv_ys(inp, [dict(flat=flat), dict(flat=flat, pdl=True, ahead=ahead)], N=N, K=K,
+                   R=R, ksplit=ksplit, mode=mode, seed=4)
     assert not np.isnan(outs[1]).any()
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     with pytest.raises(ValueError, match="pdl"):

@@ -4,6 +4,7 @@ import contextlib
 import numpy as np
 import pytest
 
+from conftest import gemv_ys
 from monokernel import interp
 from monokernel.proofs import crosslane, gemv, gemv_mma, handoff, mma, rmsnorm
 from monokernel.types import dtype
@@ -385,14 +386,8 @@ def test_gemv_bulk_weights_match_the_flat_gemv(ksplit, mode, rng):
     N, K, R = 32, 1024, 8
     inp = gemv_mma.make_inputs(rng, N=N, K=K, R=R, ctas=N // 16)
     inp["w"] = gemv_mma.permute_weights(inp["w"], N, K)
-    outs = []
-    for bulk in (False, True):
-        kern = gemv_mma.build("interp", N=N, K=K, R=R, waves=2, ksplit=ksplit, flat=True,
-                              bulk=bulk)
-        run_inp = dict(inp, y=np.full_like(inp["y"], np.nan),
-                       **({} if ksplit == 1 else gemv_mma.scratch(N, ksplit, L=64)))
-        interp.run(kern, run_inp, grid=N // 16 * ksplit, mode=mode, seed=6)
-        outs.append(run_inp["y"])
+    outs = gemv_ys(inp, [dict(flat=True), dict(flat=True, bulk=True)], N=N, K=K, R=R,
+                   ksplit=ksplit, mode=mode, seed=6)
     assert not np.isnan(outs[1]).any()
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     with pytest.raises(ValueError, match="flat layout"):
