@@ -8,9 +8,11 @@ source "$(dirname "$0")/steps.sh"
 # the GPU test files by name: the device has no pyelftools, which four CPU-only test modules
 # import at collection (code objects)
 step gpu_tests 150 python3 -m pytest -q -m gpu test/test_cuda_run.py test/test_front.py \
-    test/test_proofs_gpu.py test/test_stages.py test/test_workloads.py
+    test/test_proofs_gpu.py test/test_stages.py test/test_workloads.py test/test_pdl.py test/test_bulk.py
 step front_check 60 python3 -m tools.check_layer --kind front --config glm5 --rows 2,4,8 --backend cuda
 step front_time 60 python3 -m tools.time_layers --kind front --config glm5 --rows 2,4,8 --backend cuda --timeline
+# the GEMV of issue 3: plain, pre-permuted and the pdl chain with the pipeline (NOTES v16)
+step gemv_quick 90 python3 bench/h200.py --quick
 step topk_select 90 python3 -m tools.check_topk --config glm5 --pos 8191,65535,524287 --rows 2,8 --backend cuda
 step topk_index 90 python3 -m tools.check_topk --through index --config glm5 --pos 8191,524287 --rows 2,8 --workload W1,W2 --backend cuda
 step select_time 60 python3 bench/select_h200.py --rows 2,8 --pos 65535,524287
