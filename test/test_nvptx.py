@@ -686,6 +686,24 @@ def test_llvm_header_and_kernel_definition():
     assert "addrspace(5)" not in ir
 
 
+def test_ctas_per_sm_is_the_min_ctas_attribute():
+    """Kernel.ctas_per_sm (build_kernel's keyword) -> "nvvm.minctasm" (ptxas then bounds the
+    registers so that many CTAs fit an SM); default 1; a bad value is an error naming it."""
+    from monokernel.dsl import DSLError, build_kernel
+    from monokernel.ir import ABI, Ptr
+    from monokernel.types import f32
+
+    def body(k):
+        k.store(k.args.out, k.lane_id(), k.const(1.0, f32))
+    abi = ABI(out=Ptr(f32))
+    for n in (1, 2):
+        ir = nvptx.emit_llvm(build_kernel("cps", body, abi=abi, target="sm_90a", waves=4,
+                                          wave_size=32, ctas_per_sm=n))
+        assert f'"nvvm.minctasm"="{n}"' in ir
+    with pytest.raises(DSLError, match="ctas_per_sm 0"):
+        build_kernel("cps", body, abi=abi, target="sm_90a", ctas_per_sm=0)
+
+
 def test_datalayout_is_llvms():
     llvm = pytest.importorskip("llvmlite.binding")
     llvm.initialize_all_targets()

@@ -545,3 +545,21 @@ def test_build_with_tune_records_it_and_builds_the_tuned_path(tmp_path):
         ss = re.search(r"m64n128k32\.f32\.e4m3\.e4m3 \{[^}]*\}, %rd", ptx) is not None
         assert ss == bool(tune), tune
         assert manifest["tunes"] == ([tune] if tune else [])
+
+
+def test_tune_launch_pdl_links_any_kind_for_programmatic_dependent_launch():
+    """--tune launch.pdl=1 (any kind, beside stage tunables): the Launch is linked with pdl
+    (its kernel has the grid_dep ops); a value other than 0 / 1 is an error naming it."""
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    for name in ("front", "select"):
+        L = common.launch_for(kinds.kind(name), spec, common.tune_list("launch.pdl=1"))
+        assert L.pdl is True and "grid_dep" in L.kernel("interp").uses
+        assert "grid_dep" not in common.launch_for(kinds.kind(name), spec).kernel("interp").uses
+    L = common.launch_for(kinds.kind("front"), spec,
+                          common.tune_list("launch.pdl=0,front_proj.straight=1"))
+    assert L.pdl is False and L.stages[0].straight is True
+    with pytest.raises(ValueError, match="launch.pdl=yes: expected 0 or 1"):
+        common.launch_for(kinds.kind("front"), spec, common.tune_list("launch.pdl=yes"))
