@@ -445,13 +445,22 @@ class _Builder:
         with k.if_(k.wave_id().eq(0)):
             k.store(k.args.timeline, e * TIMELINE_WORDS + which, t, mask=k.lane_id().eq(0))
 
-    def prefetch_first_job(self, k, hdr):
-        """pdl: the CTA's first job asks the L2 for its constant inputs (Stage.prefetch)
-        before the wait; the schedule table is constant, so it may be read here."""
+    @staticmethod
+    def cta_entries(k, hdr):
+        """(lo, hi, base): this CTA's table entries are lo .. hi-1, entry i at word
+        base + i * ENTRY_WORDS (the entries start after the header and the per-CTA bounds,
+        aligned to an entry)."""
         c = k.cta_id()
         lo = k.load(k.args.sched, c + HEADER_WORDS, i32)
         hi = k.load(k.args.sched, c + (HEADER_WORDS + 1), i32)
-        base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) / ENTRY_WORDS * ENTRY_WORDS
+        base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) \
+            / ENTRY_WORDS * ENTRY_WORDS
+        return lo, hi, base
+
+    def prefetch_first_job(self, k, hdr):
+        """pdl: the CTA's first job asks the L2 for its constant inputs (Stage.prefetch)
+        before the wait; the schedule table is constant, so it may be read here."""
+        lo, hi, base = self.cta_entries(k, hdr)
         hooks = [(s_id, st) for s_id, st in enumerate(self.stages) if hasattr(st, "prefetch")]
         if not hooks:
             return
@@ -484,12 +493,8 @@ class _Builder:
             k.grid_dep_wait()
         with k.if_else(fits) as (good, bad):
             with good:
-                c = k.cta_id()
-                self.cta = c
-                lo = k.load(a.sched, c + HEADER_WORDS, i32)
-                hi = k.load(a.sched, c + (HEADER_WORDS + 1), i32)
-                base = (k.extract(hdr, 1) + (HEADER_WORDS + 1 + ENTRY_WORDS - 1)) \
-                    / ENTRY_WORDS * ENTRY_WORDS
+                self.cta = k.cta_id()
+                lo, hi, base = self.cta_entries(k, hdr)
                 # only the entry's word offset and the failed flag live across the jobs (no
                 # loop bound, no table base): every register is left to the stage bodies
                 at = k.uniform_var(base + lo * ENTRY_WORDS, i32, name="entry")
