@@ -69,6 +69,9 @@ class Buffer:
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", as_dtype(self.dtype))
+        if self.output and self.constant:
+            raise ValueError("a Buffer cannot be both an output and constant (the same bytes "
+                             "every launch)")
         shape = (self.shape,) if isinstance(self.shape, int) else tuple(self.shape)
         object.__setattr__(self, "shape", shape)
 

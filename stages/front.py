@@ -113,7 +113,9 @@ DEFAULT_WAVES = {"interp": 2, "amd": 4, "nvidia": 8}
 # the front KIND on NVIDIA (front_launch; the index kinds keep plan()'s defaults): two CTAs of
 # 4 warps an SM (264 CTAs on the H200, K split 6: one round of 246 jobs of 64 KB) and
 # front_proj's weight ring unrolled: r8 14.4 -> 11.9 us, r2 12.4 -> 10.6 (bench/NOTES.md v16)
-FRONT_KIND_NVIDIA = dict(waves=4, ctas_per_sm=2, straight=True)
+FRONT_KIND_NVIDIA_WAVES = 4
+FRONT_KIND_NVIDIA_CTAS_PER_SM = 2
+POST_JOBS_PER_ROW = 2  # front_q and front_kv: one job a row each
 ONE_ROUND_FILL = 0.9  # k_splits: one round of jobs on at least this share of the CTAs
 STAGING_LDS_SHARE = 0.5  # k_splits: the most of a CTA's LDS a job's staged activations take
 # (the fused index launch's scoring and selection stages need the rest)
@@ -557,7 +559,7 @@ class _Post(Stage):
         # start) where the grid holds every projection and post job at once (the sm_90a
         # front kind: 246 + 2 x rows on 264 CTAs); fewer CTAs would push projection jobs
         # into a second round
-        lead = p.grid >= p.tiles * p.splits + 2 * p.rows
+        lead = p.grid >= p.tiles * p.splits + POST_JOBS_PER_ROW * p.rows
         return [Job(r, cost_bytes=p.splits * n * 4 + p.hidden * 2 + 2 * n * 2,
                     cost_flops=p.splits * n + 2 * p.hidden + 8 * n, lead=lead)
                 for r in range(p.rows)]
@@ -905,10 +907,13 @@ class FrontLaunch(Launch):
         return super()._buffers(inputs, *args, **kw)
 
 
-def front_stages(p: FrontPlan, *, release=True, acquire=True) -> list:
+def front_stages(p: FrontPlan, *, release=True, acquire=True, straight=False) -> list:
     """`release=False` / `acquire=False` drop the projection's release or the consumers'
-    acquire fence: broken variants for the relaxed-visibility test, nothing else."""
-    return [FrontProj(p, release), FrontQ(p, acquire), FrontKV(p, acquire)]
+    acquire fence: broken variants for the relaxed-visibility test, nothing else.
+    `straight`: the projection's weight ring unrolled (FrontProj.straight)."""
+    proj = FrontProj(p, release)
+    proj.straight = straight
+    return [proj, FrontQ(p, acquire), FrontKV(p, acquire)]
 
 
 def front_launch(spec, **kw) -> FrontLaunch:
@@ -922,17 +927,11 @@ def front_launch(spec, **kw) -> FrontLaunch:
     sk = {n: kw.pop(n) for n in ("release", "acquire") if n in kw}
     t = spec.target_info
     nvidia = spec.target != "interp" and t.vendor == "nvidia"
-    if nvidia:  # FRONT_KIND_NVIDIA, unless the caller sets the CTA shape
-        if "waves" not in pk and "grid" not in pk:
-            pk["waves"] = FRONT_KIND_NVIDIA["waves"]
-            pk["grid"] = FRONT_KIND_NVIDIA["ctas_per_sm"] * t.num_ctas
+    if nvidia and "waves" not in pk and "grid" not in pk:  # unless the caller sets the shape
+        pk["waves"] = FRONT_KIND_NVIDIA_WAVES
+        pk["grid"] = FRONT_KIND_NVIDIA_CTAS_PER_SM * t.num_ctas
     p = plan(spec, **pk)
-    stages = front_stages(p, **sk)
-    if nvidia:
-        for st in stages:
-            if isinstance(st, FrontProj):
-                st.straight = FRONT_KIND_NVIDIA["straight"]
-    return FrontLaunch(p, stages, **kw)
+    return FrontLaunch(p, front_stages(p, **sk, straight=nvidia), **kw)
 
 
 def request_layout(p: FrontPlan, rng, requests=None, *, shuffle=True):

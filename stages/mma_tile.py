@@ -516,11 +516,12 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W
         mrow0 = row0 + mt * M
         finish = stage() if j == 0 else None
-        if nbw <= depth or straight:
+        unrolled = nbw <= depth or straight
+        masked = not isinstance(count, int)
+        if unrolled:
             # every block's loads fit in flight (or the ring is unrolled): issue the first
             # ones, then a straight-line body issuing each block's successor `depth` ahead
-            pre = {i: loads(mrow0, k.const(i, i32), masked=not isinstance(count, int))
-                   for i in range(min(nbw, depth))}
+            pre = {i: loads(mrow0, k.const(i, i32), masked=masked) for i in range(min(nbw, depth))}
         else:
             ring = [[k.lane_var(x) for x in loads(mrow0, k.const(d, i32))] for d in range(depth)]
         if finish:
@@ -529,12 +530,11 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
             k.opaque(0, i32)
             finish()
         total = k.lane_var(zero)
-        if nbw <= depth or straight:
+        if unrolled:
             for i in range(nbw):
                 if i + depth < nbw:
-                    pre[i + depth] = loads(mrow0, k.const(i + depth, i32),
-                                           masked=not isinstance(count, int))
-                if isinstance(count, int):
+                    pre[i + depth] = loads(mrow0, k.const(i + depth, i32), masked=masked)
+                if not masked:
                     total.set(block(i, pre.pop(i), total.get()))
                 else:
                     cur = pre.pop(i)

@@ -288,7 +288,7 @@ def test_k_splits_fill_each_target_and_respect_the_config():
         lds = BuildSpec.make("glm5", rows=8, target=t).target_info.lds_bytes
         assert staged <= F.STAGING_LDS_SHARE * lds
     # the front kind on sm_90a: two 4-warp CTAs an SM (264), one round of S = 6 jobs, the
-    # weight ring unrolled (FRONT_KIND_NVIDIA); plan()'s own default (what the index kinds'
+    # weight ring unrolled (front_launch on NVIDIA); plan()'s own default (what the index kinds'
     # front takes) keeps one 8-warp CTA an SM and S = 3; AMD keeps the runtime ring
     assert got == {"gfx950": 6, "gfx942": 12, "sm_90a": 6}
     L = launch(8, "fp8", "glm5", "sm_90a")

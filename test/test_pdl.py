@@ -204,7 +204,14 @@ def test_pdl_front_ptx_waits_and_amd_is_unchanged():
     assert "griddepcontrol" not in plain
     pytest.importorskip("elftools")
     from monokernel.build import build
-    for chip in ("gfx950",):
+    for chip in ("gfx950", "gfx942"):
         a = build(_front(target=chip, pdl=True).kernel(chip)).data
         b = build(_front(target=chip).kernel(chip)).data
         assert a == b  # no overlapped launches on AMD: the ops and the L2 hints lower to nothing
+
+
+def test_a_buffer_is_not_both_an_output_and_constant():
+    from stages.base import Buffer
+    assert Buffer(f32, (4,), constant=True).ptr.constant
+    with pytest.raises(ValueError, match="both an output and constant"):
+        Buffer(f32, (4,), output=True, constant=True)

@@ -327,17 +327,15 @@ class CudaKernel:
     def _launch_ex(self, drv, hs, grid, block, ptrs, cooperative):
         """cuLaunchKernelEx with the programmatic stream serialization attribute (and the
         cooperative one): the launch path of pdl."""
-        attrs = []
-        ids = drv.CUlaunchAttributeID
-        for ident, field in ((ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-                              "programmaticStreamSerializationAllowed"),
-                             (ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, "cooperative")):
-            if field == "cooperative" and not cooperative:
-                continue
+        def attribute(name, field):
             at = drv.CUlaunchAttribute()
-            at.id = ident
+            at.id = getattr(drv.CUlaunchAttributeID, name)
             setattr(at.value, field, 1)
-            attrs.append(at)
+            return at
+        attrs = [attribute("CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION",
+                           "programmaticStreamSerializationAllowed")]
+        if cooperative:
+            attrs.append(attribute("CU_LAUNCH_ATTRIBUTE_COOPERATIVE", "cooperative"))
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1

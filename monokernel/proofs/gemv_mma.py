@@ -99,8 +99,9 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     `ahead` (0: off): a software pipeline instead of rounds of `unroll` blocks: the wave's
     blocks unrolled one by one, each block's weights loaded `ahead` blocks and its x one block
     before its MMAs, so the weight stream never waits for the math (with the rounds every
-    load of a round waits for the round before's MMAs). (A variant prefetching each weight group's successor
-    over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7; removed.)"""
+    load of a round waits for the round before's MMAs). (A variant prefetching each weight
+    group's successor over x in LDS measured slower, 10.7-13.5 us: bench/NOTES.md v7;
+    removed.)"""
     if probe not in PROBES:
         raise ValueError(f"gemv_mma: probe {probe!r}; one of {PROBES}")
     if ahead and (x_in_lds or bulk or probe):
@@ -236,7 +237,8 @@ def body(k, *, N, K, R, unroll=1, x_in_lds=False, ksplit=1, probe=None, flat=Fal
     elif ahead:
         # weights[i] issued at block i - ahead, x[i] at block i - 1 (Python-unrolled: a
         # wave's blocks are few and the register ring needs static names)
-        weights = {i: issue(first_block + i, with_x=False, n=1) for i in range(min(ahead, per_wave))}
+        weights = {i: issue(first_block + i, with_x=False, n=1)
+                   for i in range(min(ahead, per_wave))}
         if pdl:
             k.grid_dep_wait()
         with_x = {0: attach_x(weights.pop(0))}
@@ -309,9 +311,9 @@ def build(target, *, N, K, R, waves=8, unroll=UNROLL, x_in_lds=False, ksplit=1, 
     software pipeline, weights that many blocks ahead of their MMAs (body's doc);
     `ctas_per_sm` 2: registers bounded so that two CTAs fit an SM (164 tiles on 132 SMs)."""
     return build_kernel("gemv_fp8_mma", body, abi=abi(ksplit), target=target, waves=waves,
-                        wave_size=32, ctas_per_sm=ctas_per_sm, N=N, K=K, R=R, unroll=unroll, x_in_lds=x_in_lds,
-                        ksplit=ksplit, probe=probe, flat=flat, l2_prefetch=l2_prefetch, bulk=bulk,
-                        pdl=pdl, ahead=ahead)
+                        wave_size=32, ctas_per_sm=ctas_per_sm, N=N, K=K, R=R, unroll=unroll,
+                        x_in_lds=x_in_lds, ksplit=ksplit, probe=probe, flat=flat,
+                        l2_prefetch=l2_prefetch, bulk=bulk, pdl=pdl, ahead=ahead)
 
 
 def scratch(N, ksplit, L=32):
