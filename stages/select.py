@@ -203,6 +203,12 @@ SOLO_UNROLL = 4  # 4-key groups a lane loads at once in a solo histogram pass (t
 # cheaper to list.
 DEFER_SHIFT = 4
 DEFER_MIN_TOPKS = 4
+# Local finish (SelectConfig.local_max_candidates): a row's lists are gathered into LDS by
+# every slice's sel_h2 job, so the bound is what LDS holds (the lists padded to 4-key groups
+# on top): 16K keys = 64 KB, which covers smooth scores at 512K keys (~12K candidates after
+# the first digit for normal scores, K = 2048)
+LOCAL_MAX_CANDIDATES = 16384
+LOCAL_MAX_KEYS = 1 << 15  # past this the LDS copy (128 KB + padding) crowds the chips' LDS
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
@@ -251,6 +257,11 @@ class SelectConfig:
     # in sel_h2 (module doc, "Solo finish"); None (default, measured faster on the H200):
     # every row takes the exchange rounds
     solo_max_candidates: int | None = None
+    # a row whose candidate lists hold at most this many keys in all is finished in sel_h2
+    # by EVERY slice's job, each for its own slice (module doc, "Local finish"): the row's
+    # lists gathered into LDS, the remaining digits resolved there, no exchange round after
+    # message 1. None: never (the default until measured); not with solo_max_candidates
+    local_max_candidates: int | None = None
     # sel_h1 appends an iteration's SCAN_UNROLL rounds of candidates after ONE CTA barrier
     # (`_append`; H200 512K x 8: sel_h1 25 -> 22 us a job); False: a barrier a round
     # (`_append_round`), fewer registers: the AMD builds keep it (the fused index kernel
@@ -328,6 +339,13 @@ class SelectConfig:
                 not 0 <= self.solo_max_candidates <= MAX_KEYS:
             raise ValueError(f"solo_max_candidates = {self.solo_max_candidates} must be None "
                              f"or in 0..{MAX_KEYS}")
+        if self.local_max_candidates is not None:
+            if not 0 <= self.local_max_candidates <= LOCAL_MAX_KEYS:
+                raise ValueError(f"local_max_candidates = {self.local_max_candidates} must be "
+                                 f"None or in 0..{LOCAL_MAX_KEYS} (the row's lists in LDS)")
+            if self.solo_max_candidates is not None:
+                raise ValueError("local_max_candidates and solo_max_candidates exclude each "
+                                 "other: a row finishes solo or locally, not both")
         if lay.capacity > MAX_KEYS:
             raise ValueError(f"{lay.capacity} scores per row exceed the selection's limit of "
                              f"{MAX_KEYS} (512K keys)")
@@ -373,8 +391,25 @@ class SelectConfig:
         return self.solo_max_candidates is not None
 
     @property
+    def local(self) -> bool:
+        """Whether rows with few candidates may finish locally (module doc)."""
+        return self.local_max_candidates is not None
+
+    @property
+    def finishes_early(self) -> bool:
+        """Whether sel_h1 flags rows finished in sel_h2 (solo or locally: X_SOLO, RDY_SOLO)."""
+        return self.solo or self.local
+
+    @property
+    def early_bound(self) -> int:
+        """The candidates a row's lists may hold in all for it to finish in sel_h2."""
+        return self.solo_max_candidates if self.solo else self.local_max_candidates
+
+    @property
     def defers(self) -> bool:
-        """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo)."""
+        """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo;
+        with the local finish a row flagged local is never deferred: it needs sel_h1's
+        lists)."""
         return self.defer_fat_bins and not self.solo
 
     def bins(self, q: int) -> int:
@@ -865,9 +900,11 @@ class SelectPass(Stage):
         self.list_in = None if q < 2 else second_list if cfg.defers and q > 2 else first_list
         # solo rows (module doc, "Solo finish"): sel_h2's slice-0 job finishes them; every
         # job from sel_h2 on first learns from its own slice's rdy1 pair whether its row is
-        # solo (and then, but for that one, does nothing)
-        self.solo_check = cfg.solo and q >= 2
-        self.solo_runs = cfg.solo and q == 2
+        # solo (and then, but for that one, does nothing). Local rows ("Local finish"): every
+        # slice's sel_h2 job finishes its own slice, the same flag tells the later ones
+        self.solo_check = cfg.finishes_early and q >= 2
+        self.solo_runs = cfg.finishes_early and q == 2
+        self.local_runs = cfg.local and q == 2
         self.count_from_list = cfg.count_from_list
         self.early_loads = cfg.early_loads
         self.wide_segment_sums = cfg.wide_segment_sums
@@ -885,7 +922,11 @@ class SelectPass(Stage):
         lds = 4 * (2 * 1024 + 64)
         # a solo finish: at most solo_max_candidates keys read by each remaining pass, keys
         # and positions by the emit
-        solo = c.solo_max_candidates * (4 * (c.passes - 2) + 8) if self.solo_runs else 0
+        solo = c.solo_max_candidates * (4 * (c.passes - 2) + 8) if c.solo and self.solo_runs \
+            else 0
+        # a local finish: every job gathers its row's lists (keys) once
+        if self.local_runs:
+            xbytes += c.local_max_candidates * 4
         return [Job(j, cost_bytes=keys * 4 + xbytes + (solo if j % c.max_slices == 0 else 0),
                     cost_flops=keys * 8, lds_bytes=lds)
                 for j in range(c.rows * c.max_slices)]
@@ -928,7 +969,8 @@ class SelectPass(Stage):
         c = self.cfg
         r, s = self._row_slice(j)
         out = [] if self.from_list and not self.defers else list(self.scores.reads(r))
-        if self.solo_runs and s == 0:  # a solo finish reads every slice's list of its row
+        if self.solo_runs and (s == 0 or self.local_runs):  # a solo or local finish reads
+            # every slice's list of its row
             lk = c.max_slice_keys() * c.max_slices
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
         elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
@@ -1010,6 +1052,14 @@ class SelectPass(Stage):
             if not self.solo_runs:  # a solo row was finished by sel_h2: nothing to wait for
                 with k.if_(~solo):
                     self._round(k, io, sl, lds)
+                return
+            if self.local_runs:  # sel_h2: every slice of a local row finishes itself
+                with k.if_else(solo) as (local, shared):
+                    with local:
+                        self._local_finish(k, io, sl, lds)
+                    with shared:
+                        self._consume(k, io, sl, lds)
+                        self._next_histogram(k, io, sl, lds)
                 return
             # sel_h2: slice 0 of a solo row decides on message 1 as every slice does, then
             # finishes the row alone; the other slices of a solo row do nothing
@@ -1144,11 +1194,15 @@ class SelectPass(Stage):
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
-        if (self.is_out or self.solo_runs or self.emits_early) and k.W > 1:
-            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
-        if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
-            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(SCAN_UNROLL, LIST_UNROLL)
-                                                        if c.batched_append else 1) * k.W)
+        emit = 0  # the emit's wave counts and the appends' (sel_h2: a local row emits,
+        # another row with deferred lists appends)
+        if self.is_out or self.solo_runs or self.emits_early:
+            emit = 2 * 2 * k.W
+        if self.compacts or self.defers:
+            emit = max(emit, 2 * (max(SCAN_UNROLL, LIST_UNROLL)
+                                  if c.batched_append else 1) * k.W)
+        if emit and k.W > 1:
+            out["emit"] = k.lds(f"{nm}_emit", i32, emit)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self._scans_lds:
@@ -1162,8 +1216,13 @@ class SelectPass(Stage):
             # its length
             out["solo_off"] = k.lds(f"{nm}_solo_off", i32, S + 1)
             out["solo_len"] = k.lds(f"{nm}_solo_len", i32, S)
+            first = 1 if self.local_runs else 2  # a local finish resolves digits 1.. itself
             out["solo_hist"] = k.lds(f"{nm}_solo_hist", u32,
-                                     max(4, max(c.bins(q) for q in range(2, c.passes))))
+                                     max(4, max(c.bins(q) for q in range(first, c.passes))))
+        if self.local_runs:  # the row's lists' keys (each padded to whole 4-key groups) and
+            # the placement's four counts
+            out["local_keys"] = k.lds(f"{nm}_local_keys", u32, self._local_room())
+            out["local_cnt"] = k.lds(f"{nm}_local_cnt", u32, 4)
         return out
 
     # -- sel_h0: input checks --------------------------------------------------------------
@@ -1327,7 +1386,9 @@ class SelectPass(Stage):
             k.store(lds["state"], X_NLIST, _u(k, run.get()))
         if later_count:
             _barrier(k)  # every wave's list stores, before any wave reads the list back
-            self._scan_list(k, io, sl, lds, own=run.get())
+            # (a local row's next digits are resolved from its lists by sel_h2: no count)
+            with k.if_(st[X_SOLO].eq(0)) if self.cfg.local else contextlib.nullcontext():
+                self._scan_list(k, io, sl, lds, own=run.get())
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")
 
@@ -1593,7 +1654,10 @@ class SelectPass(Stage):
                 cnt = k.load(lds["cnt"], 0, u32, 2)
                 st[X_NAN] = k.extract(cnt, 0)
                 st[X_UNSEL] = k.extract(cnt, 1)
-            with k.if_(~st.done):
+            counted = ~st.done
+            if q == 1 and c.local:  # a local row's message 1 carries its state only
+                counted = counted & st[X_SOLO].eq(0)
+            with k.if_(counted):
                 _suffix_sums(k, lds["hist"], B,
                              lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
             for j, v in enumerate(st.vecs()):
@@ -1601,7 +1665,8 @@ class SelectPass(Stage):
             if self.release:
                 k.fence("release", "device")
             flag = st[X_DONE] + 1
-            if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
+            if q == 1 and c.finishes_early:  # whether the row finishes in sel_h2 (read by
+                # sel_h2 on)
                 flag = flag + st[X_SOLO] * RDY_SOLO
             io.publish(c.rdy(q), sl.r * S + sl.s, flag)
 
@@ -1691,10 +1756,14 @@ class SelectPass(Stage):
         st = _State.load(k, lds["state"], 0)
         takeall, b, has_hi, gb, ga = _threshold(k, lds["gcum"], Bp, st.i(X_NEED))
         new, done = self._advance(k, st, p, takeall, b, gb, ga)
-        if p == 0 and c.solo:
-            new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
+        early = None
+        if p == 0 and c.finishes_early:
+            early = gb <= c.early_bound
+            new[X_SOLO] = k.select(early, k.const(1, u32), 0)
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
+            if early is not None:  # a local row reads sel_h1's lists
+                crowded = crowded & ~early
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
         own = (sl.r * S + sl.s) * mw
         hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
@@ -1931,35 +2000,10 @@ class SelectPass(Stage):
         output and diagnostic row, exactly as the exchange rounds would write them."""
         c = self.cfg
         S = c.max_slices
-        L = k.L
-        mw = c.msg_words(1)
-        msg = c.msg(1)
-        off, length = lds["solo_off"], lds["solo_len"]
-        with _wave0(k):  # the directory of the lists, and the row's NaN counts (message 1)
-            carry = k.uniform_var(0, i32)
-            nans = k.uniform_var(0, i32)
-            unsel = k.uniform_var(0, i32)
-            for grp in range((S + L - 1) // L):
-                s2 = grp * L + k.lane_id()
-                act = s2 < sl.sc
-                ss = k.min(s2, S - 1)
-                mb = (sl.r * S + ss) * mw + c.state_word
-                nl = _i(k, io.load(msg, mb + X_NLIST, mask=act))
-                nan = _i(k, io.load(msg, mb + X_NAN, mask=act))
-                uns = _i(k, io.load(msg, mb + X_UNSEL, mask=act))
-                padded = (nl + 3) & ~3
-                incl = _scan(k, padded)
-                k.store(off, ss, carry.get() + incl - padded, mask=act)
-                k.store(length, ss, nl, mask=act)
-                carry.set(carry.get() + _last(k, incl))
-                nans.set(nans.get() + k.wave_sum(nan))
-                unsel.set(unsel.get() + k.wave_sum(uns))
-            k.store(off, S, carry.get())
-            stp = lds["state"]
-            k.store(stp, X_NANS, _u(k, nans.get()))
-            k.store(stp, X_UNSELS, _u(k, unsel.get()))
+        with _wave0(k):
+            self._directory(k, io, sl, lds)
         _barrier(k)
-        nv = k.load(off, S, i32)
+        nv = k.load(lds["solo_off"], S, i32)
         for q in range(2, c.passes):
             st = _State.load(k, lds["state"], 0)
             with k.if_(~st.done):
@@ -1972,6 +2016,158 @@ class SelectPass(Stage):
         total = self._emit_entries(k, io, sl, lds, st, ok, nv, fetch, k.const(0, i32),
                                    k.const(0, i32), prefetch=True)
         self._pad_and_diag(k, io, sl, ok, total, st[X_NANS], st[X_UNSELS])
+
+    def _directory(self, k, io, sl, lds):
+        """Wave 0, after message 1's acquire: the directory of the row's lists laid end to
+        end in slice order, each padded to whole 4-key groups (LDS solo_off: where slice s's
+        list starts, and at [S] their total length; solo_len: its length), and the row's NaN
+        and unselectable counts into the state (X_NANS, X_UNSELS)."""
+        c = self.cfg
+        S = c.max_slices
+        L = k.L
+        mw = c.msg_words(1)
+        msg = c.msg(1)
+        off, length = lds["solo_off"], lds["solo_len"]
+        carry = k.uniform_var(0, i32)
+        nans = k.uniform_var(0, i32)
+        unsel = k.uniform_var(0, i32)
+        for grp in range((S + L - 1) // L):
+            s2 = grp * L + k.lane_id()
+            act = s2 < sl.sc
+            ss = k.min(s2, S - 1)
+            mb = (sl.r * S + ss) * mw + c.state_word
+            nl = _i(k, io.load(msg, mb + X_NLIST, mask=act))
+            nan = _i(k, io.load(msg, mb + X_NAN, mask=act))
+            uns = _i(k, io.load(msg, mb + X_UNSEL, mask=act))
+            padded = (nl + 3) & ~3
+            incl = _scan(k, padded)
+            k.store(off, ss, carry.get() + incl - padded, mask=act)
+            k.store(length, ss, nl, mask=act)
+            carry.set(carry.get() + _last(k, incl))
+            nans.set(nans.get() + k.wave_sum(nan))
+            unsel.set(unsel.get() + k.wave_sum(uns))
+        k.store(off, S, carry.get())
+        stp = lds["state"]
+        k.store(stp, X_NANS, _u(k, nans.get()))
+        k.store(stp, X_UNSELS, _u(k, unsel.get()))
+
+    # -- local finish (sel_h2, every slice of a local row) ----------------------------------
+    def _local_room(self) -> int:
+        """LDS words for a local row's lists: the bound, and 3 padding keys a slice."""
+        c = self.cfg
+        return c.local_max_candidates + 4 * c.max_slices
+
+    def _local_finish(self, k, io, sl, lds):
+        """All waves of a local row's sel_h2 job (module doc, "Local finish"): wait for every
+        slice's message 1 (its list is then complete), gather the row's lists' keys into LDS
+        in slice order, resolve digits 1.. there (the decision the rounds would make on the
+        same counts), place this slice among the others from the same keys, and emit it."""
+        c = self.cfg
+        S = c.max_slices
+        L = k.L
+        mw = c.msg_words(1)
+        msg, rdy = c.msg(1), c.rdy(1)
+        with _wave0(k):
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
+            if self.acquire:
+                k.fence("acquire", "device")
+            # the state after the decision on message 0: the same Q, d and need on every
+            # slice; this slice's list length
+            self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word) \
+                .store_lds(lds["state"])
+            self._directory(k, io, sl, lds)
+        _barrier(k)
+        nv = k.load(lds["solo_off"], S, i32)  # <= the bound + 3 a slice: sel_h1's flag
+        keys = lds["local_keys"]
+        room = self._local_room()
+        t = k.thread_id()
+        T = k.W * k.L
+        zero4 = k.vec(*[k.const(0, u32)] * 4)
+        for base in k.range(0, nv, 4 * T * SOLO_UNROLL):
+            idx = [base + u * 4 * T + 4 * t for u in range(SOLO_UNROLL)]
+            got = [self._solo_fetch(k, io, sl, lds, i, nv, pos=False) for i in idx]
+            for i, (key, _, j, lim) in zip(idx, got):
+                valid = k.vec(j, j + 1, j + 2, j + 3) < lim
+                # a list's padding as key 0, which no list holds (never selectable)
+                k.store(keys, k.min(i, room - 4), k.select(valid, key, zero4), mask=i < nv)
+        _barrier(k)
+        for q in range(1, c.passes):
+            st = _State.load(k, lds["state"], 0)
+            with k.if_(~st.done):
+                self._local_pass(k, sl, lds, q, st, nv)
+        self._local_placement(k, sl, lds, nv)
+        self._emit(k, io, sl, lds)
+
+    def _local_keys(self, k, lds, i, nv):
+        """LDS keys i..i+3 of a local row (i a multiple of 4, per lane) and their validity
+        (inside the row's lists, not padding)."""
+        key = k.load(lds["local_keys"], k.min(i, self._local_room() - 4), u32, 4, mask=i < nv)
+        return key, (k.vec(i, i + 1, i + 2, i + 3) < nv) & key.ne(0)
+
+    def _local_pass(self, k, sl, lds, q, st, nv):
+        """Digit q of the row's candidates (LDS keys with the prefix found so far) into an
+        LDS histogram, then wave 0 decides on it as sel_h(q+1) would on message q."""
+        c = self.cfg
+        B = c.bins(q)
+        hist = lds["solo_hist"]
+        t = k.thread_id()
+        T = k.W * k.L
+        for i in range((B + T - 1) // T):
+            idx = t + i * T
+            k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+        _barrier(k)
+        Q, d = st[X_Q], st.i(X_D)
+        for base in k.range(0, nv, 4 * T):
+            key, valid = self._local_keys(k, lds, base + 4 * t, nv)
+            self._count_digits(k, hist, key, d, valid & _prefix(k, key, d).eq(Q), q=q)
+        _barrier(k)
+        with _wave0(k):
+            _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
+            takeall, b, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
+            new, _ = self._advance(k, st, q, takeall, b, gb, ga)
+            new.store_lds(lds["state"])
+        _barrier(k)
+
+    def _local_placement(self, k, sl, lds, nv):
+        """The final decision's placement of this slice, as `_placement` takes it from the
+        messages, here from the row's keys in LDS: the keys above the final prefix and the
+        ties in the slices before this one (entries before its list's start) and in all;
+        the ties are taken in position order (slice order), `need` of them."""
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+        need = st.i(X_NEED)
+        cnt = lds["local_cnt"]
+        with _wave0(k):
+            k.store(cnt, 0, k.vec(*[k.const(0, u32)] * 4))
+        _barrier(k)
+        start = k.load(lds["solo_off"], sl.s, i32)
+        t = k.thread_id()
+        T = k.W * k.L
+        acc = k.lane_var(k.vec(*[k.const(0, u32)] * 4))  # above / ties, before / in all
+        for base in k.range(0, nv, 4 * T):
+            i = base + 4 * t
+            key, valid = self._local_keys(k, lds, i, nv)
+            pre = _prefix(k, key, d)
+            ab = k.cast(valid & (pre > Q), u32)
+            eq = k.cast(valid & pre.eq(Q), u32)
+            before = k.cast(k.vec(i, i + 1, i + 2, i + 3) < start, u32)
+            a = [k.extract(x, e) for x in (ab, eq, ab & before, eq & before) for e in range(4)]
+            sums = [a[4 * j] + a[4 * j + 1] + a[4 * j + 2] + a[4 * j + 3] for j in range(4)]
+            acc.set(acc.get() + k.vec(sums[2], sums[3], sums[0], sums[1]))
+        a = acc.get()
+        for e in range(4):
+            k.atomic("add", cnt, e, k.wave_sum(k.extract(a, e)), scope="cta")
+        _barrier(k)
+        with _wave0(k):
+            got = k.load(cnt, 0, u32, 4)
+            ab_before, eq_before, ab_all, eq_all = [_i(k, k.extract(got, e)) for e in range(4)]
+            stp = lds["state"]
+            k.store(stp, X_BASE, _u(k, ab_before + k.min(need, eq_before)))
+            k.store(stp, X_TIEBASE, _u(k, eq_before))
+            k.store(stp, X_TOTAL, _u(k, ab_all + k.min(need, eq_all)))
+        _barrier(k)
 
     def _solo_pass(self, k, io, sl, lds, q, st, nv):
         """Digit q of the row's candidates (list keys with the prefix found so far) into
@@ -2408,11 +2604,12 @@ def measured_options(on: bool) -> dict:
     return {name: on for name in MEASURED_ON_NVIDIA}
 
 
-def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectConfig:
+def config_for(spec, *, max_slices: int | None = None, digits=None,
+               local: int | None = None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, DEFAULT_DIGITS
-    on AMD, unmeasured there)."""
+    on AMD, unmeasured there), the local finish's bound `local` (None or 0: off)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -2424,7 +2621,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectCon
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk,
                         digits=digits or (DEFAULT_DIGITS if amd else SELECT_KIND_DIGITS),
-                        **measured_options(not amd))
+                        local_max_candidates=local or None, **measured_options(not amd))
 
 
 def _waves_for(spec) -> int:
@@ -2437,8 +2634,8 @@ def _grid_for(spec) -> int:
     return 8 if spec.target == "interp" else spec.target_info.num_ctas
 
 
-def _kind_launch(spec, hist=None, *, select_digits=None, waves=None):
-    cfg = config_for(spec, digits=select_digits)
+def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, select_local=None):
+    cfg = config_for(spec, digits=select_digits, local=select_local)
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -2457,8 +2654,8 @@ from .kinds import Kind, register  # noqa: E402
 
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
-              launch_tunables=("waves", "select_digits")))
+              launch_tunables=("waves", "select_digits", "select_local")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
-              default=False, launch_tunables=("waves", "select_digits")))
+              default=False, launch_tunables=("waves", "select_digits", "select_local")))

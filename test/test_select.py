@@ -2,9 +2,10 @@
 interpreter's three modes at small positions and across slices and pages, the first digits
 from the scoring (tagged pairs or an input) giving bit-identical results, determinism, the
 512K limit and bad inputs, the launch kind, scores from an arena region, several waves and
-warp32, other digit plans, and the AMD / NVIDIA builds (zero spills). The default configs
-finish these rows solo (stages/select.py, "Solo finish"); the exactness, tie and fence tests
-also run on the exchange rounds alone (`path` "rounds": solo_max_candidates=None)."""
+warp32, other digit plans, and the AMD / NVIDIA builds (zero spills). The exactness, tie and
+fence tests run on each way a row can finish (`path`): the exchange rounds alone (the
+default configs), solo (stages/select.py, "Solo finish") and local ("Local finish"), every
+row here under those bounds."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,12 +31,14 @@ SMALL = SelectConfig(ScoresLayout(8, 4096, 512), max_slices=4)  # <= 4 slices of
 WIDE = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4)  # 8K+ keys: 4 slices of 2K+
 SMALL_N = np.array([0, 1, 63, 64, 65, 2047, 2048, 2049])  # rows of 8 requests, mixed
 WIDE_N = np.array([8447, 1300])  # 4 slices of 2048-2560 keys; 3 slices of 276-512
-PATHS = ("solo", "rounds")  # every row here solo (the measured bound), or never (the default)
+PATHS = ("rounds", "solo", "local")  # how the rows finish: the rounds (the defaults), solo
+# or locally, every row here under the measured bounds
 
 
 def _on(cfg, path):
-    return dataclasses.replace(cfg, solo_max_candidates=sel.SOLO_MAX_CANDIDATES if path == "solo"
-                               else None)
+    return dataclasses.replace(
+        cfg, solo_max_candidates=sel.SOLO_MAX_CANDIDATES if path == "solo" else None,
+        local_max_candidates=sel.LOCAL_MAX_CANDIDATES if path == "local" else None)
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +53,12 @@ def wide():
 
 @pytest.fixture(scope="module")
 def small_paths(small):
-    return {"solo": small, "rounds": select_launch(_on(SMALL, "rounds"), grid=3)}
+    return {p: small if p == "rounds" else select_launch(_on(SMALL, p), grid=3) for p in PATHS}
 
 
 @pytest.fixture(scope="module")
 def wide_paths(wide):
-    return {"solo": wide, "rounds": select_launch(_on(WIDE, "rounds"), grid=3)}
+    return {p: wide if p == "rounds" else select_launch(_on(WIDE, p), grid=3) for p in PATHS}
 
 
 def _case(cfg, dist, pos, seed, *, shared=True):
