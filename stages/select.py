@@ -209,6 +209,10 @@ DEFER_MIN_TOPKS = 4
 # the first digit for normal scores, K = 2048)
 LOCAL_MAX_CANDIDATES = 16384
 LOCAL_MAX_KEYS = 1 << 15  # past this the LDS copy (128 KB + padding) crowds the chips' LDS
+# the local finish's LDS counters: the gather's slots taken, the keys above the threshold
+# bin in the slices before this one / in all (messages), the placement's four counts
+LOCAL_TAKEN, LOCAL_ABOVE_BEFORE, LOCAL_ABOVE_ALL, LOCAL_COUNTS = 0, 1, 2, 4
+LOCAL_CNT_WORDS = 8
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
@@ -1054,11 +1058,14 @@ class SelectPass(Stage):
                     self._round(k, io, sl, lds)
                 return
             if self.local_runs:  # sel_h2: every slice of a local row finishes itself
+                self._consume(k, io, sl, lds)  # (the placement too where this is final)
+                io.env.phase(0)  # every slice's message is in and decided on
                 with k.if_else(solo) as (local, shared):
                     with local:
-                        self._local_finish(k, io, sl, lds)
+                        with k.if_(~_State.load(k, lds["state"], 0).done):
+                            self._local_finish(k, io, sl, lds)
+                        self._emit(k, io, sl, lds)
                     with shared:
-                        self._consume(k, io, sl, lds)
                         self._next_histogram(k, io, sl, lds)
                 return
             # sel_h2: slice 0 of a solo row decides on message 1 as every slice does, then
@@ -1216,13 +1223,13 @@ class SelectPass(Stage):
             # its length
             out["solo_off"] = k.lds(f"{nm}_solo_off", i32, S + 1)
             out["solo_len"] = k.lds(f"{nm}_solo_len", i32, S)
-            first = 1 if self.local_runs else 2  # a local finish resolves digits 1.. itself
             out["solo_hist"] = k.lds(f"{nm}_solo_hist", u32,
-                                     max(4, max(c.bins(q) for q in range(first, c.passes))))
-        if self.local_runs:  # the row's lists' keys (each padded to whole 4-key groups) and
-            # the placement's four counts
+                                     max(4, max(c.bins(q) for q in range(2, c.passes))))
+        if self.local_runs:  # the row's threshold-bin keys and where each sits in the row's
+            # lists; the counts (LOCAL_CNT_WORDS)
             out["local_keys"] = k.lds(f"{nm}_local_keys", u32, self._local_room())
-            out["local_cnt"] = k.lds(f"{nm}_local_cnt", u32, 4)
+            out["local_idx"] = k.lds(f"{nm}_local_idx", i32, self._local_room())
+            out["local_cnt"] = k.lds(f"{nm}_local_cnt", u32, LOCAL_CNT_WORDS)
         return out
 
     # -- sel_h0: input checks --------------------------------------------------------------
@@ -1386,9 +1393,7 @@ class SelectPass(Stage):
             k.store(lds["state"], X_NLIST, _u(k, run.get()))
         if later_count:
             _barrier(k)  # every wave's list stores, before any wave reads the list back
-            # (a local row's next digits are resolved from its lists by sel_h2: no count)
-            with k.if_(st[X_SOLO].eq(0)) if self.cfg.local else contextlib.nullcontext():
-                self._scan_list(k, io, sl, lds, own=run.get())
+            self._scan_list(k, io, sl, lds, own=run.get())
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")
 
@@ -1654,10 +1659,7 @@ class SelectPass(Stage):
                 cnt = k.load(lds["cnt"], 0, u32, 2)
                 st[X_NAN] = k.extract(cnt, 0)
                 st[X_UNSEL] = k.extract(cnt, 1)
-            counted = ~st.done
-            if q == 1 and c.local:  # a local row's message 1 carries its state only
-                counted = counted & st[X_SOLO].eq(0)
-            with k.if_(counted):
+            with k.if_(~st.done):
                 _suffix_sums(k, lds["hist"], B,
                              lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
             for j, v in enumerate(st.vecs()):
@@ -2053,62 +2055,102 @@ class SelectPass(Stage):
 
     # -- local finish (sel_h2, every slice of a local row) ----------------------------------
     def _local_room(self) -> int:
-        """LDS words for a local row's lists: the bound, and 3 padding keys a slice."""
-        c = self.cfg
-        return c.local_max_candidates + 4 * c.max_slices
+        """LDS entries for a local row's threshold-bin keys: at most the row's candidates."""
+        return self.cfg.local_max_candidates
 
     def _local_finish(self, k, io, sl, lds):
-        """All waves of a local row's sel_h2 job (module doc, "Local finish"): wait for every
-        slice's message 1 (its list is then complete), gather the row's lists' keys into LDS
-        in slice order, resolve digits 1.. there (the decision the rounds would make on the
-        same counts), place this slice among the others from the same keys, and emit it."""
+        """All waves of a local row's sel_h2 job after its decision on message 1 (not final;
+        module doc, "Local finish"): gather the keys of the row's threshold bin (the prefix
+        found so far) from every slice's list into LDS, resolve the remaining digits there
+        (the decision the rounds would make on the same counts), and place this slice among
+        the others from them and from the messages' counts of the keys above the bin."""
+        c = self.cfg
+        S = c.max_slices
+        cnt = lds["local_cnt"]
+        with _wave0(k):
+            self._directory(k, io, sl, lds)
+            self._above_bin(k, io, sl, lds)
+        _barrier(k)
+        nv = k.load(lds["solo_off"], S, i32)
+        self._local_gather(k, io, sl, lds, nv)
+        _barrier(k)
+        io.env.phase(1)  # the threshold bin's keys are in LDS
+        nt = _i(k, k.load(cnt, LOCAL_TAKEN, u32))
+        for q in range(2, c.passes):
+            st = _State.load(k, lds["state"], 0)
+            with k.if_(~st.done):
+                self._local_pass(k, sl, lds, q, st, nt)
+        self._local_placement(k, sl, lds, nt)
+        io.env.phase(2)  # decided and placed
+
+    def _above_bin(self, k, io, sl, lds):
+        """Wave 0: the keys above the threshold bin of the decision on message 1, in the
+        slices before this one and in all (each slice's count above the first digit, X_ABOVE
+        of its message, and its cum past the bin, as `_placement` counts them), into LDS
+        local_cnt; the gather's slot counter and the placement's counts zeroed."""
         c = self.cfg
         S = c.max_slices
         L = k.L
+        B = c.bins(1)
         mw = c.msg_words(1)
-        msg, rdy = c.msg(1), c.rdy(1)
-        with _wave0(k):
-            for grp in range((S + L - 1) // L):
-                s2 = grp * L + k.lane_id()
-                io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
-            if self.acquire:
-                k.fence("acquire", "device")
-            # the state after the decision on message 0: the same Q, d and need on every
-            # slice; this slice's list length
-            self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word) \
-                .store_lds(lds["state"])
-            self._directory(k, io, sl, lds)
-        _barrier(k)
-        nv = k.load(lds["solo_off"], S, i32)  # <= the bound + 3 a slice: sel_h1's flag
-        keys = lds["local_keys"]
+        msg = c.msg(1)
+        st = _State.load(k, lds["state"], 0)
+        b = _i(k, st[X_Q] & (B - 1))  # the bin decided (not final: not take-all)
+        has_hi = (b + 1) < B
+        hi_i = k.min(b + 1, B - 1)
+        before = k.uniform_var(0, i32)
+        total = k.uniform_var(0, i32)
+        for grp in range((S + L - 1) // L):
+            s2 = grp * L + k.lane_id()
+            act = s2 < sl.sc
+            mb = (sl.r * S + k.min(s2, S - 1)) * mw
+            c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & has_hi))
+            ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
+            above = k.select(act, ab0 + c_hi, 0)
+            before.set(before.get() + k.wave_sum(k.select(s2 < sl.s, above, 0)))
+            total.set(total.get() + k.wave_sum(above))
+        cnt = lds["local_cnt"]
+        k.store(cnt, LOCAL_TAKEN, k.const(0, u32))
+        k.store(cnt, LOCAL_ABOVE_BEFORE, _u(k, before.get()))
+        k.store(cnt, LOCAL_ABOVE_ALL, _u(k, total.get()))
+        k.store(cnt, LOCAL_COUNTS, k.vec(*[k.const(0, u32)] * 4))  # (a CTA runs several jobs)
+
+    def _local_gather(self, k, io, sl, lds, nv):
+        """Every wave: the keys of the row's lists (nv entries laid end to end, the LDS
+        directory) with the prefix found so far into LDS local_keys, with their place in the
+        lists (local_idx: slices before this one are below its directory offset); slots
+        taken a wave and a round at a time from LDS counter LOCAL_TAKEN (their order is
+        not kept: only counts are taken from them)."""
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+        cnt = lds["local_cnt"]
         room = self._local_room()
         t = k.thread_id()
         T = k.W * k.L
-        zero4 = k.vec(*[k.const(0, u32)] * 4)
+        lane0 = k.lane_id().eq(0)
         for base in k.range(0, nv, 4 * T * SOLO_UNROLL):
             idx = [base + u * 4 * T + 4 * t for u in range(SOLO_UNROLL)]
             got = [self._solo_fetch(k, io, sl, lds, i, nv, pos=False) for i in idx]
             for i, (key, _, j, lim) in zip(idx, got):
                 valid = k.vec(j, j + 1, j + 2, j + 3) < lim
-                # a list's padding as key 0, which no list holds (never selectable)
-                k.store(keys, k.min(i, room - 4), k.select(valid, key, zero4), mask=i < nv)
-        _barrier(k)
-        for q in range(1, c.passes):
-            st = _State.load(k, lds["state"], 0)
-            with k.if_(~st.done):
-                self._local_pass(k, sl, lds, q, st, nv)
-        self._local_placement(k, sl, lds, nv)
-        self._emit(k, io, sl, lds)
+                tie = k.cast(valid & _prefix(k, key, d).eq(Q), i32)
+                kp = [k.extract(tie, e) for e in range(4)]
+                own = kp[0] + kp[1] + kp[2] + kp[3]
+                incl = _scan(k, own)
+                tot = k.shuffle(incl, k.const(k.L - 1, i32))
+                got0 = k.atomic("add", cnt, LOCAL_TAKEN, _u(k, tot), mask=lane0 & (tot > 0),
+                                scope="cta")
+                at = _i(k, k.shuffle(got0, k.const(0, i32))) + incl - own
+                for e in range(4):
+                    m = kp[e].ne(0)
+                    slot = k.min(at, room - 1)
+                    k.store(lds["local_keys"], slot, k.extract(key, e), mask=m)
+                    k.store(lds["local_idx"], slot, i + e, mask=m)
+                    at = at + kp[e]
 
-    def _local_keys(self, k, lds, i, nv):
-        """LDS keys i..i+3 of a local row (i a multiple of 4, per lane) and their validity
-        (inside the row's lists, not padding)."""
-        key = k.load(lds["local_keys"], k.min(i, self._local_room() - 4), u32, 4, mask=i < nv)
-        return key, (k.vec(i, i + 1, i + 2, i + 3) < nv) & key.ne(0)
-
-    def _local_pass(self, k, sl, lds, q, st, nv):
-        """Digit q of the row's candidates (LDS keys with the prefix found so far) into an
-        LDS histogram, then wave 0 decides on it as sel_h(q+1) would on message q."""
+    def _local_pass(self, k, sl, lds, q, st, nt):
+        """Digit q of the gathered keys with the prefix found so far into an LDS histogram,
+        then wave 0 decides on it as sel_h(q+1) would on message q."""
         c = self.cfg
         B = c.bins(q)
         hist = lds["solo_hist"]
@@ -2119,9 +2161,13 @@ class SelectPass(Stage):
             k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
         _barrier(k)
         Q, d = st[X_Q], st.i(X_D)
-        for base in k.range(0, nv, 4 * T):
-            key, valid = self._local_keys(k, lds, base + 4 * t, nv)
-            self._count_digits(k, hist, key, d, valid & _prefix(k, key, d).eq(Q), q=q)
+        room = self._local_room()
+        for base in k.range(0, nt, T):
+            i = base + t
+            key = k.load(lds["local_keys"], k.min(i, room - 1), u32, mask=i < nt)
+            digit = (key >> _u(k, 32 - d - c.digits[q])) & (B - 1)
+            k.atomic("add", hist, _i(k, digit), k.const(1, u32),
+                     mask=(i < nt) & _prefix(k, key, d).eq(Q), scope="cta")
         _barrier(k)
         with _wave0(k):
             _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
@@ -2130,39 +2176,39 @@ class SelectPass(Stage):
             new.store_lds(lds["state"])
         _barrier(k)
 
-    def _local_placement(self, k, sl, lds, nv):
-        """The final decision's placement of this slice, as `_placement` takes it from the
-        messages, here from the row's keys in LDS: the keys above the final prefix and the
-        ties in the slices before this one (entries before its list's start) and in all;
-        the ties are taken in position order (slice order), `need` of them."""
+    def _local_placement(self, k, sl, lds, nt):
+        """The final decision's placement of this slice (X_BASE, X_TIEBASE, X_TOTAL), as
+        `_placement` takes it from the messages: the keys above the final prefix are those
+        above the bin (the messages' counts) and the gathered ones above it; the ties are
+        the gathered ones with it, taken in position order (slice order), `need` of them."""
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
         need = st.i(X_NEED)
         cnt = lds["local_cnt"]
-        with _wave0(k):
-            k.store(cnt, 0, k.vec(*[k.const(0, u32)] * 4))
-        _barrier(k)
-        start = k.load(lds["solo_off"], sl.s, i32)
+        start = k.load(lds["solo_off"], sl.s, i32)  # this slice's list in the directory
+        room = self._local_room()
         t = k.thread_id()
         T = k.W * k.L
         acc = k.lane_var(k.vec(*[k.const(0, u32)] * 4))  # above / ties, before / in all
-        for base in k.range(0, nv, 4 * T):
-            i = base + 4 * t
-            key, valid = self._local_keys(k, lds, i, nv)
+        for base in k.range(0, nt, T):
+            i = base + t
+            ok = i < nt
+            at = k.min(i, room - 1)
+            key = k.load(lds["local_keys"], at, u32, mask=ok)
+            before = ok & (k.load(lds["local_idx"], at, i32, mask=ok) < start)
             pre = _prefix(k, key, d)
-            ab = k.cast(valid & (pre > Q), u32)
-            eq = k.cast(valid & pre.eq(Q), u32)
-            before = k.cast(k.vec(i, i + 1, i + 2, i + 3) < start, u32)
-            a = [k.extract(x, e) for x in (ab, eq, ab & before, eq & before) for e in range(4)]
-            sums = [a[4 * j] + a[4 * j + 1] + a[4 * j + 2] + a[4 * j + 3] for j in range(4)]
-            acc.set(acc.get() + k.vec(sums[2], sums[3], sums[0], sums[1]))
+            ab, eq = ok & (pre > Q), ok & pre.eq(Q)
+            acc.set(acc.get() + k.vec(*[k.cast(x, u32) for x in (ab & before, eq & before,
+                                                                 ab, eq)]))
         a = acc.get()
         for e in range(4):
-            k.atomic("add", cnt, e, k.wave_sum(k.extract(a, e)), scope="cta")
+            k.atomic("add", cnt, LOCAL_COUNTS + e, k.wave_sum(k.extract(a, e)), scope="cta")
         _barrier(k)
         with _wave0(k):
-            got = k.load(cnt, 0, u32, 4)
+            got = k.load(cnt, LOCAL_COUNTS, u32, 4)
             ab_before, eq_before, ab_all, eq_all = [_i(k, k.extract(got, e)) for e in range(4)]
+            ab_before = ab_before + _i(k, k.load(cnt, LOCAL_ABOVE_BEFORE, u32))
+            ab_all = ab_all + _i(k, k.load(cnt, LOCAL_ABOVE_ALL, u32))
             stp = lds["state"]
             k.store(stp, X_BASE, _u(k, ab_before + k.min(need, eq_before)))
             k.store(stp, X_TIEBASE, _u(k, eq_before))
