@@ -21,8 +21,7 @@ class Kind:
     default: bool = True
     # the keywords of `launch` a user may set with --tune launch.ATTR=VALUE
     # (tools.common.LAUNCH_TUNABLES): "waves" (waves a CTA), "select_digits" (the selection's
-    # radix plan), "q_splits" (the index q projection's split), "select_local" (the
-    # selection's local finish bound); a kind that fixes a part
+    # radix plan), "q_splits" (the index q projection's split); a kind that fixes a part
     # itself does not list it
     launch_tunables: tuple = ()
 

@@ -203,16 +203,6 @@ SOLO_UNROLL = 4  # 4-key groups a lane loads at once in a solo histogram pass (t
 # cheaper to list.
 DEFER_SHIFT = 4
 DEFER_MIN_TOPKS = 4
-# Local finish (SelectConfig.local_max_candidates): a row's lists are gathered into LDS by
-# every slice's sel_h2 job, so the bound is what LDS holds (the lists padded to 4-key groups
-# on top): 16K keys = 64 KB, which covers smooth scores at 512K keys (~12K candidates after
-# the first digit for normal scores, K = 2048)
-LOCAL_MAX_CANDIDATES = 16384
-LOCAL_MAX_KEYS = 1 << 15  # past this the LDS copy (128 KB + padding) crowds the chips' LDS
-# the local finish's LDS counters: the gather's slots taken, the keys above the threshold
-# bin in the slices before this one / in all (messages), the placement's four counts
-LOCAL_TAKEN, LOCAL_ABOVE_BEFORE, LOCAL_ABOVE_ALL, LOCAL_COUNTS = 0, 1, 2, 4
-LOCAL_CNT_WORDS = 8
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
@@ -261,11 +251,6 @@ class SelectConfig:
     # in sel_h2 (module doc, "Solo finish"); None (default, measured faster on the H200):
     # every row takes the exchange rounds
     solo_max_candidates: int | None = None
-    # a row whose candidate lists hold at most this many keys in all is finished in sel_h2
-    # by EVERY slice's job, each for its own slice (module doc, "Local finish"): the row's
-    # lists gathered into LDS, the remaining digits resolved there, no exchange round after
-    # message 1. None: never (the default until measured); not with solo_max_candidates
-    local_max_candidates: int | None = None
     # sel_h1 appends an iteration's SCAN_UNROLL rounds of candidates after ONE CTA barrier
     # (`_append`; H200 512K x 8: sel_h1 25 -> 22 us a job); False: a barrier a round
     # (`_append_round`), fewer registers: the AMD builds keep it (the fused index kernel
@@ -343,13 +328,6 @@ class SelectConfig:
                 not 0 <= self.solo_max_candidates <= MAX_KEYS:
             raise ValueError(f"solo_max_candidates = {self.solo_max_candidates} must be None "
                              f"or in 0..{MAX_KEYS}")
-        if self.local_max_candidates is not None:
-            if not 0 <= self.local_max_candidates <= LOCAL_MAX_KEYS:
-                raise ValueError(f"local_max_candidates = {self.local_max_candidates} must be "
-                                 f"None or in 0..{LOCAL_MAX_KEYS} (the row's lists in LDS)")
-            if self.solo_max_candidates is not None:
-                raise ValueError("local_max_candidates and solo_max_candidates exclude each "
-                                 "other: a row finishes solo or locally, not both")
         if lay.capacity > MAX_KEYS:
             raise ValueError(f"{lay.capacity} scores per row exceed the selection's limit of "
                              f"{MAX_KEYS} (512K keys)")
@@ -395,25 +373,8 @@ class SelectConfig:
         return self.solo_max_candidates is not None
 
     @property
-    def local(self) -> bool:
-        """Whether rows with few candidates may finish locally (module doc)."""
-        return self.local_max_candidates is not None
-
-    @property
-    def finishes_early(self) -> bool:
-        """Whether sel_h1 flags rows finished in sel_h2 (solo or locally: X_SOLO, RDY_SOLO)."""
-        return self.solo or self.local
-
-    @property
-    def early_bound(self) -> int:
-        """The candidates a row's lists may hold in all for it to finish in sel_h2."""
-        return self.solo_max_candidates if self.solo else self.local_max_candidates
-
-    @property
     def defers(self) -> bool:
-        """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo;
-        with the local finish a row flagged local is never deferred: it needs sel_h1's
-        lists)."""
+        """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo)."""
         return self.defer_fat_bins and not self.solo
 
     def bins(self, q: int) -> int:
@@ -904,11 +865,9 @@ class SelectPass(Stage):
         self.list_in = None if q < 2 else second_list if cfg.defers and q > 2 else first_list
         # solo rows (module doc, "Solo finish"): sel_h2's slice-0 job finishes them; every
         # job from sel_h2 on first learns from its own slice's rdy1 pair whether its row is
-        # solo (and then, but for that one, does nothing). Local rows ("Local finish"): every
-        # slice's sel_h2 job finishes its own slice, the same flag tells the later ones
-        self.solo_check = cfg.finishes_early and q >= 2
-        self.solo_runs = cfg.finishes_early and q == 2
-        self.local_runs = cfg.local and q == 2
+        # solo (and then, but for that one, does nothing)
+        self.solo_check = cfg.solo and q >= 2
+        self.solo_runs = cfg.solo and q == 2
         self.count_from_list = cfg.count_from_list
         self.early_loads = cfg.early_loads
         self.wide_segment_sums = cfg.wide_segment_sums
@@ -926,11 +885,7 @@ class SelectPass(Stage):
         lds = 4 * (2 * 1024 + 64)
         # a solo finish: at most solo_max_candidates keys read by each remaining pass, keys
         # and positions by the emit
-        solo = c.solo_max_candidates * (4 * (c.passes - 2) + 8) if c.solo and self.solo_runs \
-            else 0
-        # a local finish: every job gathers its row's lists (keys) once
-        if self.local_runs:
-            xbytes += c.local_max_candidates * 4
+        solo = c.solo_max_candidates * (4 * (c.passes - 2) + 8) if self.solo_runs else 0
         return [Job(j, cost_bytes=keys * 4 + xbytes + (solo if j % c.max_slices == 0 else 0),
                     cost_flops=keys * 8, lds_bytes=lds)
                 for j in range(c.rows * c.max_slices)]
@@ -973,8 +928,7 @@ class SelectPass(Stage):
         c = self.cfg
         r, s = self._row_slice(j)
         out = [] if self.from_list and not self.defers else list(self.scores.reads(r))
-        if self.solo_runs and (s == 0 or self.local_runs):  # a solo or local finish reads
-            # every slice's list of its row
+        if self.solo_runs and s == 0:  # a solo finish reads every slice's list of its row
             lk = c.max_slice_keys() * c.max_slices
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
         elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
@@ -1056,17 +1010,6 @@ class SelectPass(Stage):
             if not self.solo_runs:  # a solo row was finished by sel_h2: nothing to wait for
                 with k.if_(~solo):
                     self._round(k, io, sl, lds)
-                return
-            if self.local_runs:  # sel_h2: every slice of a local row finishes itself
-                self._consume(k, io, sl, lds)  # (the placement too where this is final)
-                io.env.phase(0)  # every slice's message is in and decided on
-                with k.if_else(solo) as (local, shared):
-                    with local:
-                        with k.if_(~_State.load(k, lds["state"], 0).done):
-                            self._local_finish(k, io, sl, lds)
-                        self._emit(k, io, sl, lds)
-                    with shared:
-                        self._next_histogram(k, io, sl, lds)
                 return
             # sel_h2: slice 0 of a solo row decides on message 1 as every slice does, then
             # finishes the row alone; the other slices of a solo row do nothing
@@ -1201,15 +1144,11 @@ class SelectPass(Stage):
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
-        emit = 0  # the emit's wave counts and the appends' (sel_h2: a local row emits,
-        # another row with deferred lists appends)
-        if self.is_out or self.solo_runs or self.emits_early:
-            emit = 2 * 2 * k.W
-        if self.compacts or self.defers:
-            emit = max(emit, 2 * (max(SCAN_UNROLL, LIST_UNROLL)
-                                  if c.batched_append else 1) * k.W)
-        if emit and k.W > 1:
-            out["emit"] = k.lds(f"{nm}_emit", i32, emit)
+        if (self.is_out or self.solo_runs or self.emits_early) and k.W > 1:
+            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
+        if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
+            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(SCAN_UNROLL, LIST_UNROLL)
+                                                        if c.batched_append else 1) * k.W)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self._scans_lds:
@@ -1225,11 +1164,6 @@ class SelectPass(Stage):
             out["solo_len"] = k.lds(f"{nm}_solo_len", i32, S)
             out["solo_hist"] = k.lds(f"{nm}_solo_hist", u32,
                                      max(4, max(c.bins(q) for q in range(2, c.passes))))
-        if self.local_runs:  # the row's threshold-bin keys and where each sits in the row's
-            # lists; the counts (LOCAL_CNT_WORDS)
-            out["local_keys"] = k.lds(f"{nm}_local_keys", u32, self._local_room())
-            out["local_idx"] = k.lds(f"{nm}_local_idx", i32, self._local_room())
-            out["local_cnt"] = k.lds(f"{nm}_local_cnt", u32, LOCAL_CNT_WORDS)
         return out
 
     # -- sel_h0: input checks --------------------------------------------------------------
@@ -1667,8 +1601,7 @@ class SelectPass(Stage):
             if self.release:
                 k.fence("release", "device")
             flag = st[X_DONE] + 1
-            if q == 1 and c.finishes_early:  # whether the row finishes in sel_h2 (read by
-                # sel_h2 on)
+            if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
                 flag = flag + st[X_SOLO] * RDY_SOLO
             io.publish(c.rdy(q), sl.r * S + sl.s, flag)
 
@@ -1758,14 +1691,10 @@ class SelectPass(Stage):
         st = _State.load(k, lds["state"], 0)
         takeall, b, has_hi, gb, ga = _threshold(k, lds["gcum"], Bp, st.i(X_NEED))
         new, done = self._advance(k, st, p, takeall, b, gb, ga)
-        early = None
-        if p == 0 and c.finishes_early:
-            early = gb <= c.early_bound
-            new[X_SOLO] = k.select(early, k.const(1, u32), 0)
+        if p == 0 and c.solo:
+            new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
-            if early is not None:  # a local row reads sel_h1's lists
-                crowded = crowded & ~early
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
         own = (sl.r * S + sl.s) * mw
         hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
@@ -2002,10 +1931,35 @@ class SelectPass(Stage):
         output and diagnostic row, exactly as the exchange rounds would write them."""
         c = self.cfg
         S = c.max_slices
-        with _wave0(k):
-            self._directory(k, io, sl, lds)
+        L = k.L
+        mw = c.msg_words(1)
+        msg = c.msg(1)
+        off, length = lds["solo_off"], lds["solo_len"]
+        with _wave0(k):  # the directory of the lists, and the row's NaN counts (message 1)
+            carry = k.uniform_var(0, i32)
+            nans = k.uniform_var(0, i32)
+            unsel = k.uniform_var(0, i32)
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                act = s2 < sl.sc
+                ss = k.min(s2, S - 1)
+                mb = (sl.r * S + ss) * mw + c.state_word
+                nl = _i(k, io.load(msg, mb + X_NLIST, mask=act))
+                nan = _i(k, io.load(msg, mb + X_NAN, mask=act))
+                uns = _i(k, io.load(msg, mb + X_UNSEL, mask=act))
+                padded = (nl + 3) & ~3
+                incl = _scan(k, padded)
+                k.store(off, ss, carry.get() + incl - padded, mask=act)
+                k.store(length, ss, nl, mask=act)
+                carry.set(carry.get() + _last(k, incl))
+                nans.set(nans.get() + k.wave_sum(nan))
+                unsel.set(unsel.get() + k.wave_sum(uns))
+            k.store(off, S, carry.get())
+            stp = lds["state"]
+            k.store(stp, X_NANS, _u(k, nans.get()))
+            k.store(stp, X_UNSELS, _u(k, unsel.get()))
         _barrier(k)
-        nv = k.load(lds["solo_off"], S, i32)
+        nv = k.load(off, S, i32)
         for q in range(2, c.passes):
             st = _State.load(k, lds["state"], 0)
             with k.if_(~st.done):
@@ -2018,202 +1972,6 @@ class SelectPass(Stage):
         total = self._emit_entries(k, io, sl, lds, st, ok, nv, fetch, k.const(0, i32),
                                    k.const(0, i32), prefetch=True)
         self._pad_and_diag(k, io, sl, ok, total, st[X_NANS], st[X_UNSELS])
-
-    def _directory(self, k, io, sl, lds):
-        """Wave 0, after message 1's acquire: the directory of the row's lists laid end to
-        end in slice order, each padded to whole 4-key groups (LDS solo_off: where slice s's
-        list starts, and at [S] their total length; solo_len: its length), and the row's NaN
-        and unselectable counts into the state (X_NANS, X_UNSELS)."""
-        c = self.cfg
-        S = c.max_slices
-        L = k.L
-        mw = c.msg_words(1)
-        msg = c.msg(1)
-        off, length = lds["solo_off"], lds["solo_len"]
-        carry = k.uniform_var(0, i32)
-        nans = k.uniform_var(0, i32)
-        unsel = k.uniform_var(0, i32)
-        for grp in range((S + L - 1) // L):
-            s2 = grp * L + k.lane_id()
-            act = s2 < sl.sc
-            ss = k.min(s2, S - 1)
-            mb = (sl.r * S + ss) * mw + c.state_word
-            nl = _i(k, io.load(msg, mb + X_NLIST, mask=act))
-            nan = _i(k, io.load(msg, mb + X_NAN, mask=act))
-            uns = _i(k, io.load(msg, mb + X_UNSEL, mask=act))
-            padded = (nl + 3) & ~3
-            incl = _scan(k, padded)
-            k.store(off, ss, carry.get() + incl - padded, mask=act)
-            k.store(length, ss, nl, mask=act)
-            carry.set(carry.get() + _last(k, incl))
-            nans.set(nans.get() + k.wave_sum(nan))
-            unsel.set(unsel.get() + k.wave_sum(uns))
-        k.store(off, S, carry.get())
-        stp = lds["state"]
-        k.store(stp, X_NANS, _u(k, nans.get()))
-        k.store(stp, X_UNSELS, _u(k, unsel.get()))
-
-    # -- local finish (sel_h2, every slice of a local row) ----------------------------------
-    def _local_room(self) -> int:
-        """LDS entries for a local row's threshold-bin keys: at most the row's candidates."""
-        return self.cfg.local_max_candidates
-
-    def _local_finish(self, k, io, sl, lds):
-        """All waves of a local row's sel_h2 job after its decision on message 1 (not final;
-        module doc, "Local finish"): gather the keys of the row's threshold bin (the prefix
-        found so far) from every slice's list into LDS, resolve the remaining digits there
-        (the decision the rounds would make on the same counts), and place this slice among
-        the others from them and from the messages' counts of the keys above the bin."""
-        c = self.cfg
-        S = c.max_slices
-        cnt = lds["local_cnt"]
-        with _wave0(k):
-            self._directory(k, io, sl, lds)
-            self._above_bin(k, io, sl, lds)
-        _barrier(k)
-        nv = k.load(lds["solo_off"], S, i32)
-        self._local_gather(k, io, sl, lds, nv)
-        _barrier(k)
-        io.env.phase(1)  # the threshold bin's keys are in LDS
-        nt = _i(k, k.load(cnt, LOCAL_TAKEN, u32))
-        for q in range(2, c.passes):
-            st = _State.load(k, lds["state"], 0)
-            with k.if_(~st.done):
-                self._local_pass(k, sl, lds, q, st, nt)
-        self._local_placement(k, sl, lds, nt)
-        io.env.phase(2)  # decided and placed
-
-    def _above_bin(self, k, io, sl, lds):
-        """Wave 0: the keys above the threshold bin of the decision on message 1, in the
-        slices before this one and in all (each slice's count above the first digit, X_ABOVE
-        of its message, and its cum past the bin, as `_placement` counts them), into LDS
-        local_cnt; the gather's slot counter and the placement's counts zeroed."""
-        c = self.cfg
-        S = c.max_slices
-        L = k.L
-        B = c.bins(1)
-        mw = c.msg_words(1)
-        msg = c.msg(1)
-        st = _State.load(k, lds["state"], 0)
-        b = _i(k, st[X_Q] & (B - 1))  # the bin decided (not final: not take-all)
-        has_hi = (b + 1) < B
-        hi_i = k.min(b + 1, B - 1)
-        before = k.uniform_var(0, i32)
-        total = k.uniform_var(0, i32)
-        for grp in range((S + L - 1) // L):
-            s2 = grp * L + k.lane_id()
-            act = s2 < sl.sc
-            mb = (sl.r * S + k.min(s2, S - 1)) * mw
-            c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & has_hi))
-            ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
-            above = k.select(act, ab0 + c_hi, 0)
-            before.set(before.get() + k.wave_sum(k.select(s2 < sl.s, above, 0)))
-            total.set(total.get() + k.wave_sum(above))
-        cnt = lds["local_cnt"]
-        k.store(cnt, LOCAL_TAKEN, k.const(0, u32))
-        k.store(cnt, LOCAL_ABOVE_BEFORE, _u(k, before.get()))
-        k.store(cnt, LOCAL_ABOVE_ALL, _u(k, total.get()))
-        k.store(cnt, LOCAL_COUNTS, k.vec(*[k.const(0, u32)] * 4))  # (a CTA runs several jobs)
-
-    def _local_gather(self, k, io, sl, lds, nv):
-        """Every wave: the keys of the row's lists (nv entries laid end to end, the LDS
-        directory) with the prefix found so far into LDS local_keys, with their place in the
-        lists (local_idx: slices before this one are below its directory offset); slots
-        taken a wave and a round at a time from LDS counter LOCAL_TAKEN (their order is
-        not kept: only counts are taken from them)."""
-        st = _State.load(k, lds["state"], 0)
-        Q, d = st[X_Q], st.i(X_D)
-        cnt = lds["local_cnt"]
-        room = self._local_room()
-        t = k.thread_id()
-        T = k.W * k.L
-        lane0 = k.lane_id().eq(0)
-        for base in k.range(0, nv, 4 * T * SOLO_UNROLL):
-            idx = [base + u * 4 * T + 4 * t for u in range(SOLO_UNROLL)]
-            got = [self._solo_fetch(k, io, sl, lds, i, nv, pos=False) for i in idx]
-            for i, (key, _, j, lim) in zip(idx, got):
-                valid = k.vec(j, j + 1, j + 2, j + 3) < lim
-                tie = k.cast(valid & _prefix(k, key, d).eq(Q), i32)
-                kp = [k.extract(tie, e) for e in range(4)]
-                own = kp[0] + kp[1] + kp[2] + kp[3]
-                incl = _scan(k, own)
-                tot = k.shuffle(incl, k.const(k.L - 1, i32))
-                got0 = k.atomic("add", cnt, LOCAL_TAKEN, _u(k, tot), mask=lane0 & (tot > 0),
-                                scope="cta")
-                at = _i(k, k.shuffle(got0, k.const(0, i32))) + incl - own
-                for e in range(4):
-                    m = kp[e].ne(0)
-                    slot = k.min(at, room - 1)
-                    k.store(lds["local_keys"], slot, k.extract(key, e), mask=m)
-                    k.store(lds["local_idx"], slot, i + e, mask=m)
-                    at = at + kp[e]
-
-    def _local_pass(self, k, sl, lds, q, st, nt):
-        """Digit q of the gathered keys with the prefix found so far into an LDS histogram,
-        then wave 0 decides on it as sel_h(q+1) would on message q."""
-        c = self.cfg
-        B = c.bins(q)
-        hist = lds["solo_hist"]
-        t = k.thread_id()
-        T = k.W * k.L
-        for i in range((B + T - 1) // T):
-            idx = t + i * T
-            k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
-        _barrier(k)
-        Q, d = st[X_Q], st.i(X_D)
-        room = self._local_room()
-        for base in k.range(0, nt, T):
-            i = base + t
-            key = k.load(lds["local_keys"], k.min(i, room - 1), u32, mask=i < nt)
-            digit = (key >> _u(k, 32 - d - c.digits[q])) & (B - 1)
-            k.atomic("add", hist, _i(k, digit), k.const(1, u32),
-                     mask=(i < nt) & _prefix(k, key, d).eq(Q), scope="cta")
-        _barrier(k)
-        with _wave0(k):
-            _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
-            takeall, b, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
-            new, _ = self._advance(k, st, q, takeall, b, gb, ga)
-            new.store_lds(lds["state"])
-        _barrier(k)
-
-    def _local_placement(self, k, sl, lds, nt):
-        """The final decision's placement of this slice (X_BASE, X_TIEBASE, X_TOTAL), as
-        `_placement` takes it from the messages: the keys above the final prefix are those
-        above the bin (the messages' counts) and the gathered ones above it; the ties are
-        the gathered ones with it, taken in position order (slice order), `need` of them."""
-        st = _State.load(k, lds["state"], 0)
-        Q, d = st[X_Q], st.i(X_D)
-        need = st.i(X_NEED)
-        cnt = lds["local_cnt"]
-        start = k.load(lds["solo_off"], sl.s, i32)  # this slice's list in the directory
-        room = self._local_room()
-        t = k.thread_id()
-        T = k.W * k.L
-        acc = k.lane_var(k.vec(*[k.const(0, u32)] * 4))  # above / ties, before / in all
-        for base in k.range(0, nt, T):
-            i = base + t
-            ok = i < nt
-            at = k.min(i, room - 1)
-            key = k.load(lds["local_keys"], at, u32, mask=ok)
-            before = ok & (k.load(lds["local_idx"], at, i32, mask=ok) < start)
-            pre = _prefix(k, key, d)
-            ab, eq = ok & (pre > Q), ok & pre.eq(Q)
-            acc.set(acc.get() + k.vec(*[k.cast(x, u32) for x in (ab & before, eq & before,
-                                                                 ab, eq)]))
-        a = acc.get()
-        for e in range(4):
-            k.atomic("add", cnt, LOCAL_COUNTS + e, k.wave_sum(k.extract(a, e)), scope="cta")
-        _barrier(k)
-        with _wave0(k):
-            got = k.load(cnt, LOCAL_COUNTS, u32, 4)
-            ab_before, eq_before, ab_all, eq_all = [_i(k, k.extract(got, e)) for e in range(4)]
-            ab_before = ab_before + _i(k, k.load(cnt, LOCAL_ABOVE_BEFORE, u32))
-            ab_all = ab_all + _i(k, k.load(cnt, LOCAL_ABOVE_ALL, u32))
-            stp = lds["state"]
-            k.store(stp, X_BASE, _u(k, ab_before + k.min(need, eq_before)))
-            k.store(stp, X_TIEBASE, _u(k, eq_before))
-            k.store(stp, X_TOTAL, _u(k, ab_all + k.min(need, eq_all)))
-        _barrier(k)
 
     def _solo_pass(self, k, io, sl, lds, q, st, nv):
         """Digit q of the row's candidates (list keys with the prefix found so far) into
@@ -2650,12 +2408,11 @@ def measured_options(on: bool) -> dict:
     return {name: on for name in MEASURED_ON_NVIDIA}
 
 
-def config_for(spec, *, max_slices: int | None = None, digits=None,
-               local: int | None = None) -> SelectConfig:
+def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, DEFAULT_DIGITS
-    on AMD, unmeasured there), the local finish's bound `local` (None or 0: off)."""
+    on AMD, unmeasured there)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -2667,7 +2424,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk,
                         digits=digits or (DEFAULT_DIGITS if amd else SELECT_KIND_DIGITS),
-                        local_max_candidates=local or None, **measured_options(not amd))
+                        **measured_options(not amd))
 
 
 def _waves_for(spec) -> int:
@@ -2680,8 +2437,8 @@ def _grid_for(spec) -> int:
     return 8 if spec.target == "interp" else spec.target_info.num_ctas
 
 
-def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, select_local=None):
-    cfg = config_for(spec, digits=select_digits, local=select_local)
+def _kind_launch(spec, hist=None, *, select_digits=None, waves=None):
+    cfg = config_for(spec, digits=select_digits)
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -2700,8 +2457,8 @@ from .kinds import Kind, register  # noqa: E402
 
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
-              launch_tunables=("waves", "select_digits", "select_local")))
+              launch_tunables=("waves", "select_digits")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
-              default=False, launch_tunables=("waves", "select_digits", "select_local")))
+              default=False, launch_tunables=("waves", "select_digits")))

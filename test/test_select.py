@@ -4,8 +4,7 @@ from the scoring (tagged pairs or an input) giving bit-identical results, determ
 512K limit and bad inputs, the launch kind, scores from an arena region, several waves and
 warp32, other digit plans, and the AMD / NVIDIA builds (zero spills). The exactness, tie and
 fence tests run on each way a row can finish (`path`): the exchange rounds alone (the
-default configs), solo (stages/select.py, "Solo finish") and local ("Local finish"), every
-row here under those bounds."""
+default configs) and solo (stages/select.py, "Solo finish"), every row here under its bound."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,14 +30,13 @@ SMALL = SelectConfig(ScoresLayout(8, 4096, 512), max_slices=4)  # <= 4 slices of
 WIDE = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4)  # 8K+ keys: 4 slices of 2K+
 SMALL_N = np.array([0, 1, 63, 64, 65, 2047, 2048, 2049])  # rows of 8 requests, mixed
 WIDE_N = np.array([8447, 1300])  # 4 slices of 2048-2560 keys; 3 slices of 276-512
-PATHS = ("rounds", "solo", "local")  # how the rows finish: the rounds (the defaults), solo
-# or locally, every row here under the measured bounds
+PATHS = ("rounds", "solo")  # how the rows finish: the rounds (the defaults) or solo, every row
+# here under the measured bound
 
 
 def _on(cfg, path):
-    return dataclasses.replace(
-        cfg, solo_max_candidates=sel.SOLO_MAX_CANDIDATES if path == "solo" else None,
-        local_max_candidates=sel.LOCAL_MAX_CANDIDATES if path == "local" else None)
+    return dataclasses.replace(cfg, solo_max_candidates=sel.SOLO_MAX_CANDIDATES if path == "solo"
+                               else None)
 
 
 @pytest.fixture(scope="module")

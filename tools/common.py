@@ -572,10 +572,8 @@ def apply_tunes(launch, tunes):
 # takes it): waves = N waves a CTA; select_digits = the selection's radix plan, bits from the
 # top joined by "-" (e.g. 6-9-9-8; stages.select.SelectConfig.digits); q_splits = the index
 # q projection's split of q_lora (stages.index_plan.proj_splits; a value that does not divide
-# its 128-blocks or does not fit the loads is an error naming it); select_local = the
-# selection's local finish bound, candidates a row (stages.select.SelectConfig.
-# local_max_candidates; 0: off)
-LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "select_local")
+# its 128-blocks or does not fit the loads is an error naming it)
+LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl)
 LINK_TUNABLES = ("pdl",)
