@@ -153,7 +153,7 @@ from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, MAX_KEYS,
                             MAX_SLICES, TOPK, ScoresLayout, exact_topk_positions, ordered_key)
 from monokernel.ir import MBARRIER_BYTES
-from monokernel.types import f32, i32, u32
+from monokernel.types import f32, i32, i64, u32
 from spec.config import KEY_PAGE_TOKENS
 
 from .base import Buffer, Job, Stage, Use
@@ -321,6 +321,13 @@ class SelectConfig:
     # bound by its instructions, not its loads. Off, a tunable (--tune sel_h1.lds_scan=1);
     # bulk copies are sm_90a only
     lds_scan: bool = False
+    # the batched appends (sel_h1's lists, sel_h2's second ones) store through each list's
+    # start in the slice, read back an iteration from LDS (a runtime value), not through the
+    # arena: a list region's offset in the arena (tens of MB) does not fit a store's
+    # immediate, and ptxas, which sees through any in-register copy, added it as a 64-bit
+    # pair to each key's address, for each list (bench/NOTES.md v16's SASS of sel_h1's
+    # listing loop: ~12 instructions a kept key for the two stores). False: through the arena
+    list_bases: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -837,7 +844,7 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch", "lds_scan")
+                "l2_prefetch", "lds_scan", "list_bases")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -874,6 +881,7 @@ class SelectPass(Stage):
         self.early_emit = cfg.early_emit
         self.l2_prefetch = cfg.l2_prefetch
         self.lds_scan = cfg.lds_scan
+        self.list_bases = cfg.list_bases
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1151,6 +1159,8 @@ class SelectPass(Stage):
                                                         if c.batched_append else 1) * k.W)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
+        if (self.compacts or self.defers) and c.batched_append and self.list_bases:
+            out["list_at"] = k.lds(f"{nm}_list_at", i64, 2)
         if self._scans_lds:
             step = _scan_step(k)  # the scan reads whole iterations
             out["scan"] = k.lds(f"{nm}_scan", u32, -(-c.max_slice_keys() // step) * step)
@@ -1203,6 +1213,8 @@ class SelectPass(Stage):
         if q == 1:
             with _wave0(k):
                 k.store(lds["cnt"], 0, k.vec(k.const(0, u32), 0))
+        if "list_at" in lds:
+            self._store_list_offsets(k, io, sl, lds)
         _barrier(k)
         if first and self.hist is not None:
             self._sum_segments(k, io, sl, hist)
@@ -1225,6 +1237,16 @@ class SelectPass(Stage):
         else:
             self._scan_scores(k, io, sl, lds, first)
         _barrier(k)
+
+    def _store_list_offsets(self, k, io, sl, lds):
+        """Wave 0: the byte offsets in the arena of this slice's two lists being written
+        (SelectConfig.list_bases), into LDS for the appends to read back: a runtime value,
+        so the assembler cannot fold the regions' offsets into every key's address again."""
+        c = self.cfg
+        lb = k.cast((sl.r * c.max_slices + sl.s) * c.max_slice_keys(), i64) * 4
+        with _wave0(k):
+            k.store(lds["list_at"], 0, k.vec(*[lb + io.arena[name].data_offset
+                                               for name in self.list_out]))
 
     def _count_digits(self, k, hist, key, d, cand, q=None):
         """LDS hist[digit q of key (bits d .. d + digits[q] from the top)] += 1 for the
@@ -1467,17 +1489,25 @@ class SelectPass(Stage):
             rtot = k.readfirstlane(acc)  # the same on every lane
         lk = c.max_slice_keys()
         lb = (sl.r * c.max_slices + sl.s) * lk
+        if self.list_bases:  # the slice's two lists' starts, from their offsets in LDS
+            offs = k.load(lds["list_at"], 0, i64, 2)
+            keys_at, pos_at = [k.ptr_add(io.env.arena, k.extract(offs, e)) for e in range(2)]
         base = run.get()
         for (key, p, kp, excl, _), woff in zip(per_round, woffs):
             at = base + woff + excl
             for e in range(4):
-                i = lb + k.min(at, lk - 1)
                 # the flag through an opaque copy: LLVM would otherwise reuse the compare
                 # of the prefix count above, a lane mask (an SGPR pair on AMD) held across
                 # the barrier for every key of every round
                 m = k.opaque(kp[e]).ne(0)
-                io.store(self.list_out[0], i, k.extract(key, e), mask=m)
-                io.store(self.list_out[1], i, _pos(k, p, e), mask=m)
+                if self.list_bases:
+                    i = k.min(at, lk - 1)
+                    k.store(keys_at, i, k.extract(key, e), mask=m & io.ok)
+                    k.store(pos_at, i, _pos(k, p, e), mask=m & io.ok)
+                else:
+                    i = lb + k.min(at, lk - 1)
+                    io.store(self.list_out[0], i, k.extract(key, e), mask=m)
+                    io.store(self.list_out[1], i, _pos(k, p, e), mask=m)
                 at = at + kp[e]
         run.set(base + rtot)
 
@@ -2399,7 +2429,7 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
 MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
-                      "count_from_list", "early_loads", "wide_segment_sums")
+                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases")
 
 
 def measured_options(on: bool) -> dict:
