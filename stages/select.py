@@ -328,11 +328,6 @@ class SelectConfig:
     # pair to each key's address, for each list (bench/NOTES.md v16's SASS of sel_h1's
     # listing loop: ~12 instructions a kept key for the two stores). False: through the arena
     list_bases: bool = True
-    # each exchange round keeps its own slice's cum histogram in LDS while summing every
-    # slice's (`_global_cum`), so the decision's count of the slice's keys above the
-    # threshold bin (X_ABOVE) is an LDS read, not one more L2 round trip after the threshold
-    # is known, on every round's critical path. False: loaded again from the message
-    own_cum: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -849,7 +844,7 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch", "lds_scan", "list_bases", "own_cum")
+                "l2_prefetch", "lds_scan", "list_bases")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -887,7 +882,6 @@ class SelectPass(Stage):
         self.l2_prefetch = cfg.l2_prefetch
         self.lds_scan = cfg.lds_scan
         self.list_bases = cfg.list_bases
-        self.own_cum = cfg.own_cum
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1158,8 +1152,6 @@ class SelectPass(Stage):
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
-            if self.own_cum:  # this slice's cum of message q-1 (SelectConfig.own_cum)
-                out["own_cum"] = k.lds(f"{nm}_own_cum", u32, max(4, c.bins(self.q - 1)))
         if (self.is_out or self.solo_runs or self.emits_early) and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
         if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
@@ -1709,8 +1701,6 @@ class SelectPass(Stage):
                     idx = (sl.r * S + k.min(s2, S - 1)) * mw + 4 * cq
                     v = io.load(msg, idx, 4)
                     acc.set(acc.get() + k.select(ok, v, 0))
-                    if "own_cum" in lds:
-                        k.store(lds["own_cum"], 4 * cq, v, mask=ok & s2.eq(sl.s))
             a = acc.get()
             for e in range(4):
                 k.atomic("add", gcum, 4 * cq + e, k.extract(a, e), mask=live, scope="cta")
@@ -1736,12 +1726,8 @@ class SelectPass(Stage):
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
-        kept = "own_cum" in lds  # this slice's cum, kept by _global_cum
-        own = None if kept else (sl.r * S + sl.s) * mw
-        skip = takeall | ~has_hi
-        got = k.load(lds["own_cum"], k.min(b + 1, Bp - 1), u32) if kept else \
-            io.load(msg, own + k.min(b + 1, Bp - 1))
-        hi_own = k.select(skip, 0, _i(k, got))
+        own = (sl.r * S + sl.s) * mw
+        hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
         nst = new
         nst.store_lds(lds["state"])
@@ -2443,8 +2429,7 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
 MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
-                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases",
-                      "own_cum")
+                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases")
 
 
 def measured_options(on: bool) -> dict:
