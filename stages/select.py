@@ -328,13 +328,6 @@ class SelectConfig:
     # pair to each key's address, for each list (bench/NOTES.md v16's SASS of sel_h1's
     # listing loop: ~12 instructions a kept key for the two stores). False: through the arena
     list_bases: bool = True
-    # the digit counts (`_count_digits`) are unmasked LDS atomics adding the candidate flag
-    # (0 / 1) from every lane, not masked adds of 1: ptxas puts every predicated shared
-    # atomic (atom or red, any value) behind a branch and a reconvergence region (BSSY /
-    # BRA / BSYNC, 16 an iteration of a counting scan), an unmasked one is one ATOMS.ADD.
-    # The price: every lane's add reaches LDS (a non-candidate's 0 lands in its digit's
-    # bin). False: masked adds of 1
-    count_values: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -851,7 +844,7 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch", "lds_scan", "list_bases", "count_values")
+                "l2_prefetch", "lds_scan", "list_bases")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -889,7 +882,6 @@ class SelectPass(Stage):
         self.l2_prefetch = cfg.l2_prefetch
         self.lds_scan = cfg.lds_scan
         self.list_bases = cfg.list_bases
-        self.count_values = cfg.count_values
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1265,11 +1257,8 @@ class SelectPass(Stage):
         digit = (key >> sh_lo) & (c.bins(q) - 1)
         one = k.const(1, u32)
         for e in range(4):
-            m = k.extract(cand, e)
-            if self.count_values:
-                k.atomic("add", hist, _i(k, k.extract(digit, e)), k.cast(m, u32), scope="cta")
-            else:
-                k.atomic("add", hist, _i(k, k.extract(digit, e)), one, mask=m, scope="cta")
+            k.atomic("add", hist, _i(k, k.extract(digit, e)), one, mask=k.extract(cand, e),
+                     scope="cta")
 
     def _scan_scores(self, k, io, sl, lds, first, append=True, nans=True):
         """sel_h0 (local first pass) or sel_h1: one pass over the slice's scores, SCAN_UNROLL
@@ -2440,8 +2429,7 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
 MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
-                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases",
-                      "count_values")
+                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases")
 
 
 def measured_options(on: bool) -> dict:
