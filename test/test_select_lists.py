@@ -148,6 +148,26 @@ def test_next_digit_counted_from_the_list_gives_the_same_messages(dist, waves):
     assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
 
 
+@pytest.mark.parametrize("waves", [1, 3])
+@pytest.mark.parametrize("dist", ["normal", "allequal"])
+def test_appends_through_the_lists_starts_write_the_same_lists(dist, waves):
+    """The batched appends storing through each list's start read back from LDS
+    (SelectConfig.list_bases, NVIDIA's default) and through the arena write the same lists
+    and messages: sel_h1's, and sel_h2's second lists of a deferred row (all equal), in the
+    relaxed memory mode; the selections are exact either way."""
+    key = [23, ["normal", "allequal"].index(dist)]
+    runs = _ab_runs(CFG, "list_bases", dist, key, waves=waves, seed=6, defer_fat_bins=True)
+    for (_, L, _), on in zip(runs, (True, False)):
+        assert all(st.list_bases is on for st in L.stages if isinstance(st, sel.SelectPass))
+    (_, _, on), (_, _, off) = runs
+    for name in (CFG.msg(1), CFG.list_keys, CFG.list_pos, CFG.msg(2), CFG.list2_keys,
+                 CFG.list2_pos):
+        assert np.array_equal(on.regions[name], off.regions[name]), name
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
+    if dist == "allequal":  # the second lists were written (a deferred row)
+        assert on.regions[CFG.list2_keys].any()
+
+
 def _check_second_lists(cfg, r, s, n):
     """With cfg.defers, sel_h2's lists (from the scores of a deferred row, from sel_h1's list
     otherwise) hold exactly the slice's selectable keys whose prefix (the state's d bits
