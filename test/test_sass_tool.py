@@ -42,6 +42,17 @@ def test_loops_and_their_statistics_from_a_listing():
     assert sass.loops(instrs, labels, min_len=6) == []
 
 
+def test_a_loops_listing_and_opcode_counts():
+    instrs, labels = sass.parse(LISTING)
+    (body,) = sass.loops(instrs, labels)
+    text = sass.listing(body).splitlines()
+    assert len(text) == 5 and text[0].startswith("0x00010") and "IMAD.MOV.U32" in text[0]
+    assert text[0].split()[1:3] == ["1", "5"]  # one stall clock, waits for scoreboard 5
+    assert text[2].split()[1:3] == ["3", "-"]  # the load: no wait
+    assert dict(sass.opcode_counts(body)) == {"IMAD.MOV.U32": 1, "WARPGROUP.ARRIVE": 1,
+                                              "LDG.E": 1, "STG.E": 1, "BRA": 1}
+
+
 def test_missing_tools_are_a_clear_error(monkeypatch, capsys, tmp_path):
     ptx = tmp_path / "k.ptx"
     ptx.write_text(".version 8.4\n.target sm_90a\n")

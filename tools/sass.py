@@ -2,7 +2,7 @@
 would show, without a profiler.
 
     python -m tools.sass --kind index_scoring --config glm5 --rows 8 [--tune ...]
-                         [--min-loop 200] [--ptx FILE.ptx]
+                         [--min-loop 200] [--ptx FILE.ptx] [--listing 0xADDR]
 
 Builds the launch's PTX (or reads FILE.ptx), assembles it with ptxas (-O3, the driver's
 level), disassembles the cubin with nvdisasm and prints, for every loop (a backward branch)
@@ -11,7 +11,8 @@ counts ptxas scheduled (the fewest clocks one warp needs to issue it, before any
 memory, shuffles or the tensor cores), the variable-latency waits, and the count of the
 instruction kinds that matter in these kernels (global / shared memory, atomics, wgmma,
 shuffles, FMNMX / FFMA, reconvergence regions, barriers, spills). bench/NOTES.md v10 used it
-to find where the scoring epilogue's clocks go.
+to find where the scoring epilogue's clocks go. `--listing FROM` also prints the loop that
+starts at FROM, an instruction a line with its stall and waits, and its opcodes by count.
 
 The control word: on Volta and later each 128-bit instruction carries its scheduling in the
 top bits of its high 64-bit word (bits 41-44 the stall count, 45 the yield flag, 46-48 the
@@ -117,6 +118,26 @@ def loop_stats(body: list[Instr]) -> dict:
     return row
 
 
+def opcode_counts(body: list[Instr]) -> list[tuple[str, int]]:
+    """A loop's opcodes (with their modifiers, e.g. IMAD.WIDE) by count, most first: where
+    an iteration's instructions go (bench/NOTES.md v16 / v17 read sel_h1's loop this way)."""
+    counts: dict = {}
+    for x in body:
+        op = opcode(x.text)
+        counts[op] = counts.get(op, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def listing(body: list[Instr]) -> str:
+    """A loop's instructions, one a line: address, static stall clocks, the scoreboards it
+    waits for (the variable-latency results it needs) and the instruction."""
+    lines = []
+    for x in body:
+        waits = ",".join(str(b) for b in sorted(x.waits)) or "-"
+        lines.append(f"{x.addr:#07x}  {x.stall:2d}  {waits:>7}  {x.text}")
+    return "\n".join(lines)
+
+
 def opcode(text: str) -> str:
     """The instruction's opcode (after its predicate, if any)."""
     parts = text.split()
@@ -156,6 +177,10 @@ def _parser():
     ap.add_argument("--min-loop", type=int, default=200,
                     help="smallest loop listed, in instructions (default 200)")
     ap.add_argument("--ptx", default=None, help="a PTX file instead of building a launch")
+    ap.add_argument("--listing", type=lambda t: int(t, 0), default=None, metavar="FROM",
+                    help="also print the loop starting at address FROM (e.g. 0x4d90, the "
+                         "table's 'from'): its instructions with their stalls and waits, "
+                         "and its opcodes by count")
     return ap
 
 
@@ -194,6 +219,14 @@ def main(argv=None) -> int:
         print(f"\n{name}: {len(instrs)} instructions, {len(rows)} loop(s) of >= "
               f"{args.min_loop}")
         print(common.table(rows, cols) if rows else "  (none)")
+        if args.listing is not None:
+            body = next((b for b in loops(instrs, labels) if b[0].addr == args.listing), None)
+            if body is None:
+                print(f"error: no loop starts at {args.listing:#x} in {name}", file=sys.stderr)
+                return 2
+            print(f"\nloop {args.listing:#x}: address, stall clocks, waited scoreboards")
+            print(listing(body))
+            print("\nopcodes: " + ", ".join(f"{op} {n}" for op, n in opcode_counts(body)))
     return 0
 
 
