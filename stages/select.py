@@ -776,6 +776,11 @@ class _Slice:
         self.lo = bound(self.s)
         self.hi = k.min(bound(self.s + 1), self.n)
 
+    def list_base(self):
+        """Where this slice's candidate list starts in a list region [rows, S, longest
+        slice] (entries)."""
+        return (self.r * self.cfg.max_slices + self.s) * self.cfg.max_slice_keys()
+
 
 class _State:
     """The 12 state words (uniform u32): from three 4-word vectors, each word extracted when
@@ -1243,7 +1248,7 @@ class SelectPass(Stage):
         (SelectConfig.list_bases), into LDS for the appends to read back: a runtime value,
         so the assembler cannot fold the regions' offsets into every key's address again."""
         c = self.cfg
-        lb = k.cast((sl.r * c.max_slices + sl.s) * c.max_slice_keys(), i64) * 4
+        lb = k.cast(sl.list_base(), i64) * u32.bytes  # (u32 keys, i32 positions: 4-byte entries)
         with _wave0(k):
             k.store(lds["list_at"], 0, k.vec(*[lb + io.arena[name].data_offset
                                                for name in self.list_out]))
@@ -1421,7 +1426,7 @@ class SelectPass(Stage):
         else:
             woff, rtot = k.const(0, i32), tot
         lk = c.max_slice_keys()
-        lb = (sl.r * c.max_slices + sl.s) * lk
+        lb = sl.list_base()
         at = run.get() + woff + excl
         for e in range(4):
             i = lb + k.min(at, lk - 1)
@@ -1488,10 +1493,11 @@ class SelectPass(Stage):
                 acc = acc + tot
             rtot = k.readfirstlane(acc)  # the same on every lane
         lk = c.max_slice_keys()
-        lb = (sl.r * c.max_slices + sl.s) * lk
         if self.list_bases:  # the slice's two lists' starts, from their offsets in LDS
             offs = k.load(lds["list_at"], 0, i64, 2)
             keys_at, pos_at = [k.ptr_add(io.env.arena, k.extract(offs, e)) for e in range(2)]
+        else:
+            lb = sl.list_base()
         base = run.get()
         for (key, p, kp, excl, _), woff in zip(per_round, woffs):
             at = base + woff + excl
@@ -1522,7 +1528,7 @@ class SelectPass(Stage):
         Q, d = st[X_Q], st.i(X_D)
         nl = st.i(X_NLIST) if own is None else own
         T = k.W * k.L
-        lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
+        lb = sl.list_base()
         U = LIST_UNROLL if c.prefetch else 1
         copy = self.list_out is not None and own is None
         run = k.uniform_var(0, i32)  # the copy's length so far
@@ -1815,7 +1821,7 @@ class SelectPass(Stage):
         st = _State.load(k, lds["state"], 0)
         ok = io.env.cta_ok()
         nl = st.i(X_NLIST)
-        lb = (sl.r * c.max_slices + sl.s) * c.max_slice_keys()
+        lb = sl.list_base()
 
         def fetch(i):
             m = i < nl

@@ -26,6 +26,7 @@ for on PATH and in /usr/local/cuda/bin. Without them the tool says so and exits 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import shutil
@@ -121,10 +122,7 @@ def loop_stats(body: list[Instr]) -> dict:
 def opcode_counts(body: list[Instr]) -> list[tuple[str, int]]:
     """A loop's opcodes (with their modifiers, e.g. IMAD.WIDE) by count, most first: where
     an iteration's instructions go (bench/NOTES.md v16 / v17 read sel_h1's loop this way)."""
-    counts: dict = {}
-    for x in body:
-        op = opcode(x.text)
-        counts[op] = counts.get(op, 0) + 1
+    counts = collections.Counter(opcode(x.text) for x in body)
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
