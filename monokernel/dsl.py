@@ -611,6 +611,24 @@ class KernelBuilder:
         return self._v("atomic", args + margs, VType(value.dtype, 1, uni), op=op, order=order,
                        scope=scope, masked=bool(margs), **extra)
 
+    def count(self, p, idx, mask=None, *, grouped: bool = False):
+        """u32 counters p[idx] += 1 on the lanes where `mask` holds (CTA scope: LDS
+        histograms). grouped: lanes with the same idx add once, their number (match_any:
+        one atomic a distinct idx a wave; sm_90a only). An LDS atomic costs about a lane
+        reaching LDS whatever the address (bench/NOTES.md v9, v17), so a crowded histogram,
+        many lanes on few bins, pays a lane each unless grouped."""
+        one = self.const(1, u32)
+        if not grouped:
+            self.atomic("add", p, idx, one, mask=mask, scope="cta")
+            return
+        if not isinstance(idx, Value) or idx.dtype != i32:
+            raise DSLError(f"count: grouped counts need an i32 index, got {idx!r}")
+        # lanes outside the mask group under -1, an index no counter has, and do not add
+        live = idx if mask is None else self.select(mask, idx, self.const(-1, i32))
+        n, lead = self.match_any(live)
+        self.atomic("add", p, idx, self.cast(n, u32), mask=lead if mask is None else mask & lead,
+                    scope="cta")
+
     def fence(self, order="acq_rel", scope="device"):
         self._check_order(scope, order, ("acquire", "release", "acq_rel", "seq_cst"), "fence")
         self._emit("fence", (), (), dict(order=order, scope=scope))
@@ -745,6 +763,14 @@ class KernelBuilder:
         if not isinstance(pred, Value) or pred.dtype != i1:
             raise DSLError(f"prefix_count needs an i1, got {pred!r}")
         return self._v("prefix_count", (pred,), VType(i32))
+
+    def match_any(self, v) -> tuple[Value, Value]:
+        """(lanes holding v's value, this lane is the lowest of them): e.g. one LDS atomic a
+        distinct value instead of one a lane, where many lanes of a wave hit one address."""
+        if not isinstance(v, Value) or v.dtype.bits != 32 or v.n != 1:
+            raise DSLError(f"match_any works on 32-bit scalars, got {v!r}")
+        op = self._emit("match_any", (v,), (VType(i32), VType(i1)), {})
+        return op.results
 
     def readfirstlane(self, v) -> Value:
         self._lane_value(v, "readfirstlane")

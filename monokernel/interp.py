@@ -799,6 +799,13 @@ class Wave:
         p = np.broadcast_to(self.get(op.args[0])[:, 0], (self.L,)).astype(np.int32)
         self.put(op.result, (np.cumsum(p) - p).astype(np.int32))
 
+    def op_match_any(self, op):
+        v = np.broadcast_to(self.get(op.args[0])[:, 0], (self.L,))
+        same = v[:, None] == v[None, :]  # [lane, other lane]
+        self.put(op.results[0], same.sum(1).astype(np.int32))
+        below = np.tril(same, -1)  # an equal lane below this one
+        self.put(op.results[1], ~below.any(1))
+
     def op_readfirstlane(self, op):
         self.put(op.result, self.get(op.args[0])[:1])
 

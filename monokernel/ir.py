@@ -115,6 +115,9 @@ OPCODES: dict[str, str] = {
     "wave_reduce": "butterfly reduction attrs.op over all lanes (uniform)",
     "ballot": "bit i set iff predicate on lane i (uniform, L bits)",
     "prefix_count": "number of lanes below this one with the predicate set",
+    "match_any": "(i32 number of lanes whose 32-bit value equals this lane's, i1 set on the "
+                 "lowest of them): a wave's lanes grouped by value, so one lane a group can act "
+                 "for it (sm_90a: match.any.sync.b32; AMD: not lowered, a BackendError)",
     "readfirstlane": "the value of lane 0 (uniform)",
     # matrix
     "mma": "D = A @ B + C through attrs.atom's lane maps",

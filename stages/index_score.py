@@ -98,7 +98,7 @@ class IndexScore(Stage):
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
-                "defer_stores", "sum_mma")
+                "defer_stores", "sum_mma", "grouped_hist")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -115,6 +115,12 @@ class IndexScore(Stage):
     # Hopper pipelines: ss_keys, pipeline_min_pairs, alternate_one_pair)
     HEAD_SUMS = ("auto", "fma", "mma")
     head_sum = "auto"
+    # the first-digit count of the stored scores adds once a distinct digit a wave
+    # (KernelBuilder.count grouped: match.any, sm_90a only): a wave's scores share one or two
+    # first digits (sign and 5 exponent bits), and an LDS atomic costs about a lane reaching
+    # LDS whatever the address (bench/NOTES.md v9: the count ~5 us at 512K x 8). False: a lane
+    # each (AMD: no match instruction)
+    grouped_hist = False
     SUM_MMAS = ("wgmma", "sync")  # the head sum's MMA (`sum_mma`, below)
     # the string tunables' values (tools' --tune)
     CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": SUM_MMAS}
@@ -492,8 +498,8 @@ class IndexScore(Stage):
         io.store("scores", row * p.capacity + kpos, score, mask=ok)
         slot = base + ((step_key >> p.segment_shift) - lo) * n + row_rel
         digit = ordered_digit_canonical(k, score)
-        k.atomic("add", hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32),
-                 k.const(1, u32), mask=ok, scope="cta")
+        k.count(hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32), ok,
+                grouped=self.grouped_hist)
 
     @staticmethod
     def _scaled(k, val, scale):

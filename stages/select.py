@@ -328,6 +328,11 @@ class SelectConfig:
     # pair to each key's address, for each list (bench/NOTES.md v16's SASS of sel_h1's
     # listing loop: ~12 instructions a kept key for the two stores). False: through the arena
     list_bases: bool = True
+    # the passes' digit counts add once a distinct digit a wave (KernelBuilder.count grouped:
+    # match.any, sm_90a only), not once a lane: an LDS atomic costs about a lane reaching LDS
+    # whatever the address (bench/NOTES.md v17), and the crowded rows' counts put most lanes
+    # of a wave on a few bins. False: a lane each (AMD: no match instruction)
+    grouped_counts: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -849,7 +854,7 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch", "lds_scan", "list_bases")
+                "l2_prefetch", "lds_scan", "list_bases", "grouped_counts")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -887,6 +892,7 @@ class SelectPass(Stage):
         self.l2_prefetch = cfg.l2_prefetch
         self.lds_scan = cfg.lds_scan
         self.list_bases = cfg.list_bases
+        self.grouped_counts = cfg.grouped_counts
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1260,10 +1266,9 @@ class SelectPass(Stage):
         q = self.q if q is None else q
         sh_lo = k.cast(32 - d - c.digits[q], u32)
         digit = (key >> sh_lo) & (c.bins(q) - 1)
-        one = k.const(1, u32)
         for e in range(4):
-            k.atomic("add", hist, _i(k, k.extract(digit, e)), one, mask=k.extract(cand, e),
-                     scope="cta")
+            k.count(hist, _i(k, k.extract(digit, e)), k.extract(cand, e),
+                    grouped=self.grouped_counts)
 
     def _scan_scores(self, k, io, sl, lds, first, append=True, nans=True):
         """sel_h0 (local first pass) or sel_h1: one pass over the slice's scores, SCAN_UNROLL

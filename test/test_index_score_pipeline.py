@@ -583,6 +583,29 @@ def test_head_sum_accumulators_give_the_same_bits(cfg, rows, waves, requests, mo
     assert out[1][2] == out[naccs][2], "a different number of wgmmas"
 
 
+@pytest.mark.parametrize("head_sum,rows,requests,mode", [
+    ("mma", 8, [(8, 700)], "relaxed"), ("mma", 4, [(3, 300), (1, 64)], "random"),
+    ("fma", 2, [(2, 900)], "inorder")], ids=["mma-r8", "mma-r4", "fma-r2"])
+def test_grouped_first_digit_counts_give_the_same_histograms(head_sum, rows, requests, mode):
+    """IndexScore.grouped_hist: the stored scores' first digits counted once a distinct digit
+    a wave (match_any) give the histograms of a count a lane, bit for bit, with the same
+    scores (float64 checks and poison: check_launch)."""
+    out = {}
+    for on in (True, False):
+        L, st = _head_sum_launch("tiny", rows, 8, head_sum)
+        st.grouped_hist = on
+        inp = make_inputs(st.p, np.random.default_rng(11 + rows), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=4)
+        check_launch(L, inp, res)
+        ops = [op.opcode for op in L.kernel("interp", 32).walk()]
+        out[on] = (res.regions["scores"].view(np.uint32).copy(),
+                   res.regions["score_hist"].copy(), ops.count("match_any"))
+    assert out[True][2] > 0 and out[False][2] == 0, "the grouped count was not built"
+    assert out[True][1].any(), "nothing was counted"
+    assert np.array_equal(out[True][0], out[False][0]), "scores differ"
+    assert np.array_equal(out[True][1], out[False][1]), "histograms differ"
+
+
 DEFER_CASES = [
     ("tiny", 8, [(8, 700)], "inorder"),                  # one group: every step deferred
     ("tiny", 8, [(7, 700), (1, 64)], "relaxed"),         # an odd group: one-pair chains too

@@ -58,6 +58,7 @@ def _xlane(k):
         k.wave_reduce(v, "or"), k.wave_reduce(v, "and"),
         k.bitcast(k.wave_reduce(f, "add"), i32), k.bitcast(k.wave_reduce(f, "max"), i32),
         k.bitcast(k.readfirstlane(f), i32),
+        *[k.cast(x, i32) for x in k.match_any(v & 7)],  # (lanes alike, lowest of them)
     ]
     for c, x in enumerate(cols):
         k.store(a.out, c * k.L + lane, x)
@@ -66,7 +67,8 @@ def _xlane(k):
     k.store(a.out64, 2 * k.L + lane, k.wave_reduce(u, "add"))
 
 
-XLANE_COLS = 15
+XLANE_COLS = 17
+MATCH_COLS = (15, 16)  # _xlane's match_any columns: group size, leader
 
 
 def _atomics(k):
@@ -560,7 +562,8 @@ CASES = [
     Case("xlane", _k("xlane", _xlane, ABI(src=Ptr(i32), out=Ptr(i32), out64=Ptr(u64))),
          _xlane_args, 1, ("out", "out64"),
          expect=(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, 16, 31, -1", r"shfl\.sync\.idx\.b32",
-                 r"vote\.sync\.ballot\.b32", r"%lanemask_lt", r"popc\.b32")),
+                 r"vote\.sync\.ballot\.b32", r"%lanemask_lt", r"popc\.b32",
+                 r"match\.any\.sync\.b32")),
     Case("atomics", _k("atomics", _atomics, ABI(
         cnt=Ptr(i32), ucnt=Ptr(u32), fl=Ptr(f32), c64=Ptr(u64), own=Ptr(i32), olds=Ptr(i32),
         ldsout=Ptr(i32))), _atomic_args, ATOMIC_GRID,
@@ -875,6 +878,23 @@ def test_cases_run_in_the_interpreter(name):
                 np.testing.assert_allclose(iargs[k], want, rtol=1e-6, atol=1e-6)
 
 
+def test_match_any_groups_lanes_by_value():
+    """The interpreter's match_any against a lane-by-lane count (the GPU test then holds
+    the H200 to the interpreter): each lane's group size, and the leader is the lowest lane
+    of its group, so exactly one leader a distinct value."""
+    case = CASE["xlane"]
+    args = interp_args(case, case.args(np.random.default_rng(3), 1))
+    interp.run(case.build(), args, grid=1, **case.interp_kw)
+    v = args["src"] & 7
+    out = args["out"].reshape(XLANE_COLS, 32)
+    size, lead = out[MATCH_COLS[0]], out[MATCH_COLS[1]]
+    for lane in range(32):
+        alike = [o for o in range(32) if v[o] == v[lane]]
+        assert size[lane] == len(alike) and lead[lane] == int(alike[0] == lane), lane
+    assert lead.sum() == len(set(v.tolist())) and size.sum() == sum(
+        (v == x).sum() ** 2 for x in set(v.tolist()))
+
+
 def test_handoff_runs_in_the_interpreter_at_full_grid():
     case = CASE["handoff"]
     rng = np.random.default_rng(7)
@@ -882,3 +902,17 @@ def test_handoff_runs_in_the_interpreter_at_full_grid():
     interp.run(case.build(), args, grid=132, **case.interp_kw)
     assert args["err"][0] == 0 and args["timeouts"].tolist() == [1] * 132
     assert (args["box"] >> np.uint64(32)).tolist() == [5 + HANDOFF_ROUNDS - 1] * 132
+
+
+@pytest.mark.parametrize("chip", ["gfx950", "gfx942"])
+def test_match_any_is_refused_on_amd_by_name(chip):
+    """AMD has no match instruction: a kernel using match_any fails to lower with an error
+    naming it (the selection's aggregated counts are an NVIDIA option)."""
+    from monokernel.backend import amdgcn
+
+    def body(k):
+        n, lead = k.match_any(k.lane_id() & 3)
+        k.store(k.args.out, k.lane_id(), n, mask=lead)
+    kern = build_kernel("match_amd", body, abi=ABI(out=Ptr(i32)), target=chip)
+    with pytest.raises(BackendError, match="match_any is lowered for sm_90a only"):
+        amdgcn.emit_llvm(kern, chip)

@@ -168,6 +168,26 @@ def test_appends_through_the_lists_starts_write_the_same_lists(dist, waves):
         assert on.regions[CFG.list2_keys].any()
 
 
+@pytest.mark.parametrize("count_from_list", [True, False])
+@pytest.mark.parametrize("dist", ["normal", "allequal", "few"])
+def test_grouped_digit_counts_publish_the_same_messages(dist, count_from_list):
+    """Digit counts added once a distinct digit a wave (SelectConfig.grouped_counts:
+    match_any) publish exactly the messages of a lane each: every pass's cum histograms,
+    sel_h0's local first pass (every key of a wave in one bin when all are equal) and the
+    counts in sel_h1's scan (count_from_list off) or from the lists, deferred rows' included;
+    the selections are exact either way (relaxed mode, waves of 32 lanes)."""
+    key = [24, ["normal", "allequal", "few"].index(dist), count_from_list]
+    runs = _ab_runs(CFG, "grouped_counts", dist, key, waves=2, seed=7,
+                    count_from_list=count_from_list, defer_fat_bins=True)
+    for (_, L, _), on in zip(runs, (True, False)):
+        assert all(st.grouped_counts is on for st in L.stages if isinstance(st, sel.SelectPass))
+    (_, _, on), (_, _, off) = runs
+    for q in range(CFG.passes):
+        assert np.array_equal(on.regions[CFG.msg(q)], off.regions[CFG.msg(q)]), q
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
+    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+
+
 def _check_second_lists(cfg, r, s, n):
     """With cfg.defers, sel_h2's lists (from the scores of a deferred row, from sel_h1's list
     otherwise) hold exactly the slice's selectable keys whose prefix (the state's d bits

@@ -59,6 +59,10 @@ class TargetHooks:
         raise BackendError(f"{self.name}: {what}: bulk copies into LDS and mbarriers are lowered "
                            "for sm_90a only (gfx950's LDS DMA loads are not wired)")
 
+    def match_any(self, e: "Emitter", x: str):
+        raise BackendError(f"{self.name}: match_any is lowered for sm_90a only (AMD has no "
+                           "match instruction: a waterfall over distinct values is not wired)")
+
     def mbar_init(self, e: "Emitter", bar: str, count: int):
         self._no_bulk("mbar_init")
 
@@ -834,6 +838,11 @@ class Emitter:
 
     def op_prefix_count(self, op):
         self.alias(op.result, self.h.prefix_count(self, self.val(op.args[0])))
+
+    def op_match_any(self, op):
+        n, lead = self.h.match_any(self, self.val(op.args[0]))
+        self.alias(op.results[0], n)
+        self.alias(op.results[1], lead)
 
     def op_readfirstlane(self, op):
         v = op.args[0]

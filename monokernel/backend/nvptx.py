@@ -171,6 +171,18 @@ class NVPTXHooks(TargetHooks):
         e.emit(f"{m} = and i32 {b}, {lt}")
         return e.call("i32", "llvm.ctpop.i32", f"i32 {m}")
 
+    def match_any(self, e: Emitter, x: str):
+        """match.any.sync.b32: the lanes holding x's value; their count, and whether no
+        lane below this one is among them."""
+        m = e.call("i32", "llvm.nvvm.match.any.sync.i32", f"i32 {FULL_MASK}, i32 {x}")
+        n = e.call("i32", "llvm.ctpop.i32", f"i32 {m}")
+        lt = self._sreg(e, "lanemask.lt")
+        below = e.fresh("mb")
+        e.emit(f"{below} = and i32 {m}, {lt}")
+        lead = e.fresh("ml")
+        e.emit(f"{lead} = icmp eq i32 {below}, 0")
+        return n, lead
+
     def wave_all(self, e: Emitter, ok: str) -> str:
         return e.call("i1", "llvm.nvvm.vote.all.sync", f"i32 {FULL_MASK}, i1 {ok}")
 
