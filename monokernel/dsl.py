@@ -614,9 +614,9 @@ class KernelBuilder:
     def count(self, p, idx, mask=None, *, grouped: bool = False):
         """u32 counters p[idx] += 1 on the lanes where `mask` holds (CTA scope: LDS
         histograms). grouped: lanes with the same idx add once, their number (match_any:
-        one atomic a distinct idx a wave; sm_90a only). An LDS atomic costs about a lane
-        reaching LDS whatever the address (bench/NOTES.md v9, v17), so a crowded histogram,
-        many lanes on few bins, pays a lane each unless grouped."""
+        one atomic a distinct idx a wave; sm_90a only). On the H200 grouping measured
+        SLOWER wherever tried, even with a whole warp on one bin (bench/NOTES.md v18: the
+        match costs more than the same-address lanes of the atomic it saves)."""
         one = self.const(1, u32)
         if not grouped:
             self.atomic("add", p, idx, one, mask=mask, scope="cta")

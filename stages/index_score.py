@@ -116,10 +116,10 @@ class IndexScore(Stage):
     HEAD_SUMS = ("auto", "fma", "mma")
     head_sum = "auto"
     # the first-digit count of the stored scores adds once a distinct digit a wave
-    # (KernelBuilder.count grouped: match.any, sm_90a only): a wave's scores share one or two
-    # first digits (sign and 5 exponent bits), and an LDS atomic costs about a lane reaching
-    # LDS whatever the address (bench/NOTES.md v9: the count ~5 us at 512K x 8). False: a lane
-    # each (AMD: no match instruction)
+    # (KernelBuilder.count grouped: match.any, sm_90a only; a wave's scores share one or two
+    # first digits). Measured SLOWER on the H200 (bench/NOTES.md v18, same call:
+    # index_scoring r8 W1 74.0 vs 62.5 us, W2 109.3 vs 100.3): off, a tunable (--tune
+    # ix_score.grouped_hist=1); AMD has no match instruction
     grouped_hist = False
     SUM_MMAS = ("wgmma", "sync")  # the head sum's MMA (`sum_mma`, below)
     # the string tunables' values (tools' --tune)

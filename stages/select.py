@@ -329,9 +329,10 @@ class SelectConfig:
     # listing loop: ~12 instructions a kept key for the two stores). False: through the arena
     list_bases: bool = True
     # the passes' digit counts add once a distinct digit a wave (KernelBuilder.count grouped:
-    # match.any, sm_90a only), not once a lane: an LDS atomic costs about a lane reaching LDS
-    # whatever the address (bench/NOTES.md v17), and the crowded rows' counts put most lanes
-    # of a wave on a few bins. False: a lane each (AMD: no match instruction)
+    # match.any, sm_90a only), not once a lane. Measured SLOWER on the H200 (bench/NOTES.md
+    # v18, same call: select 512K x 8 37.6 vs 33.5 us, sel_h0's local pass alone grouped
+    # 36.5; select_hist 29.7 vs 29.0; fused index r8 W1 135.1 vs 124.0): off, a tunable
+    # (--tune sel_h1.grouped_counts=1, per pass); AMD has no match instruction
     grouped_counts: bool = False
 
     def __post_init__(self):
