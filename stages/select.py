@@ -334,6 +334,13 @@ class SelectConfig:
     # 36.5; select_hist 29.7 vs 29.0; fused index r8 W1 135.1 vs 124.0): off, a tunable
     # (--tune sel_h1.grouped_counts=1, per pass); AMD has no match instruction
     grouped_counts: bool = False
+    # a round's consumer polls every slice's pair of the message it decides on (its own
+    # among them) and takes ONE acquire before it reads its own state, instead of its own
+    # pair, an acquire and its state first (a row decided final needs no other message)
+    # and the others' pairs and a second acquire after: one poll round trip and one fence
+    # fewer on every round's path. Every active slice publishes every message, so the
+    # wait always ends. False: own first
+    one_wait: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -855,7 +862,7 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch", "lds_scan", "list_bases", "grouped_counts")
+                "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -894,6 +901,7 @@ class SelectPass(Stage):
         self.lds_scan = cfg.lds_scan
         self.list_bases = cfg.list_bases
         self.grouped_counts = cfg.grouped_counts
+        self.one_wait = cfg.one_wait
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1128,7 +1136,7 @@ class SelectPass(Stage):
         """One exchange round: decide on message q-1, then emit (sel_out) or count the next
         digit and publish message q."""
         self._consume(k, io, sl, lds)
-        io.env.phase(0)  # every slice's message is in and decided on
+        io.env.phase(2)  # decided (phases 0 and 1 in _consume)
         if self.is_out:
             if self.early_emit:  # the last histogram pass may have emitted the row
                 with k.if_(_State.load(k, lds["state"], 0)[X_EMITTED].eq(0)):
@@ -1152,7 +1160,7 @@ class SelectPass(Stage):
         with contextlib.nullcontext() if self.defers else k.if_(~st.done):
             self._histogram(k, io, sl, lds, first=False)
         _barrier(k)
-        io.env.phase(1)  # the next digit is counted (sel_h1: the scan and the lists)
+        io.env.phase(3)  # the next digit is counted (sel_h1: the scan and the lists)
         self._publish(k, io, sl, lds)
 
     def _lds(self, k):
@@ -1657,22 +1665,31 @@ class SelectPass(Stage):
         mw = c.msg_words(p)
         msg, rdy = c.msg(p), c.rdy(p)
         L = k.L
-        with _wave0(k):
-            io.wait(rdy, sl.r * S + sl.s)
+
+        def wait_all():
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
             if self.acquire:
                 k.fence("acquire", "device")
-            st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
-            with k.if_(~st.done):
-                for grp in range((S + L - 1) // L):
-                    s2 = grp * L + k.lane_id()
-                    io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
+        with _wave0(k):
+            if self.one_wait:  # every slice's pair (its own among them), one acquire
+                wait_all()
+                st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
+            else:  # its own first: a final decision needs no other slice's message
+                io.wait(rdy, sl.r * S + sl.s)
                 if self.acquire:
                     k.fence("acquire", "device")
+                st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
+                with k.if_(~st.done):
+                    wait_all()
             st.store_lds(lds["state"])
+            io.env.phase(0)  # the messages this decision reads are in
         _barrier(k)
         st = _State.load(k, lds["state"], 0)
         with k.if_(~st.done):
             self._global_cum(k, io, sl, lds)
+            io.env.phase(1)  # the row's cum histogram is summed
             with _wave0(k):
                 self._decide(k, io, sl, lds, solo)
             _barrier(k)

@@ -188,6 +188,25 @@ def test_grouped_digit_counts_publish_the_same_messages(dist, count_from_list):
     assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
 
 
+@pytest.mark.parametrize("waves", [1, 3])
+@pytest.mark.parametrize("dist", ["normal", "fewsel", "above2048"])
+def test_one_wait_a_round_publishes_the_same_messages(dist, waves):
+    """A round's consumer polling every slice's pair at once with one acquire (SelectConfig.
+    one_wait) publishes the messages and selects the keys of waiting for its own pair first,
+    in the relaxed memory mode: rows decided early (fewsel: fewer selectable keys than K;
+    above2048: the threshold bin holds exactly the keys still needed) wait for every slice
+    too, and every slice publishes, so nothing stalls."""
+    key = [25, ["normal", "fewsel", "above2048"].index(dist), waves]
+    runs = _ab_runs(CFG, "one_wait", dist, key, waves=waves, seed=8)
+    for (_, L, _), on in zip(runs, (True, False)):
+        assert all(st.one_wait is on for st in L.stages if isinstance(st, sel.SelectPass))
+    (_, _, on), (_, _, off) = runs
+    for q in range(CFG.passes):
+        assert np.array_equal(on.regions[CFG.msg(q)], off.regions[CFG.msg(q)]), q
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
+    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+
+
 def _check_second_lists(cfg, r, s, n):
     """With cfg.defers, sel_h2's lists (from the scores of a deferred row, from sel_h1's list
     otherwise) hold exactly the slice's selectable keys whose prefix (the state's d bits
