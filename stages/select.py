@@ -339,8 +339,10 @@ class SelectConfig:
     # pair, an acquire and its state first (a row decided final needs no other message)
     # and the others' pairs and a second acquire after: one poll round trip and one fence
     # fewer on every round's path. Every active slice publishes every message, so the
-    # wait always ends. False: own first
-    one_wait: bool = False
+    # wait always ends. H200, same call (bench/NOTES.md v18): select_hist 512K x 8 28.67 ->
+    # 27.36 us, 64K x 8 20.29 -> 18.86, 512K x 2 24.95 -> 23.65; fused index r8 W1 123.75
+    # -> 122.10, r2 W2 91.41 -> 89.22. False: own first (the AMD builds keep it: unmeasured)
+    one_wait: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -2458,7 +2460,8 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
 # unmeasured: every builder of a config sets them through measured_options
 MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
-                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases")
+                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases",
+                      "one_wait")
 
 
 def measured_options(on: bool) -> dict:

@@ -40,7 +40,7 @@ MODE_PATHS = [(m, p) for m in MODES for p in PATHS if p == "rounds" or m == "ran
 
 def _on(cfg, path):
     return dataclasses.replace(cfg, solo_max_candidates=sel.SOLO_MAX_CANDIDATES if path == "solo"
-                               else None, one_wait=path == "one_wait")
+                               else None, one_wait=path != "own_first")
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +269,7 @@ def test_digests_are_deterministic_and_an_input_bit_changes_them(wide):
     assert _digest(_run(wide, WIDE, s2, n, bt), WIDE) not in digests
 
 
-@pytest.mark.parametrize("path", PATHS + ("one_wait",))  # one_wait: a round's one acquire
+@pytest.mark.parametrize("path", PATHS + ("own_first",))  # own_first: one_wait off
 @pytest.mark.parametrize("variant", [dict(release=False), dict(acquire=False)],
                          ids=["no_release", "no_acquire"])
 def test_messages_without_their_fences_fail_under_relaxed_visibility(variant, path):
