@@ -864,7 +864,10 @@ class SelectPass(Stage):
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
-                "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait")
+                "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
+                "segment_unroll")
+    # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
+    segment_unroll = SEGMENT_UNROLL
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -1608,7 +1611,9 @@ class SelectPass(Stage):
         T = k.W * k.L
         t = k.thread_id()
         G = max(1, T // B)
-        U = SEGMENT_UNROLL
+        U = self.segment_unroll
+        if not isinstance(U, int) or U < 1:
+            raise ValueError(f"{self.name}: segment_unroll = {U!r} must be a positive integer")
         for b0 in range(0, B, T):
             if T >= B:
                 b, grp = t % B, t / B
