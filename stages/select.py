@@ -167,9 +167,16 @@ DEFAULT_DIGITS = (6, 7, 7, 6, 6)
 # select_hist 512K x 8 36.2 -> 33.6 us, 64K x 8 25.1 -> 22.1; the fused index measured
 # slower with it, 132.0 -> 136.4 us, and keeps DEFAULT_DIGITS: bench/NOTES.md v12)
 SELECT_KIND_DIGITS = (6, 9, 9, 8)
+# ... and where a row has more than WIDE_ROW_SLICES slices (rows 2 on the H200: 64 slices a
+# row), whose first round sums every slice's message-1 histogram: a 256-bin second digit
+# halves that (H200, same call, select_hist rows 2: 64K 21.87 -> 20.62 us, 512K 23.89 ->
+# 22.69; rows 8 slower with it, 27.26 -> 28.38: bench/NOTES.md v18)
+SELECT_KIND_DIGITS_WIDE = (6, 8, 9, 9)
+WIDE_ROW_SLICES = 32
 UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
-SEGMENT_UNROLL = 4  # segment histograms a thread loads at once in sel_h0's sum
-# (min(UNROLL, max_slices))
+SEGMENT_UNROLL = 8  # segment histograms a thread loads at once in sel_h0's sum: at 512K
+# keys x 8 rows a thread's 8 segments in one round trip (H200 select_hist 27.26 -> 26.89 us,
+# sel_h0 2.59 -> 2.30 a job: bench/NOTES.md v18; was 4)
 
 SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
 # one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
@@ -2478,8 +2485,9 @@ def measured_options(on: bool) -> dict:
 def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
-    4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, DEFAULT_DIGITS
-    on AMD, unmeasured there)."""
+    4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
+    SELECT_KIND_DIGITS_WIDE past WIDE_ROW_SLICES slices a row; DEFAULT_DIGITS on AMD,
+    unmeasured there)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -2490,7 +2498,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectCon
     amd = spec.target != "interp" and spec.target_info.is_amd
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk,
-                        digits=digits or (DEFAULT_DIGITS if amd else SELECT_KIND_DIGITS),
+                        digits=digits or (DEFAULT_DIGITS if amd else
+                                          SELECT_KIND_DIGITS_WIDE if max_slices > WIDE_ROW_SLICES
+                                          else SELECT_KIND_DIGITS),
                         **measured_options(not amd))
 
 
