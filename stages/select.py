@@ -350,6 +350,13 @@ class SelectConfig:
     # 27.36 us, 64K x 8 20.29 -> 18.86, 512K x 2 24.95 -> 23.65; fused index r8 W1 123.75
     # -> 122.10, r2 W2 91.41 -> 89.22. False: own first (the AMD builds keep it: unmeasured)
     one_wait: bool = True
+    # with defers, sel_h2 writes a second list only for a deferred row (from its scores); a
+    # listed row's later passes and emit read sel_h1's list again (chosen by the state's
+    # X_DEFER), instead of sel_h2 copying it down to the entries at or above the 13-bit
+    # prefix: no append, no list stores and no release of them on sel_h2's path, for lists
+    # of a few hundred entries a slice that every pass reads in one round trip either way.
+    # False: every row's second list (the later passes read only the second lists)
+    lean_lists: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -964,6 +971,33 @@ class SelectPass(Stage):
         lk = self.cfg.max_slice_keys()
         return [Use(n, j * lk, (j + 1) * lk) for n in names]
 
+    @property
+    def _reads_either(self) -> bool:
+        """SelectConfig.lean_lists: this pass reads sel_h2's list for a deferred row and
+        sel_h1's for a listed one."""
+        return self.cfg.lean_lists and self.cfg.defers and self.q > 2
+
+    def _input_list(self, k, io, sl, lds):
+        """(keys, positions) loaders of this slice's input list: load(i, mask) -> 4 entries
+        from entry i. With lean_lists past sel_h2, the list the row's X_DEFER names, through
+        a pointer chosen at run time (both regions are this pass's declared reads)."""
+        if not self._reads_either:
+            lb = sl.list_base()
+            return tuple(functools.partial(lambda n, i, mask: io.load(n, lb + i, 4, mask=mask), n)
+                         for n in self.list_in)
+        c = self.cfg
+        defer = _State.load(k, lds["state"], 0)[X_DEFER].ne(0)
+        lb = k.cast(sl.list_base(), i64) * u32.bytes
+        out = []
+        for second, first in zip(self.list_in, (c.list_keys, c.list_pos)):
+            at = k.select(defer, k.const(io.arena[second].data_offset, i64),
+                          k.const(io.arena[first].data_offset, i64))
+            ptr = k.ptr_add(io.env.arena, at + lb)
+            dt = io.arena[second].region.dtype
+            out.append(functools.partial(lambda p, d, i, mask: k.load(p, i, d, 4, mask=mask),
+                                         ptr, dt))
+        return tuple(out)
+
     def reads(self, j):
         c = self.cfg
         r, s = self._row_slice(j)
@@ -972,8 +1006,10 @@ class SelectPass(Stage):
             lk = c.max_slice_keys() * c.max_slices
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
         elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
-            out += self._list_uses(j, [self.list_in[0]] + (
-                [self.list_in[1]] if self.is_out or self.defers or self.emits_early else []))
+            both = self.is_out or self.defers or self.emits_early
+            lists = [self.list_in] + ([(c.list_keys, c.list_pos)] if self._reads_either else [])
+            for keys, pos in lists:
+                out += self._list_uses(j, [keys] + ([pos] if both else []))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -1257,8 +1293,8 @@ class SelectPass(Stage):
             with k.if_else(st[X_DEFER].ne(0)) as (deferred, listed):
                 with deferred:
                     self._scan_scores(k, io, sl, lds, False, nans=False)
-                with listed:
-                    self._scan_list(k, io, sl, lds)
+                with listed:  # lean_lists: count only, the later passes read sel_h1's list
+                    self._scan_list(k, io, sl, lds, copy=not self.cfg.lean_lists)
         elif self.compacts and self.cfg.defers:  # sel_h1: list now or leave it
             st = _State.load(k, lds["state"], 0)
             with k.if_else(st[X_DEFER].ne(0)) as (deferred, listed):
@@ -1543,7 +1579,7 @@ class SelectPass(Stage):
                 at = at + kp[e]
         run.set(base + rtot)
 
-    def _scan_list(self, k, io, sl, lds, own=None):
+    def _scan_list(self, k, io, sl, lds, own=None, copy=None):
         """A later pass: the next digit of the list's keys with the prefix found so far.
         sel_h2 with cfg.defers also copies the entries at or above that prefix, in order,
         into its own list (`list_out`) and leaves that list's length in the state. `own`
@@ -1554,16 +1590,21 @@ class SelectPass(Stage):
         Q, d = st[X_Q], st.i(X_D)
         nl = st.i(X_NLIST) if own is None else own
         T = k.W * k.L
-        lb = sl.list_base()
         U = LIST_UNROLL if c.prefetch else 1
-        copy = self.list_out is not None and own is None
+        if copy is None:
+            copy = self.list_out is not None and own is None
         run = k.uniform_var(0, i32)  # the copy's length so far
-        keys_in, pos_in = self.list_in if own is None else self.list_out
+        if own is None:
+            load_key, load_pos = self._input_list(k, io, sl, lds)
+        else:
+            lb = sl.list_base()
+            load_key, load_pos = (functools.partial(
+                lambda n, i, mask: io.load(n, lb + i, 4, mask=mask), n) for n in self.list_out)
         with k.if_(nl > 0):
             for base in k.range(0, nl, 4 * T * U):
                 idx = [base + u * 4 * T + 4 * k.thread_id() for u in range(U)]
-                keys = [io.load(keys_in, lb + i, 4, mask=i < nl) for i in idx]
-                poss = [io.load(pos_in, lb + i, 4, mask=i < nl) for i in idx] if copy else idx
+                keys = [load_key(i, mask=i < nl) for i in idx]
+                poss = [load_pos(i, mask=i < nl) for i in idx] if copy else idx
                 kept = []
                 for i, key, pv in zip(idx, keys, poss):
                     valid = k.vec(i, i + 1, i + 2, i + 3) < nl
@@ -1858,13 +1899,11 @@ class SelectPass(Stage):
         st = _State.load(k, lds["state"], 0)
         ok = io.env.cta_ok()
         nl = st.i(X_NLIST)
-        lb = sl.list_base()
+        load_key, load_pos = self._input_list(k, io, sl, lds)
 
         def fetch(i):
             m = i < nl
-            key = io.load(self.list_in[0], lb + i, 4, mask=m)
-            pos = io.load(self.list_in[1], lb + i, 4, mask=m)
-            return key, pos, i, nl  # (a list holds no key 0)
+            return load_key(i, mask=m), load_pos(i, mask=m), i, nl  # (a list holds no key 0)
         with k.if_(nl > 0):
             self._emit_entries(k, io, sl, lds, st, ok, nl, fetch, st.i(X_BASE),
                                st.i(X_TIEBASE), prefetch=c.prefetch)
@@ -2482,7 +2521,8 @@ def measured_options(on: bool) -> dict:
     return {name: on for name in MEASURED_ON_NVIDIA}
 
 
-def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectConfig:
+def config_for(spec, *, max_slices: int | None = None, digits=None,
+               lean_lists: bool | None = None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
@@ -2501,7 +2541,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None) -> SelectCon
                         digits=digits or (DEFAULT_DIGITS if amd else
                                           SELECT_KIND_DIGITS_WIDE if max_slices > WIDE_ROW_SLICES
                                           else SELECT_KIND_DIGITS),
-                        **measured_options(not amd))
+                        **measured_options(not amd),
+                        **({} if lean_lists is None else {"lean_lists": bool(lean_lists)}))
 
 
 def _waves_for(spec) -> int:
@@ -2514,8 +2555,8 @@ def _grid_for(spec) -> int:
     return 8 if spec.target == "interp" else spec.target_info.num_ctas
 
 
-def _kind_launch(spec, hist=None, *, select_digits=None, waves=None):
-    cfg = config_for(spec, digits=select_digits)
+def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None):
+    cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists)
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -2534,8 +2575,8 @@ from .kinds import Kind, register  # noqa: E402
 
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
-              launch_tunables=("waves", "select_digits")))
+              launch_tunables=("waves", "select_digits", "lean_lists")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
-              default=False, launch_tunables=("waves", "select_digits")))
+              default=False, launch_tunables=("waves", "select_digits", "lean_lists")))

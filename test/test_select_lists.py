@@ -207,6 +207,39 @@ def test_one_wait_a_round_publishes_the_same_messages(dist, waves):
     assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
 
 
+@pytest.mark.parametrize("waves", [1, 3])
+@pytest.mark.parametrize("dist", ["normal", "allequal", "few", "above2049"])
+def test_lean_lists_select_the_same_keys(dist, waves):
+    """SelectConfig.lean_lists: sel_h2 writes a second list only for deferred rows, the
+    later passes and the emit of a listed row read sel_h1's list (chosen by the state's
+    X_DEFER at run time). Every message's histograms and state are those of copying every
+    row's list down, but the list length of a listed row (sel_h1's, not the copy's); the
+    selections and diagnostics are identical and exact (relaxed mode). Normal scores list
+    (the first list is read past sel_h2); all equal defers (the second list is)."""
+    key = [26, ["normal", "allequal", "few", "above2049"].index(dist), waves]
+    runs = _ab_runs(CFG, "lean_lists", dist, key, waves=waves, seed=9, defer_fat_bins=True)
+    (cfg, L, on), (_, _, off) = runs
+    assert any(st._reads_either for st in L.stages if isinstance(st, sel.SelectPass))
+    lengths = []
+    for q in range(CFG.passes):
+        a = on.regions[CFG.msg(q)].reshape(CFG.rows, CFG.max_slices, -1).copy()
+        b = off.regions[CFG.msg(q)].reshape(CFG.rows, CFG.max_slices, -1).copy()
+        if q >= 2:
+            lengths.append((a[..., CFG.state_word + sel.X_NLIST].copy(),
+                            b[..., CFG.state_word + sel.X_NLIST].copy(),
+                            a[..., CFG.state_word + sel.X_DEFER].copy()))
+            a[..., CFG.state_word + sel.X_NLIST] = b[..., CFG.state_word + sel.X_NLIST]
+        assert np.array_equal(a, b), q
+    for lean, full, defer in lengths:  # a listed row keeps sel_h1's (longer) list
+        listed = defer == 0
+        assert (lean[listed] >= full[listed]).all() and np.array_equal(lean[~listed],
+                                                                       full[~listed])
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
+    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+    if dist == "normal":  # the lists were read where they differ
+        assert any((l != f).any() for l, f, _ in lengths)
+
+
 def _check_second_lists(cfg, r, s, n):
     """With cfg.defers, sel_h2's lists (from the scores of a deferred row, from sel_h1's list
     otherwise) hold exactly the slice's selectable keys whose prefix (the state's d bits

@@ -572,8 +572,9 @@ def apply_tunes(launch, tunes):
 # takes it): waves = N waves a CTA; select_digits = the selection's radix plan, bits from the
 # top joined by "-" (e.g. 6-9-9-8; stages.select.SelectConfig.digits); q_splits = the index
 # q projection's split of q_lora (stages.index_plan.proj_splits; a value that does not divide
-# its 128-blocks or does not fit the loads is an error naming it)
-LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits")
+# its 128-blocks or does not fit the loads is an error naming it); lean_lists = 1 / 0, the
+# select kinds' SelectConfig.lean_lists (every pass of the selection must agree on it)
+LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl)
 LINK_TUNABLES = ("pdl",)
