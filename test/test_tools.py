@@ -255,7 +255,10 @@ def test_phase_marks_land_between_a_jobs_start_and_end_in_order():
     assert {x.stage for x in marked} == {st.name for st in L.stages}  # every stage marks
     for x in marked:
         ph = [t for t in x.phases if t]
-        assert len(ph) == (1 if x.stage.endswith("out") else 2), x
+        # sel_h0: scores ready, counted; a round (_consume): messages in, [cum summed,]
+        # decided, then counted (not sel_out); the cum is skipped once a row is decided
+        want = {2} if x.stage.endswith("h0") else {2, 3} if x.stage.endswith("out") else {3, 4}
+        assert len(ph) in want, x
         assert x.start <= ph[0] and ph == sorted(ph) and ph[-1] <= x.end, x
     rows = time_layers.stage_rows(recs, 1.0, "ticks", [st.name for st in L.stages])
     assert all(r["phase ends (median from job start)"].startswith("p0 ") for r in rows)
