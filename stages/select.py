@@ -355,7 +355,10 @@ class SelectConfig:
     # X_DEFER), instead of sel_h2 copying it down to the entries at or above the 13-bit
     # prefix: no append, no list stores and no release of them on sel_h2's path, for lists
     # of a few hundred entries a slice that every pass reads in one round trip either way.
-    # False: every row's second list (the later passes read only the second lists)
+    # False: every row's second list (the later passes read only the second lists). On in
+    # the select kinds off AMD (config_for; H200 v18 call 5, same call: select_hist 512K x 8
+    # 27.07 -> 26.50 us, 512K x 2 22.74 -> 21.88; exact 44 of 44); the fused index, whose
+    # rows mostly defer, keeps it off (unmeasured there), as AMD
     lean_lists: bool = False
 
     def __post_init__(self):
@@ -2527,7 +2530,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
     SELECT_KIND_DIGITS_WIDE past WIDE_ROW_SLICES slices a row; DEFAULT_DIGITS on AMD,
-    unmeasured there)."""
+    unmeasured there), `lean_lists` (None: on off AMD)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -2542,7 +2545,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                                           SELECT_KIND_DIGITS_WIDE if max_slices > WIDE_ROW_SLICES
                                           else SELECT_KIND_DIGITS),
                         **measured_options(not amd),
-                        **({} if lean_lists is None else {"lean_lists": bool(lean_lists)}))
+                        lean_lists=(not amd) if lean_lists is None else bool(lean_lists))
 
 
 def _waves_for(spec) -> int:

@@ -485,6 +485,14 @@ def test_select_digits_per_kind_and_target_and_from_tune():
     assert cfg.max_slices > sel.WIDE_ROW_SLICES and cfg.digits == sel.SELECT_KIND_DIGITS_WIDE
     assert kinds.kind("select_hist").launch(
         BuildSpec.make("glm5", rows=2, target="gfx950")).select_cfg.digits == sel.DEFAULT_DIGITS
+    # lean lists: the select kinds off AMD (measured), not AMD, not the fused index
+    for target, want in (("sm_90a", True), ("interp", True), ("gfx942", False)):
+        spec = BuildSpec.make("glm5", rows=8, target=target)
+        assert kinds.kind("select").launch(spec).select_cfg.lean_lists is want, target
+        assert kinds.kind("index").launch(spec).select_cfg.lean_lists is False, target
+    off = common.launch_for(kinds.kind("select_hist"), BuildSpec.make("glm5", rows=8,
+                            target="sm_90a"), common.tune_list("launch.lean_lists=0"))
+    assert off.select_cfg.lean_lists is False
     tiny = BuildSpec.make("tiny", rows=2, target="interp")
     assert kinds.kind("index").launch(tiny).select_cfg.digits == sel.DEFAULT_DIGITS
     for name in ("select", "index"):

@@ -258,23 +258,26 @@ def _parser():
 
 def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=None,
           waves=None, grid=None, tunes=()):
-    """The selection launch of one row width; `tunes` as --tune (stage tunables and
-    launch.select_digits; the CTA size is --waves here)."""
+    """The selection launch of one row width; `tunes` as --tune (stage tunables,
+    launch.select_digits and launch.lean_lists; the CTA size is --waves here)."""
     from spec import BuildSpec
     from stages import select as sel
     from tools import common
     spec = BuildSpec.make(config, None, rows, kv, target)
-    digits = None
+    digits = lean = None
     stage_tunes = []
     for stage_name, attr, text in tunes:
         if (stage_name, attr) == ("launch", "select_digits"):
             digits = common.launch_tune_value(attr, text)
+        elif (stage_name, attr) == ("launch", "lean_lists"):
+            lean = bool(common.launch_tune_value(attr, text))
         elif stage_name == "launch":
             raise ValueError(f"--tune launch.{attr}: check_topk's selection launch takes "
-                             "launch.select_digits (its CTA size is --waves)")
+                             "launch.select_digits and launch.lean_lists (its CTA size is "
+                             "--waves)")
         else:
             stage_tunes.append((stage_name, attr, text))
-    cfg = sel.config_for(spec, max_slices=max_slices, digits=digits)
+    cfg = sel.config_for(spec, max_slices=max_slices, digits=digits, lean_lists=lean)
     hist = {"local": None, "buffer": "buffer", "stage": "stage"}[first_digits]
     L = sel.select_launch(cfg, grid=grid or sel._grid_for(spec),
                           waves=waves or sel._waves_for(spec), hist=hist)
