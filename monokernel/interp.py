@@ -879,6 +879,10 @@ def mma_reference(atom, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarr
     return numerics.convert(D[cr, cc], f64, atom.acc_dtype)
 
 
+LDS_POISON = 0xA5  # every LDS byte of every CTA when a run starts (a NaN-free, non-zero
+# pattern: 0xA5A5A5A5 as u32 is 2.8e9, as f32 -2.9e-16)
+
+
 class Run:
     def __init__(self, kernel: Kernel, args: dict, grid: int, mode: str, seed: int,
                  on_stall: str, max_steps: int):
@@ -898,7 +902,9 @@ class Run:
         self.wg_issued = 0
         self.accesses = 0  # memory accesses so far (any wave): the clock's time base
         self.lds_size = kernel.lds_bytes  # computed once: _lds_index asks on every access
-        self.lds = [np.zeros(self.lds_size, np.uint8) for _ in range(grid)]
+        # LDS holds garbage when a kernel starts on hardware: a byte read before the kernel
+        # wrote it shows as LDS_POISON (never a convenient zero)
+        self.lds = [np.full(self.lds_size, LDS_POISON, np.uint8) for _ in range(grid)]
         # wgmma reads B from LDS through the async proxy: bytes written by ordinary stores
         # (generic proxy) must be proxy-fenced by their writer first (fence.proxy.async: an
         # async_proxy barrier or wgmma fence). Per CTA byte: writer wave + 1 while unfenced.

@@ -168,6 +168,18 @@ def test_appends_through_the_lists_starts_write_the_same_lists(dist, waves):
         assert on.regions[CFG.list2_keys].any()
 
 
+def _same_messages_and_selections(runs, field):
+    """_ab_runs' two runs built with SelectConfig.`field` on and off publish every message
+    and select the same keys with the same diagnostics."""
+    for (_, L, _), on in zip(runs, (True, False)):
+        assert all(getattr(st, field) is on for st in L.stages if isinstance(st, sel.SelectPass))
+    (_, _, on), (_, _, off) = runs
+    for q in range(CFG.passes):
+        assert np.array_equal(on.regions[CFG.msg(q)], off.regions[CFG.msg(q)]), q
+    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
+    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+
+
 @pytest.mark.parametrize("count_from_list", [True, False])
 @pytest.mark.parametrize("dist", ["normal", "allequal", "few"])
 def test_grouped_digit_counts_publish_the_same_messages(dist, count_from_list):
@@ -179,13 +191,7 @@ def test_grouped_digit_counts_publish_the_same_messages(dist, count_from_list):
     key = [24, ["normal", "allequal", "few"].index(dist), count_from_list]
     runs = _ab_runs(CFG, "grouped_counts", dist, key, waves=2, seed=7,
                     count_from_list=count_from_list, defer_fat_bins=True)
-    for (_, L, _), on in zip(runs, (True, False)):
-        assert all(st.grouped_counts is on for st in L.stages if isinstance(st, sel.SelectPass))
-    (_, _, on), (_, _, off) = runs
-    for q in range(CFG.passes):
-        assert np.array_equal(on.regions[CFG.msg(q)], off.regions[CFG.msg(q)]), q
-    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
-    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+    _same_messages_and_selections(runs, "grouped_counts")
 
 
 @pytest.mark.parametrize("waves", [1, 3])
@@ -198,13 +204,7 @@ def test_one_wait_a_round_publishes_the_same_messages(dist, waves):
     too, and every slice publishes, so nothing stalls."""
     key = [25, ["normal", "fewsel", "above2048"].index(dist), waves]
     runs = _ab_runs(CFG, "one_wait", dist, key, waves=waves, seed=8)
-    for (_, L, _), on in zip(runs, (True, False)):
-        assert all(st.one_wait is on for st in L.stages if isinstance(st, sel.SelectPass))
-    (_, _, on), (_, _, off) = runs
-    for q in range(CFG.passes):
-        assert np.array_equal(on.regions[CFG.msg(q)], off.regions[CFG.msg(q)]), q
-    assert np.array_equal(on.outputs["topk"], off.outputs["topk"])
-    assert np.array_equal(on.outputs["topk_diag"], off.outputs["topk_diag"])
+    _same_messages_and_selections(runs, "one_wait")
 
 
 @pytest.mark.parametrize("waves", [1, 3])
