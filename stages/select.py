@@ -814,6 +814,11 @@ class _Slice:
         return (self.r * self.cfg.max_slices + self.s) * self.cfg.max_slice_keys()
 
 
+def _region_loader(io, name, base):
+    """load(i, mask): 4 entries of region `name` from entry base + i."""
+    return lambda i, mask: io.load(name, base + i, 4, mask=mask)
+
+
 class _State:
     """The 12 state words (uniform u32): from three 4-word vectors, each word extracted when
     first asked for, and a vector rebuilt only where a word was set (fewer ops where a stage
@@ -985,9 +990,7 @@ class SelectPass(Stage):
         from entry i. With lean_lists past sel_h2, the list the row's X_DEFER names, through
         a pointer chosen at run time (both regions are this pass's declared reads)."""
         if not self._reads_either:
-            lb = sl.list_base()
-            return tuple(functools.partial(lambda n, i, mask: io.load(n, lb + i, 4, mask=mask), n)
-                         for n in self.list_in)
+            return tuple(_region_loader(io, name, sl.list_base()) for name in self.list_in)
         c = self.cfg
         defer = _State.load(k, lds["state"], 0)[X_DEFER].ne(0)
         lb = k.cast(sl.list_base(), i64) * u32.bytes
@@ -997,8 +1000,7 @@ class SelectPass(Stage):
                           k.const(io.arena[first].data_offset, i64))
             ptr = k.ptr_add(io.env.arena, at + lb)
             dt = io.arena[second].region.dtype
-            out.append(functools.partial(lambda p, d, i, mask: k.load(p, i, d, 4, mask=mask),
-                                         ptr, dt))
+            out.append(lambda i, mask, ptr=ptr, dt=dt: k.load(ptr, i, dt, 4, mask=mask))
         return tuple(out)
 
     def reads(self, j):
@@ -1600,9 +1602,8 @@ class SelectPass(Stage):
         if own is None:
             load_key, load_pos = self._input_list(k, io, sl, lds)
         else:
-            lb = sl.list_base()
-            load_key, load_pos = (functools.partial(
-                lambda n, i, mask: io.load(n, lb + i, 4, mask=mask), n) for n in self.list_out)
+            load_key, load_pos = (_region_loader(io, name, sl.list_base())
+                                  for name in self.list_out)
         with k.if_(nl > 0):
             for base in k.range(0, nl, 4 * T * U):
                 idx = [base + u * 4 * T + 4 * k.thread_id() for u in range(U)]

@@ -310,6 +310,15 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
     assert spans == [(j * lk, (j + 1) * lk) for j in range(CFG.rows * CFG.max_slices)]
 
 
+def test_segment_unroll_must_be_a_positive_integer():
+    """--tune sel_h0.segment_unroll=0 fails the build with an error naming the value."""
+    L = select_launch(CFG, grid=3, waves=2, hist="buffer")
+    h0 = next(st for st in L.stages if st.name == "sel_h0")
+    h0.segment_unroll = 0
+    with pytest.raises(ValueError, match="segment_unroll = 0 must be a positive integer"):
+        L.kernel("interp", 32)
+
+
 @pytest.mark.parametrize("waves", [1, 3, 8])
 @pytest.mark.parametrize("hist", ["buffer", "stage"])
 def test_wide_segment_sums_publish_the_same_first_message(hist, waves):
