@@ -144,3 +144,20 @@ def test_atom_of_another_chip_is_a_build_error():
         mma.builder("gfx950_mfma_f32_16x16x128_f8f6f4")("gfx942")
     with pytest.raises(DSLError, match="gfx950 runs wave64"):  # a warpgroup op needs warp32
         mma.builder("sm90_wgmma_m64n64k32_e4m3")("gfx950")
+
+
+def test_lds_read_before_any_write_shows_the_poison():
+    """LDS starts as interp.LDS_POISON bytes in every CTA (garbage on hardware), so a read
+    before the kernel's first write gives 0xA5A5A5A5, never zero; written words read back."""
+    def body(k):
+        lds = k.lds("scratch", u32, 64)
+        lane = k.lane_id()
+        k.store(k.args.out, lane, k.load(lds, lane, u32))  # never written
+        k.store(lds, lane, k.cast(lane, u32) + 7)
+        k.store(k.args.out, 32 + lane, k.load(lds, lane, u32))
+    kern = build_kernel("poison", body, abi=ABI(out=Ptr(u32)), wave_size=32)
+    for mode in ("inorder", "random"):
+        out = np.zeros(64, np.uint32)
+        interp.run(kern, dict(out=out), grid=1, mode=mode, seed=1)
+        assert (out[:32] == np.uint32(int.from_bytes(bytes([interp.LDS_POISON] * 4), "little"))).all()
+        assert np.array_equal(out[32:], np.arange(32, dtype=np.uint32) + 7)
