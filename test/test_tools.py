@@ -493,6 +493,9 @@ def test_select_digits_per_kind_and_target_and_from_tune():
     off = common.launch_for(kinds.kind("select_hist"), BuildSpec.make("glm5", rows=8,
                             target="sm_90a"), common.tune_list("launch.lean_lists=0"))
     assert off.select_cfg.lean_lists is False
+    on = common.launch_for(kinds.kind("index"), BuildSpec.make("glm5", rows=8, target="sm_90a"),
+                           common.tune_list("launch.lean_lists=1"))
+    assert on.select_cfg.lean_lists is True  # the fused index: a tune, to be measured
     tiny = BuildSpec.make("tiny", rows=2, target="interp")
     assert kinds.kind("index").launch(tiny).select_cfg.digits == sel.DEFAULT_DIGITS
     for name in ("select", "index"):
