@@ -617,9 +617,8 @@ class KernelBuilder:
         one atomic a distinct idx a wave; sm_90a only). On the H200 grouping measured
         SLOWER wherever tried, even with a whole warp on one bin (bench/NOTES.md v18: the
         match costs more than the same-address lanes of the atomic it saves)."""
-        one = self.const(1, u32)
         if not grouped:
-            self.atomic("add", p, idx, one, mask=mask, scope="cta")
+            self.atomic("add", p, idx, self.const(1, u32), mask=mask, scope="cta")
             return
         if not isinstance(idx, Value) or idx.dtype != i32:
             raise DSLError(f"count: grouped counts need an i32 index, got {idx!r}")

@@ -813,6 +813,10 @@ class _Slice:
         slice] (entries)."""
         return (self.r * self.cfg.max_slices + self.s) * self.cfg.max_slice_keys()
 
+    def list_base_bytes(self):
+        """list_base in bytes (i64): u32 keys and i32 positions, 4-byte entries both."""
+        return self.k.cast(self.list_base(), i64) * u32.bytes
+
 
 def _region_loader(io, name, base):
     """load(i, mask): 4 entries of region `name` from entry base + i."""
@@ -911,7 +915,7 @@ class SelectPass(Stage):
         self.defers = cfg.defers and q == 2 and q < cfg.passes
         # the lists this pass reads and the ones it writes: sel_h1 writes (lkey, lpos); with
         # cfg.defers sel_h2 reads them and writes (lkey2, lpos2), which the later ones read
-        first_list = (cfg.list_keys, cfg.list_pos)
+        self.first_list = first_list = (cfg.list_keys, cfg.list_pos)
         second_list = (cfg.list2_keys, cfg.list2_pos)
         self.list_out = first_list if self.compacts else second_list if self.defers else None
         self.list_in = None if q < 2 else second_list if cfg.defers and q > 2 else first_list
@@ -991,11 +995,10 @@ class SelectPass(Stage):
         a pointer chosen at run time (both regions are this pass's declared reads)."""
         if not self._reads_either:
             return tuple(_region_loader(io, name, sl.list_base()) for name in self.list_in)
-        c = self.cfg
         defer = _State.load(k, lds["state"], 0)[X_DEFER].ne(0)
-        lb = k.cast(sl.list_base(), i64) * u32.bytes
+        lb = sl.list_base_bytes()
         out = []
-        for second, first in zip(self.list_in, (c.list_keys, c.list_pos)):
+        for second, first in zip(self.list_in, self.first_list):
             at = k.select(defer, k.const(io.arena[second].data_offset, i64),
                           k.const(io.arena[first].data_offset, i64))
             ptr = k.ptr_add(io.env.arena, at + lb)
@@ -1012,7 +1015,7 @@ class SelectPass(Stage):
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
         elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
             both = self.is_out or self.defers or self.emits_early
-            lists = [self.list_in] + ([(c.list_keys, c.list_pos)] if self._reads_either else [])
+            lists = [self.list_in] + ([self.first_list] if self._reads_either else [])
             for keys, pos in lists:
                 out += self._list_uses(j, [keys] + ([pos] if both else []))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
@@ -1315,8 +1318,7 @@ class SelectPass(Stage):
         """Wave 0: the byte offsets in the arena of this slice's two lists being written
         (SelectConfig.list_bases), into LDS for the appends to read back: a runtime value,
         so the assembler cannot fold the regions' offsets into every key's address again."""
-        c = self.cfg
-        lb = k.cast(sl.list_base(), i64) * u32.bytes  # (u32 keys, i32 positions: 4-byte entries)
+        lb = sl.list_base_bytes()
         with _wave0(k):
             k.store(lds["list_at"], 0, k.vec(*[lb + io.arena[name].data_offset
                                                for name in self.list_out]))

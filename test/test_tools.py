@@ -583,3 +583,14 @@ def test_tune_launch_pdl_links_any_kind_for_programmatic_dependent_launch():
     assert L.pdl is False and L.stages[0].straight is True
     with pytest.raises(ValueError, match="launch.pdl=yes: expected 0 or 1"):
         common.launch_for(kinds.kind("front"), spec, common.tune_list("launch.pdl=yes"))
+
+
+def test_check_topk_takes_the_selections_launch_tunables_only():
+    """check_topk's selection launch takes launch.select_digits and launch.lean_lists (as
+    config_for keywords); another launch tunable is an error naming what it takes."""
+    from tools import check_topk, common
+    _, cfg, _ = check_topk.build("tiny", 2, "interp", tunes=common.tune_list(
+        "launch.select_digits=6-9-9-8,launch.lean_lists=0"))
+    assert cfg.digits == (6, 9, 9, 8) and cfg.lean_lists is False
+    with pytest.raises(ValueError, match=r"launch.select_digits and launch.lean_lists"):
+        check_topk.build("tiny", 2, "interp", tunes=common.tune_list("launch.q_splits=2"))

@@ -264,20 +264,20 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
     from stages import select as sel
     from tools import common
     spec = BuildSpec.make(config, None, rows, kv, target)
-    digits = lean = None
+    # the launch tunables that are config_for keywords here
+    config_kw = {"select_digits": "digits", "lean_lists": "lean_lists"}
+    kw = {}
     stage_tunes = []
     for stage_name, attr, text in tunes:
-        if (stage_name, attr) == ("launch", "select_digits"):
-            digits = common.launch_tune_value(attr, text)
-        elif (stage_name, attr) == ("launch", "lean_lists"):
-            lean = bool(common.launch_tune_value(attr, text))
+        if stage_name == "launch" and attr in config_kw:
+            kw[config_kw[attr]] = common.launch_tune_value(attr, text)
         elif stage_name == "launch":
             raise ValueError(f"--tune launch.{attr}: check_topk's selection launch takes "
-                             "launch.select_digits and launch.lean_lists (its CTA size is "
+                             f"launch.{' and launch.'.join(config_kw)} (its CTA size is "
                              "--waves)")
         else:
             stage_tunes.append((stage_name, attr, text))
-    cfg = sel.config_for(spec, max_slices=max_slices, digits=digits, lean_lists=lean)
+    cfg = sel.config_for(spec, max_slices=max_slices, **kw)
     hist = {"local": None, "buffer": "buffer", "stage": "stage"}[first_digits]
     L = sel.select_launch(cfg, grid=grid or sel._grid_for(spec),
                           waves=waves or sel._waves_for(spec), hist=hist)
