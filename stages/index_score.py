@@ -98,7 +98,7 @@ class IndexScore(Stage):
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
-                "defer_stores", "sum_mma", "grouped_hist")
+                "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -174,6 +174,21 @@ class IndexScore(Stage):
     # key steps the register pipeline keeps in flight (`_pipeline`): DEPTH; 1 fits the
     # split path's 128 registers a thread (16 warps) without spills
     depth = DEPTH
+    # Hopper groups of fewer pairs than the plan taking one page a step (W2's one-pair
+    # requests in rows-4 / rows-8 builds): their own key-ring depth (None: `depth`) and
+    # block-table prefetch (True: the entries load `depth` steps before the key loads that
+    # address through them; an int n: n steps; False: none; None: as `prefetch_pages`).
+    # Nsight Compute on index_scoring r8 W2 (bench/NOTES.md v19): 72% of the warps' stall
+    # samples in that loop, 17% of them long-scoreboard waits, most at the block-table entry
+    # that addresses the next key loads. H200, 512K keys, same call: index_scoring r8 W2
+    # 99.2 / 101.1 -> 96.8 us, r4 W2 60.2 / 60.5 -> 58.6, W1 unchanged (r8 63.0 / 63.2 ->
+    # 62.8, r4 47.8 / 47.2 -> 48.2); index r8 W2 160.9 -> 153.5, W1 122.9 -> 123.4. One step
+    # ahead was slower (r8 W2 104.9), a ring of 3 too (102.3), and every loop's prefetch
+    # (prefetch_pages) slowed the all-pairs chains (r4 W1 52.6, index r8 W1 130.0). The rows-8
+    # builds then hold one value of the job loop in local memory (4 bytes, one reload a job,
+    # none in a key loop: test_index.test_sm90a_ptx_builds)
+    narrow_depth = None
+    narrow_prefetch = True
     # Hopper groups of fewer pairs than the plan (W2's one-pair requests; every group of a
     # rows-2 build) take this many pages a step: with 2, both pages' chains are issued
     # before one wait (a narrow N = 64 chain leaves the tensor cores idle while a warpgroup
@@ -507,7 +522,8 @@ class IndexScore(Stage):
         product +0.0 (equal in the selection's order) and changes no other bit."""
         return k.fma(val, scale, k.const(0.0, f32))
 
-    def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None):
+    def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None, depth=None,
+                  prefetch=None):
         """`depth` (IndexScore.depth, DEPTH by default) steps in flight: step t + depth's
         loads issue before step t computes, straight from memory into registers (past the
         end, loads repeat the last step). `locate(t)` loads step t's cache page from the
@@ -515,22 +531,30 @@ class IndexScore(Stage):
         entries load `depth` steps before the key loads that address through them (past
         the end, locate repeats the last step's page).
         With `n_all` (warpgroups taking turns) the loop runs n_all steps, every warpgroup the
-        same count, and a step past my_n runs `idle()` (its turns' barriers) instead."""
+        same count, and a step past my_n runs `idle()` (its turns' barriers) instead.
+        `depth` / `prefetch`: this loop's own (None: IndexScore.depth / prefetch_pages)."""
         c = lambda v: k.const(v, i32)  # noqa: E731
-        depth = self.depth
-        if not isinstance(depth, int) or depth < 1:
+        depth = self.depth if depth is None else depth
+        prefetch = self.prefetch_pages if prefetch is None else prefetch
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"ix_score: depth {depth!r}; the key ring holds at least 1 step")
         ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(depth)]
-        if self.prefetch_pages:  # pages[d]: the page of step t + depth (t = d mod depth)
-            pages = [k.lane_var(locate(c(depth + d))) for d in range(depth)]
+        # prefetch: the block-table entries load `ahead` steps before the key loads that use
+        # them (True: depth); pages[i]: the page of the next step t + depth with t = i mod ahead
+        ahead = depth if prefetch is True else int(prefetch or 0)
+        if ahead and (ahead > depth or depth % ahead):
+            raise ValueError(f"ix_score: block-table prefetch {prefetch!r} steps ahead; "
+                             f"1 .. depth ({depth}), dividing it")
+        if ahead:
+            pages = [k.lane_var(locate(c(depth + i))) for i in range(ahead)]
         for t0 in k.range(0, my_n if n_all is None else n_all, depth):
             for d in range(depth):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
                 self._cyc.start()
-                if self.prefetch_pages:
-                    page = pages[d].get()
-                    pages[d].set(locate(t + 2 * depth))
+                if ahead:
+                    page = pages[d % ahead].get()
+                    pages[d % ahead].set(locate(t + depth + ahead))
                 else:
                     page = locate(t + depth)
                 for v, x in zip(ring[d], load(t + depth, page)):

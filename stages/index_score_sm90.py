@@ -341,10 +341,15 @@ class WgmmaGroup:
         pair, one page a step or two (IndexScore.pages_per_step)."""
         st, k = self.st, self.k
         if st.narrow_pages == 1:
-            return st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+            return st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
+                                depth=st.narrow_depth, prefetch=st.narrow_prefetch)
         if st.narrow_pages != 2 or st.prefetch_pages:
             raise ValueError(f"ix_score: pages_per_step {st.pages_per_step!r}; 1 or 2 (2: not "
                              "with prefetch_pages)")
+        if st.narrow_depth is not None or st.narrow_prefetch is not type(st).narrow_prefetch:
+            raise ValueError("ix_score: narrow_depth / narrow_prefetch set the one-page steps "
+                             "of groups of fewer pairs; this build takes two pages a step "
+                             "(pages_per_step 2)")
         st._pipeline(k, (self.my_n + 1) >> 1,
                      lambda t: [self.locate(2 * t), self.locate(2 * t + 1)],
                      lambda t, pg: self.load(2 * t, pg[0]) + self.load(2 * t + 1, pg[1]),

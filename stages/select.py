@@ -630,9 +630,9 @@ def _barrier(k):
         k.barrier()
 
 
-def _scan_step(k) -> int:
-    """Keys an iteration of a pass over the scores reads: SCAN_UNROLL rounds of 4 a thread."""
-    return 4 * k.W * k.L * SCAN_UNROLL
+def _scan_step(k, unroll: int = SCAN_UNROLL) -> int:
+    """Keys an iteration of a pass over the scores reads: `unroll` rounds of 4 a thread."""
+    return 4 * k.W * k.L * unroll
 
 
 @contextlib.contextmanager
@@ -891,9 +891,19 @@ class SelectPass(Stage):
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
-                "segment_unroll")
+                "segment_unroll", "scan_unroll")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
+    # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
+    scan_unroll = SCAN_UNROLL
+
+    @property
+    def scan_rounds(self) -> int:
+        """`scan_unroll`, checked: a positive number of rounds an iteration."""
+        U = self.scan_unroll
+        if isinstance(U, bool) or not isinstance(U, int) or U < 1:
+            raise ValueError(f"{self.name}: scan_unroll = {U!r} must be a positive integer")
+        return U
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -1176,7 +1186,7 @@ class SelectPass(Stage):
         c = self.cfg
         segs = self._slice_segments(sl)
         first = rel / c.segment
-        for j in range(-(-_scan_step(k) // c.segment)):
+        for j in range(-(-_scan_step(k, self.scan_rounds) // c.segment)):
             s = first + j
             with k.if_(s < segs):
                 k.mbar_wait(k.ptr_add(lds["scan_bars"], s * MBARRIER_BYTES), 0)
@@ -1231,14 +1241,14 @@ class SelectPass(Stage):
         if (self.is_out or self.solo_runs or self.emits_early) and k.W > 1:
             out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
         if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
-            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(SCAN_UNROLL, LIST_UNROLL)
+            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(self.scan_rounds, LIST_UNROLL)
                                                         if c.batched_append else 1) * k.W)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if (self.compacts or self.defers) and c.batched_append and self.list_bases:
             out["list_at"] = k.lds(f"{nm}_list_at", i64, 2)
         if self._scans_lds:
-            step = _scan_step(k)  # the scan reads whole iterations
+            step = _scan_step(k, self.scan_rounds)  # the scan reads whole iterations
             out["scan"] = k.lds(f"{nm}_scan", u32, -(-c.max_slice_keys() // step) * step)
             out["scan_bars"] = k.mbarrier(f"{nm}_scan_bars", self._scan_segments())
         if self.solo_runs:
@@ -1344,7 +1354,7 @@ class SelectPass(Stage):
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
         T = k.W * k.L
-        U = SCAN_UNROLL
+        U = self.scan_rounds
         self.scores.prepare(k, io)
         nan_acc = k.lane_var(0, i32)
         run = k.uniform_var(0, i32)  # list length so far
@@ -1356,9 +1366,9 @@ class SelectPass(Stage):
             self.count_from_list
         if later_count:  # prefix(key) >= Q and key != 0  <=>  key >= max(Q << (32 - d), 1)
             key_lo = k.max(_prefix_floor(k, Q, d), k.const(1, u32))
-        step = _scan_step(k)
+        step = _scan_step(k, U)
 
-        positions = functools.partial(self._scan_positions, k)
+        positions = functools.partial(self._scan_positions, k, unroll=U)
 
         from_lds = self._scans_lds
 
@@ -1428,18 +1438,18 @@ class SelectPass(Stage):
             k.fence("release", "device")
 
     @staticmethod
-    def _scan_positions(k, base):
+    def _scan_positions(k, base, unroll: int = SCAN_UNROLL):
         """The first of a lane's 4 consecutive positions in each of an iteration's
-        SCAN_UNROLL rounds (lanes, then waves, then rounds in position order)."""
+        `unroll` rounds (lanes, then waves, then rounds in position order)."""
         T = k.W * k.L
-        return [base + (u * 4 * T) + 4 * k.thread_id() for u in range(SCAN_UNROLL)]
+        return [base + (u * 4 * T) + 4 * k.thread_id() for u in range(unroll)]
 
     def _scan_loads(self, k, io, sl, base, ps=None):
         """An iteration's score loads (from `base`, or at positions `ps`): unmasked, at a
         clamped position (a lane mask each would be a live SGPR pair on AMD): entries past
         hi are read but never counted."""
         last = self.cfg.capacity - 4
-        ps = self._scan_positions(k, base) if ps is None else ps
+        ps = self._scan_positions(k, base, self.scan_rounds) if ps is None else ps
         return [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
 
     def _rare_specials(self, k, raw, pv, hi, nan_acc):

@@ -51,14 +51,16 @@ def _launch(cfg, rows, pipelined, **kw):
     return L, st
 
 
-def _same_bits_on_and_off(build, attr, requests, mode, seed, rng_seed, built=None):
-    """Run the launch `build()` returns ((L, its IndexScore)) with the stage's `attr` on and
-    off on the same inputs: each within the float64 checks (test_index.check_launch), and the
-    scores and first-digit histograms bit-identical. `built(L, on)` checks the kernel built."""
+def _same_bits_on_and_off(build, attr, requests, mode, seed, rng_seed, built=None, value=True,
+                          off=False):
+    """Run the launch `build()` returns ((L, its IndexScore)) with the stage's `attr` on
+    (`value`) and `off` on the same inputs: each within the float64 checks
+    (test_index.check_launch), and the scores and first-digit histograms bit-identical.
+    `built(L, on)` checks the kernel built."""
     out = {}
     for on in (True, False):
         L, st = build()
-        setattr(st, attr, on)
+        setattr(st, attr, value if on else off)
         if built is not None:
             built(L, on)
         inp = make_inputs(st.p, np.random.default_rng(rng_seed), requests, cache_pages=PAGES)
@@ -412,6 +414,47 @@ def test_prefetched_pages_give_the_same_bits(chip, rows, requests, mode):
                                  capacity=CAP, cache_pages=PAGES, score_jobs=2)
         return L, next(s for s in L.stages if isinstance(s, IndexScore))
     _same_bits_on_and_off(build, "prefetch_pages", requests, mode, 9, 17 + rows)
+
+
+NARROW_CASES = [
+    (4, [(2, 1500), (1, 130), (1, 63)], "random", "narrow_prefetch", 1),  # one entry ahead
+    (4, [(2, 900), (2, 64)], "inorder", "narrow_prefetch", 2),  # DEPTH ahead; 1-page group
+    (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", "narrow_prefetch", True),  # W2
+    (4, [(2, 900), (1, 300), (1, 40)], "inorder", "narrow_prefetch", None),  # prefetch_pages
+    (4, [(2, 1500), (1, 200), (1, 5)], "random", "narrow_depth", 3),  # a deeper key ring
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,attr,value", NARROW_CASES,
+                         ids=[f"r{c[0]}-{c[3]}-{c[4]}-{c[2]}" for c in NARROW_CASES])
+def test_one_pair_chains_own_prefetch_and_depth(rows, requests, mode, attr, value):
+    """IndexScore.narrow_prefetch / narrow_depth: the one-page steps of groups of fewer
+    pairs than the plan (workload W2's requests in a rows-4 / rows-8 build) look their
+    block-table entries up 1 or DEPTH steps ahead of their key loads, or keep a deeper key
+    ring; within the float64 checks (a page of the wrong step scores the wrong keys) and
+    bit-identical to the default loop, pages shuffled in the table, lookaheads past the end
+    of short groups."""
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        return L, next(s for s in L.stages if isinstance(s, IndexScore))
+    _same_bits_on_and_off(build, attr, requests, mode, 9, 31 + rows, value=value,
+                          off=False if attr == "narrow_prefetch" else None)
+
+
+def test_block_table_prefetch_must_divide_the_ring():
+    """A prefetch distance the ring cannot hold (past its depth, or not dividing it) and the
+    one-page tunables in a two-pages-a-step build are errors naming what they take."""
+    L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                             capacity=CAP, cache_pages=PAGES, score_jobs=2)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.narrow_prefetch = 3
+    with pytest.raises(ValueError, match="prefetch 3 steps ahead"):
+        L.kernel("interp", 32)
+    L, st = _head_sum_launch("tiny", 2, 8, "auto")
+    st.narrow_prefetch = 1
+    with pytest.raises(ValueError, match="narrow_depth / narrow_prefetch"):
+        L.kernel("interp", 32)
 
 
 # ------------------------------------------------ warpgroups taking turns at the tensor cores

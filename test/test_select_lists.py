@@ -310,6 +310,46 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
     assert spans == [(j * lk, (j + 1) * lk) for j in range(CFG.rows * CFG.max_slices)]
 
 
+@pytest.mark.parametrize("unroll", [1, 3])
+@pytest.mark.parametrize("dist", ["normal", "allequal", "nan"])
+def test_scan_unroll_writes_the_same_lists_and_messages(dist, unroll):
+    """A pass over the scores reading `scan_unroll` rounds of 4 keys a lane an iteration
+    (SelectPass.scan_unroll: sel_h0's local pass, sel_h1's scan, sel_h2's re-scan of a
+    deferred row; measured slower than 4 on the H200, bench/NOTES.md v19) publishes every
+    message and writes every list of the default 4, in the relaxed memory mode (3 waves: an
+    iteration's rounds do not fill the slice's last one); the selections are exact."""
+    import dataclasses
+    rng = np.random.default_rng([27, ["normal", "allequal", "nan"].index(dist), unroll])
+    n = request_positions(12000, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    cfg = dataclasses.replace(CFG, defer_fat_bins=True)
+    out = []
+    for u in (unroll, sel.SCAN_UNROLL):
+        L = select_launch(cfg, grid=3, waves=3)
+        for st in L.stages:
+            if isinstance(st, sel.SelectPass):
+                st.scan_unroll = u
+        r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=4)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+        out.append(r)
+    a, b = out
+    for name in [cfg.msg(q) for q in range(cfg.passes)] + [cfg.list_keys, cfg.list_pos,
+                                                           cfg.list2_keys, cfg.list2_pos]:
+        assert np.array_equal(a.regions[name], b.regions[name]), name
+    assert np.array_equal(a.outputs["topk"], b.outputs["topk"])
+    assert np.array_equal(a.outputs["topk_diag"], b.outputs["topk_diag"])
+
+
+def test_scan_unroll_must_be_a_positive_integer():
+    """--tune sel_h1.scan_unroll=0 fails the build with an error naming the value."""
+    L = select_launch(CFG, grid=3, waves=2)
+    h1 = next(st for st in L.stages if st.name == "sel_h1")
+    h1.scan_unroll = 0
+    with pytest.raises(ValueError, match="scan_unroll = 0 must be a positive integer"):
+        L.kernel("interp", 32)
+
+
 def test_segment_unroll_must_be_a_positive_integer():
     """--tune sel_h0.segment_unroll=0 fails the build with an error naming the value."""
     L = select_launch(CFG, grid=3, waves=2, hist="buffer")

@@ -108,6 +108,14 @@ def loops(instrs: list[Instr], labels: dict, min_len: int = 1) -> list[list[Inst
     return out
 
 
+def inner_loop_spills(instrs: list[Instr], labels: dict) -> list[Instr]:
+    """Spill code (LDL / STL) inside any loop but the largest (a persistent kernel's job
+    loop): a value spilled there is reloaded once a job, one in a key loop every step."""
+    bodies = sorted(loops(instrs, labels), key=len)
+    spill = re.compile(KINDS["spill"])
+    return [x for body in bodies[:-1] for x in body if spill.match(opcode(x.text))]
+
+
 def loop_stats(body: list[Instr]) -> dict:
     """A loop's instruction count, static stall sum, waits on scoreboards and kinds."""
     row = {"from": f"{body[0].addr:#x}", "to": f"{body[-1].addr:#x}", "instructions": len(body),
