@@ -566,6 +566,42 @@ class KernelBuilder:
         self.uses.add("bulk")
         self._emit("bulk_load_lds", (dst, src, idx, bar), (), dict(nbytes=nbytes))
 
+    # lane-private asynchronous copies into LDS, retired in counted groups
+    ASYNC_COPY_BYTES = (4, 8, 16)  # a cp.async moves 4, 8 or 16 bytes a lane
+    MAX_ASYNC_PENDING = 7  # groups an async_wait may leave in flight (a 3-bit count)
+
+    def async_copy(self, dst, dst_idx, src, src_idx, dt, n: int = 1):
+        """Each lane starts copying n elements of dt (4, 8 or 16 bytes) from global `src` +
+        src_idx elements to LDS `dst` + dst_idx elements. The bytes land at some time before
+        the async_wait that retires the copy's group (async_commit closes a group); only the
+        lane that copied them may read them, after that wait. Why: loads into registers share
+        a scoreboard, so a consumer of one step's loads waits for every later load too; a
+        counted wait on copies retires exactly the steps it needs."""
+        dt = as_dtype(dt)
+        if n * dt.bytes not in self.ASYNC_COPY_BYTES:
+            raise DSLError(f"async_copy: {n} x {dt} = {n * dt.bytes} bytes a lane; a copy moves "
+                           f"{' / '.join(map(str, self.ASYNC_COPY_BYTES))}")
+        if not isinstance(dst, Value) or dst.dtype != ptr_lds:
+            raise DSLError(f"async_copy: destination {dst!r} is not an LDS pointer")
+        if not isinstance(src, Value) or src.dtype == ptr_lds:
+            raise DSLError(f"async_copy: source {src!r} must be global memory")
+        di = self._addr(dst, dst_idx, dt, n, "async_copy")
+        si = self._addr(src, src_idx, dt, n, "async_copy")
+        self.uses.add("bulk")
+        self._emit("async_copy", (dst, di, src, si), (), dict(dtype=dt, n=n))
+
+    def async_commit(self):
+        """Close this lane's open group of async copies."""
+        self._emit("async_commit", (), (), {})
+
+    def async_wait(self, pending: int = 0):
+        """Wait until at most `pending` of this lane's committed copy groups (the newest) are
+        in flight: the older groups' bytes may then be read by the lane that copied them."""
+        if not isinstance(pending, int) or not 0 <= pending <= self.MAX_ASYNC_PENDING:
+            raise DSLError(f"async_wait: pending {pending!r} must be an int in 0 .. "
+                           f"{self.MAX_ASYNC_PENDING}")
+        self._emit("async_wait", (), (), dict(pending=pending))
+
     def mbar_inval(self, bar):
         """Lane 0 invalidates `bar` (run it in one wave, after a CTA barrier: every wave has
         waited for its last phase and no copy is in flight), so a later mbar_init may set it

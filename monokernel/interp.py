@@ -24,6 +24,7 @@ from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
 MODES = ("inorder", "random", "relaxed")
+ASYNC_COPY = "async_copy"  # bulk_table's tag of an async_copy's bytes (not an mbarrier's)
 
 
 class InterpError(Exception):
@@ -68,6 +69,9 @@ class Wave:
         self.wg_seq = 0
         self.wg_groups: list[list[int]] = [[]]  # committed groups of wgmma sequence numbers
         self.wg_retired: set[int] = set()  # sequence numbers this wave's waits retired
+        # async_copy groups (counted per wave: its lanes issue, commit and wait together)
+        self.async_committed = 0
+        self.async_retired = 0
         self.lane = np.arange(self.L, dtype=np.int32)[:, None]
 
     # --------------------------------------------------------------- value access
@@ -550,6 +554,13 @@ class Wave:
         m = marks[self.cta][idx]
         for j in np.unique(m[m != 0]):
             bar, gen, phase = self.run.bulk_table[int(j) - 1]
+            if bar == ASYNC_COPY:  # (ASYNC_COPY, the issuing wave, its group)
+                if self.run.async_retired.get((self.cta, gen), 0) <= phase:
+                    raise InterpError(
+                        f"LDS bytes an async_copy (wave {gen}, "
+                        f"its group {phase}) writes {how} before that wave's async_wait "
+                        "retired the group")
+                continue
             seen_gen, seen = self.mbar_seen.get(bar, (None, 0))
             if seen_gen != gen or seen <= phase:
                 raise InterpError(
@@ -624,6 +635,42 @@ class Wave:
         self.run.bulk_marks[self.cta][lidx] = len(self.run.bulk_table)
         st["tx"] -= nbytes
         self._mbar_progress(st)
+
+    def op_async_copy(self, op):
+        return self._async_copy(op)
+
+    def _async_copy(self, op):
+        """The copy's bytes land now, marked: a read (or another copy over them) before this
+        wave's async_wait retires the group is an error (_check_bulk), as the hardware's copy
+        lands at some time before that wait."""
+        yield from self._memory_point()
+        dt, n = op.attrs["dtype"], op.attrs["n"]
+        nb = n * dt.bytes
+        dst = self.get(op.args[0]).astype(np.int64)[:, 0] + \
+            self.get(op.args[1]).astype(np.int64)[:, 0] * dt.bytes
+        src = self.get(op.args[2]).astype(np.int64)[:, 0] + \
+            self.get(op.args[3]).astype(np.int64)[:, 0] * dt.bytes
+        rows = max(dst.shape[0], src.shape[0])
+        dst, src = np.broadcast_to(dst, (rows,)), np.broadcast_to(src, (rows,))
+        if rows > 1 and len(np.unique(dst)) != rows:
+            raise InterpError(f"CTA {self.cta} wave {self.wave}: lanes async_copy into one LDS "
+                              f"address in {op!r}")
+        mem = self.run.mem
+        b, gidx = mem.locate(src, nb, f"CTA {self.cta} wave {self.wave} async_copy source")
+        self._dep_check(b, "async_copy", write=False)
+        lidx = self._lds_index(dst, nb, "async_copy destination")
+        self._check_bulk(lidx, "overwritten")
+        self.run.lds[self.cta][lidx] = mem.plain_load(self.cta, b, gidx)
+        self.run.bulk_table.append((ASYNC_COPY, self.wave, self.async_committed))
+        self.run.bulk_marks[self.cta][lidx] = len(self.run.bulk_table)
+
+    def op_async_commit(self, op):
+        self.async_committed += 1
+
+    def op_async_wait(self, op):
+        self.async_retired = max(self.async_retired,
+                                 self.async_committed - op.attrs["pending"])
+        self.run.async_retired[(self.cta, self.wave)] = self.async_retired
 
     def op_mbar_wait(self, op):
         return self._mbar_wait(op)
@@ -926,6 +973,7 @@ class Run:
         self.mbars: dict[tuple, dict] = {}
         self.mbar_gens: dict[tuple, int] = {}  # (CTA, LDS byte) -> set-ups so far
         self.bulk_table: list[tuple] = []
+        self.async_retired: dict[tuple, int] = {}  # (CTA, wave) -> its async groups retired
         self.bulk_marks = ([np.zeros(self.lds_size, np.int32) for _ in range(grid)]
                            if "bulk" in kernel.uses else None)
         self.async_events = 0  # mbarrier arrivals / completions so far: progress for waiters

@@ -94,6 +94,16 @@ OPCODES: dict[str, str] = {
                   "CTA (sm_90a: mbarrier.inval; initialising a valid mbarrier is undefined)",
     "mbar_wait": "wait until the phase of mbarrier args[0] with parity args[1] has completed "
                  "(mbarrier.try_wait.parity in a loop)",
+    "async_copy": "each lane starts an asynchronous copy of attrs.n attrs.dtype elements (4, 8 or "
+                  "16 bytes) from global args[2] + args[3] elements to LDS args[0] + args[1] "
+                  "elements; no register holds them. The copy joins the lane's open group "
+                  "(async_commit closes it); only that lane may read the bytes, after an "
+                  "async_wait has retired the group (sm_90a: cp.async)",
+    "async_commit": "closes the lane's open group of async_copy operations (sm_90a: "
+                    "cp.async.commit_group)",
+    "async_wait": "waits until at most attrs.pending of the lane's committed async_copy groups "
+                  "are still in flight, the newest ones: counted, so a pipeline waits only for "
+                  "the copies it is about to read (sm_90a: cp.async.wait_group)",
     "fence": "memory fence with attrs.scope and attrs.order",
     "grid_dep_launch": "the next launch in the stream may start its CTAs now (they run up to their "
                        "grid_dep_wait beside this grid). sm_90a: griddepcontrol.launch_dependents "

@@ -98,7 +98,8 @@ class IndexScore(Stage):
     # the measured alternatives a user may set per run (tools' --tune ix_score.ATTR=VALUE)
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
-                "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch")
+                "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
+                "async_keys")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -189,6 +190,15 @@ class IndexScore(Stage):
     # none in a key loop: test_index.test_sm90a_ptx_builds)
     narrow_depth = None
     narrow_prefetch = True
+    # Hopper one-page steps of groups of fewer pairs (as narrow_prefetch): the keys and
+    # scales through a lane-private LDS ring of depth + 1 steps filled by async copies
+    # (cp.async), a counted wait retiring exactly the step read, instead of loads into
+    # registers. Why: ptxas gives a step's key loads and the next step's one scoreboard, so
+    # the wait for one step's keys waits for the loads issued a step later too (the SASS of
+    # index_scoring r8: every load of the loop on SB5, the loop's only wait at its top;
+    # Nsight Compute: 10.8% of the W2 loop's samples there) and the ring is one step deep in
+    # effect. Off: prepared, not yet timed.
+    async_keys = False
     # Hopper groups of fewer pairs than the plan (W2's one-pair requests; every group of a
     # rows-2 build) take this many pages a step: with 2, both pages' chains are issued
     # before one wait (a narrow N = 64 chain leaves the tensor cores idle while a warpgroup
@@ -573,6 +583,50 @@ class IndexScore(Stage):
                             step()
                         with skip:
                             idle()
+
+    def _pipeline_async(self, k, my_n, locate, issue, read, compute, depth=None,
+                        prefetch=None):
+        """`_pipeline` with the steps' operands copied into a lane-private LDS ring of depth +
+        1 slots (IndexScore.async_keys): step t's copies issue at step t - depth as one group
+        (`issue(t, page, slot)`); at step t, a wait leaving depth - 1 groups in flight
+        retires exactly step t's, `read(slot)` brings it into registers, then step t +
+        depth's copies go to the slot step t - 1 read (its registers consumed by then).
+        Every loop iteration commits a group (past the end, the last page again), so the
+        counts stay regular; after the loop a wait for all, before the ring is refilled."""
+        c = lambda v: k.const(v, i32)  # noqa: E731
+        depth = self.depth if depth is None else depth
+        prefetch = self.prefetch_pages if prefetch is None else prefetch
+        if isinstance(depth, bool) or not isinstance(depth, int) or \
+                not 1 <= depth <= k.MAX_ASYNC_PENDING + 1:
+            raise ValueError(f"ix_score: depth {depth!r}; the async key ring holds 1 .. "
+                             f"{k.MAX_ASYNC_PENDING + 1} steps in flight")
+        slots = depth + 1
+        ahead = depth if prefetch is True else int(prefetch or 0)
+        if ahead and (ahead > depth or depth % ahead):
+            raise ValueError(f"ix_score: block-table prefetch {prefetch!r} steps ahead; "
+                             f"1 .. depth ({depth}), dividing it")
+        slot_of = lambda t: t - (t / slots) * slots  # noqa: E731
+        for d in range(depth):
+            issue(c(d), locate(c(d)), c(d))
+        if ahead:
+            pages = [k.lane_var(locate(c(depth + i))) for i in range(ahead)]
+        for t0 in k.range(0, my_n, depth):
+            for d in range(depth):
+                t = t0 + d
+                self._cyc.start()
+                k.async_wait(depth - 1)
+                cur = read(slot_of(t))
+                if ahead:
+                    page = pages[d % ahead].get()
+                    pages[d % ahead].set(locate(t + depth + ahead))
+                else:
+                    page = locate(t + depth)
+                issue(t + depth, page, slot_of(t + depth))
+                self._cyc.mark("loads")
+                with k.if_(t < my_n):
+                    compute(t, cur)
+                    self._cyc.count("steps")
+        k.async_wait(0)
 
     def _pipeline_halves(self, k, my_n, locate, load, issue, finish, nacc):
         """Hopper, all pairs: the chain split in two halves A, B (own accumulators, own

@@ -103,6 +103,60 @@ class WgmmaGroup:
                           nontemporal=True))
         return out
 
+    # -- the async key ring (IndexScore.async_keys) ------------------------------------------
+    KEY_VECTORS = 4  # 16-byte key vectors a lane copies a step: 2 keys x 32 bytes
+
+    def _ring(self):
+        """The lane-private LDS ring of (depth + 1) steps: per slot, the lane's 4 key vectors
+        then its scales, each slot-major then lane-minor (16-byte vectors of consecutive
+        lanes adjacent: no bank conflict in the reads)."""
+        if getattr(self, "_ring_lds", None) is None:
+            k, st = self.k, self.st
+            depth = st.narrow_depth if st.narrow_depth is not None else st.depth
+            self.ring_slots = depth + 1
+            self.ring_scales = 2 if self.mma_chains else 1
+            T = k.W * k.L
+            words = self.ring_slots * T * (4 * self.KEY_VECTORS + self.ring_scales)
+            self._ring_lds = k.lds("ix_keyring", u32, words)
+            self._ring_tid = k.wave_id() * k.L + self.lane
+        return self._ring_lds
+
+    def _ring_vec(self, slot, v):
+        T = self.k.W * self.k.L
+        return ((slot * self.KEY_VECTORS + v) * T + self._ring_tid) * 4
+
+    def _ring_scale(self, slot, j):
+        T = self.k.W * self.k.L
+        return self.ring_slots * self.KEY_VECTORS * T * 4 + \
+            (slot * self.ring_scales + j) * T + self._ring_tid
+
+    def issue_async(self, t, page, slot):
+        """`load`'s words of step t (page `page`) copied into ring slot `slot`: one group."""
+        k, a = self.k, self.a
+        ring = self._ring()
+        v = 0
+        for h in range(2):
+            base = page * PAGE_WORDS + self.warp_key(h) * 32 + self.t4 * 8
+            for off in (0, 4):
+                k.async_copy(ring, self._ring_vec(slot, v), a.index_cache, base + off, u32, 4)
+                v += 1
+        if self.mma_chains:
+            for h in range(2):
+                k.async_copy(ring, self._ring_scale(slot, h), a.index_cache,
+                             self.warp_key(h, page * PAGE_WORDS + SCALE_WORD0), u32)
+        else:
+            k.async_copy(ring, self._ring_scale(slot, 0), a.index_cache,
+                         page * PAGE_WORDS + SCALE_WORD0 + self.kf, u32)
+        k.async_commit()
+
+    def read_async(self, slot):
+        """Ring slot `slot` in registers, as `load` returns a step's words."""
+        k = self.k
+        ring = self._ring()
+        out = [k.load(ring, self._ring_vec(slot, v), u32, 4) for v in range(self.KEY_VECTORS)]
+        out += [k.load(ring, self._ring_scale(slot, j), f32) for j in range(self.ring_scales)]
+        return out
+
     def operands(self, cur):
         """The wgmma A operands (one a 32-byte MMA chunk) from a step's loaded words."""
         k, T = self.k, self.T
@@ -340,9 +394,16 @@ class WgmmaGroup:
         """Groups of fewer pairs than the plan (and every group of a rows-2 build): a chain a
         pair, one page a step or two (IndexScore.pages_per_step)."""
         st, k = self.st, self.k
+        if st.narrow_pages == 1 and st.async_keys:
+            return st._pipeline_async(k, self.my_n, self.locate, self.issue_async,
+                                      self.read_async, self.compute, depth=st.narrow_depth,
+                                      prefetch=st.narrow_prefetch)
         if st.narrow_pages == 1:
             return st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
                                 depth=st.narrow_depth, prefetch=st.narrow_prefetch)
+        if st.async_keys:
+            raise ValueError("ix_score: async_keys takes the one-page steps of groups of "
+                             "fewer pairs; this build takes two pages a step (pages_per_step 2)")
         if st.narrow_pages != 2 or st.prefetch_pages:
             raise ValueError(f"ix_score: pages_per_step {st.pages_per_step!r}; 1 or 2 (2: not "
                              "with prefetch_pages)")

@@ -422,6 +422,8 @@ NARROW_CASES = [
     (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", "narrow_prefetch", True),  # W2
     (4, [(2, 900), (1, 300), (1, 40)], "inorder", "narrow_prefetch", None),  # prefetch_pages
     (4, [(2, 1500), (1, 200), (1, 5)], "random", "narrow_depth", 3),  # a deeper key ring
+    (4, [(2, 1500), (1, 130), (1, 63)], "relaxed", "async_keys", True),  # copies into LDS
+    (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "random", "async_keys", True),  # W2
 ]
 
 
@@ -439,7 +441,7 @@ def test_one_pair_chains_own_prefetch_and_depth(rows, requests, mode, attr, valu
                                  chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
         return L, next(s for s in L.stages if isinstance(s, IndexScore))
     _same_bits_on_and_off(build, attr, requests, mode, 9, 31 + rows, value=value,
-                          off=False if attr == "narrow_prefetch" else None)
+                          off=False if attr in ("narrow_prefetch", "async_keys") else None)
 
 
 def test_block_table_prefetch_must_divide_the_ring():

@@ -554,7 +554,50 @@ def _turns_reference(args):
                 counter=np.full(grid, 2 * TURN_GROUP * TURN_STEPS, np.int32))
 
 
+ASYNC_SLOTS, ASYNC_DEPTH, ASYNC_STEPS = 3, 2, 7  # a ring of copies DEPTH steps ahead
+
+
+def _async_ring(k):
+    """A lane-private pipeline through LDS: each step's 16 + 4 bytes a lane copied with
+    async_copy DEPTH steps before they are read, one commit a step, a counted wait (DEPTH - 1
+    pending: exactly the step read) before the reads, a ring of SLOTS steps. Two waves."""
+    T = k.W * k.L
+    tid = k.wave_id() * k.L + k.lane_id()
+    ring = k.lds("ring", u32, ASYNC_SLOTS * T * 5)
+    four = ASYNC_SLOTS * T * 4  # the 4-byte words after the 16-byte chunks
+
+    def issue(t):
+        slot = t % ASYNC_SLOTS
+        k.async_copy(ring, (slot * T + tid) * 4, k.args.src, (t * T + tid) * 4, u32, 4)
+        k.async_copy(ring, four + slot * T + tid, k.args.src4, t * T + tid, u32, 1)
+        k.async_commit()
+    for t in range(ASYNC_DEPTH):
+        issue(t)
+    for t in range(ASYNC_STEPS):
+        slot = t % ASYNC_SLOTS
+        k.async_wait(min(ASYNC_DEPTH - 1, ASYNC_STEPS - 1 - t))
+        k.store(k.args.out, (t * T + tid) * 4, k.load(ring, (slot * T + tid) * 4, u32, 4))
+        k.store(k.args.out4, t * T + tid, k.load(ring, four + slot * T + tid, u32))
+        if t + ASYNC_DEPTH < ASYNC_STEPS:
+            issue(t + ASYNC_DEPTH)
+
+
+def _async_args(rng, grid):
+    n = ASYNC_STEPS * 64
+    return dict(src=rng.integers(0, 2**32, 4 * n, dtype=np.uint32),
+                src4=rng.integers(0, 2**32, n, dtype=np.uint32),
+                out=np.zeros(4 * n, np.uint32), out4=np.zeros(n, np.uint32))
+
+
 CASES = [
+    Case("async_ring", _k("async_ring", _async_ring, ABI(src=Ptr(u32), src4=Ptr(u32),
+                                                         out=Ptr(u32), out4=Ptr(u32)), waves=2),
+         _async_args, 1, ("out", "out4"),
+         expect=(r"cp\.async\.cg\.shared\.global \[%rd\d+(\+\d+)?\], \[%rd\d+(\+\d+)?\], 16",
+                 r"cp\.async\.ca\.shared\.global \[%rd\d+(\+\d+)?\], \[%rd\d+(\+\d+)?\], 4",
+                 r"cp\.async\.commit_group", r"cp\.async\.wait_group\s+1;\s+ld\.shared",
+                 r"cp\.async\.wait_group\s+0"),
+         reference=lambda a: dict(out=a["src"], out4=a["src4"])),
     Case("vscale", _k("vscale", _vscale, ABI(x=Ptr(f32), out=Ptr(f32), out4=Ptr(f32),
                                             n=Scalar(i32), s=Scalar(f32)), chunks=3),
          _vscale_args, 4, ("out", "out4"), floats={"out": (0, 0), "out4": (0, 0)},
@@ -902,6 +945,65 @@ def test_handoff_runs_in_the_interpreter_at_full_grid():
     interp.run(case.build(), args, grid=132, **case.interp_kw)
     assert args["err"][0] == 0 and args["timeouts"].tolist() == [1] * 132
     assert (args["box"] >> np.uint64(32)).tolist() == [5 + HANDOFF_ROUNDS - 1] * 132
+
+
+def test_async_copy_read_before_its_wait_is_an_error():
+    """The interpreter's contract for async_copy: the bytes may be read only after the
+    copying wave's async_wait retired their group (one group too many left pending: an
+    error naming the copy), and another copy over unretired bytes is one too."""
+    def early(k):  # waits leaving the just-committed group in flight, then reads it
+        buf = k.lds("b", u32, 32)
+        k.async_copy(buf, k.lane_id(), k.args.src, k.lane_id(), u32)
+        k.async_commit()
+        k.async_wait(1)
+        k.store(k.args.out, k.lane_id(), k.load(buf, k.lane_id(), u32))
+
+    def twice(k):  # a second copy into the bytes of one not yet retired
+        buf = k.lds("b", u32, 32)
+        k.async_copy(buf, k.lane_id(), k.args.src, k.lane_id(), u32)
+        k.async_commit()
+        k.async_copy(buf, k.lane_id(), k.args.src, k.lane_id(), u32)
+    for body in (early, twice):
+        kern = build_kernel("async_bad", body, abi=ABI(src=Ptr(u32), out=Ptr(u32)), target=SM)
+        args = dict(src=np.arange(32, dtype=np.uint32), out=np.zeros(32, np.uint32))
+        with pytest.raises(interp.InterpError, match="async_copy .* before that wave's "
+                           "async_wait retired the group"):
+            interp.run(kern, args, grid=1)
+
+
+def test_async_copy_sizes_and_waits_are_checked():
+    """A copy moves 4, 8 or 16 bytes a lane, from global memory into LDS; a wait leaves 0 .. 7
+    groups pending: anything else is an error naming it."""
+    from monokernel.dsl import DSLError
+
+    def body(size=None, pending=None, src_lds=False):
+        def f(k):
+            buf = k.lds("b", u32, 64)
+            if size is not None:
+                k.async_copy(buf, 0, k.args.src, 0, u8, size)
+            if src_lds:
+                k.async_copy(buf, 0, buf, 4, u32, 1)
+            if pending is not None:
+                k.async_wait(pending)
+        return f
+    for kw, msg in ((dict(size=12), "12 bytes a lane"), (dict(pending=8), "pending 8"),
+                    (dict(src_lds=True), "must be global memory")):
+        with pytest.raises(DSLError, match=msg):
+            build_kernel("async_bad", body(**kw), abi=ABI(src=Ptr(u32)), target=SM)
+
+
+@pytest.mark.parametrize("chip", ["gfx950", "gfx942"])
+def test_async_copy_is_refused_on_amd_by_name(chip):
+    from monokernel.backend import amdgcn
+
+    def body(k):
+        buf = k.lds("b", u32, 32)
+        k.async_copy(buf, k.lane_id(), k.args.src, k.lane_id(), u32)
+        k.async_commit()
+        k.async_wait(0)
+    kern = build_kernel("async_amd", body, abi=ABI(src=Ptr(u32)), target=chip)
+    with pytest.raises(BackendError, match="async_copy: lane-private async copies"):
+        amdgcn.emit_llvm(kern, chip)
 
 
 @pytest.mark.parametrize("chip", ["gfx950", "gfx942"])

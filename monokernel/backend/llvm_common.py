@@ -78,6 +78,19 @@ class TargetHooks:
     def mbar_inval(self, e: "Emitter", bar: str):
         self._no_bulk("mbar_inval")
 
+    def _no_async(self, what):
+        raise BackendError(f"{self.name}: {what}: lane-private async copies into LDS are lowered "
+                           "for sm_90a only (cp.async; gfx950's LDS DMA loads are not wired)")
+
+    def async_copy(self, e: "Emitter", dst: str, src: str, nbytes: int):
+        self._no_async("async_copy")
+
+    def async_commit(self, e: "Emitter"):
+        self._no_async("async_commit")
+
+    def async_wait(self, e: "Emitter", pending: int):
+        self._no_async("async_wait")
+
     def grid_dep_launch(self, e: "Emitter"):
         """op grid_dep_launch: nothing by default. AMD's queues start a launch only after the
         one before it (no programmatic dependent launch), so there is nothing to allow early."""
@@ -698,6 +711,15 @@ class Emitter:
         dst, src, idx, bar = op.args
         self._lane0(lambda: self.h.bulk_load_lds(self, self.val(dst), self.address(src, idx, u8),
                                                  op.attrs["nbytes"], self.val(bar)))
+
+    def op_async_copy(self, op):
+        dst, di, src, si = op.args
+        dt = op.attrs["dtype"]
+        self.h.async_copy(self, self.address(dst, di, dt), self.address(src, si, dt),
+                          op.attrs["n"] * dt.bytes)
+
+    def op_async_commit(self, op): self.h.async_commit(self)
+    def op_async_wait(self, op): self.h.async_wait(self, op.attrs["pending"])
 
     def op_mbar_inval(self, op):
         bar = self.val(op.args[0])

@@ -284,6 +284,20 @@ class NVPTXHooks(TargetHooks):
         e.emit(f"{ok} = icmp ne i32 {r}, 0")
         return ok
 
+    # lane-private async copies (cp.async, LDGSTS): counted groups, so a pipeline's wait
+    # retires exactly the steps it reads (loads into registers share scoreboards: a consumer
+    # of one step's loads waits for every later load on its scoreboard too)
+    def async_copy(self, e: Emitter, dst: str, src: str, nbytes: int):
+        kind = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) takes 16 bytes alone
+        e.call("void", f"llvm.nvvm.cp.async.{kind}.shared.global.{nbytes}",
+               f"ptr addrspace(3) {dst}, ptr addrspace(1) {src}")
+
+    def async_commit(self, e: Emitter):
+        e.call("void", "llvm.nvvm.cp.async.commit.group", "")
+
+    def async_wait(self, e: Emitter, pending: int):
+        e.call("void", "llvm.nvvm.cp.async.wait.group", f"i32 {int(pending)}")
+
     def grid_dep_launch(self, e: Emitter):
         """griddepcontrol.launch_dependents: the next launch (made with the programmatic
         stream serialization attribute) may start its CTAs; a hint, so no memory clobber."""
