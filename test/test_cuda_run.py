@@ -124,7 +124,7 @@ def compare(name, got, want, what="interpreter", bound=None):
 
 
 SIMPLE = ["vscale", "xlane", "atomics", "casts", "lds_barrier", "lds_big", "mma_bf16",
-          "mma_e4m3", "wgmma16", "wgmma256", "turns", "relu_pack", "wgmma_relu"]
+          "mma_e4m3", "wgmma16", "wgmma256", "turns", "relu_pack", "wgmma_relu", "async_ring"]
 
 
 @pytest.mark.parametrize("name", SIMPLE)
