@@ -197,7 +197,10 @@ class IndexScore(Stage):
     # the wait for one step's keys waits for the loads issued a step later too (the SASS of
     # index_scoring r8: every load of the loop on SB5, the loop's only wait at its top;
     # Nsight Compute: 10.8% of the W2 loop's samples there) and the ring is one step deep in
-    # effect. Off: prepared, not yet timed.
+    # effect. With it the loop's SASS has the counted wait (LDGSTS, LDGDEPBAR, DEPBAR.LE
+    # SB0, 1) and the top-k through index is exact, but it is much SLOWER (H200, 512K keys,
+    # same call: index_scoring r8 W2 166.8 vs 98.0 us, r4 W2 95.2 vs 59.5, W1 unchanged:
+    # bench/NOTES.md v19): off, a tunable (--tune ix_score.async_keys=1)
     async_keys = False
     # Hopper groups of fewer pairs than the plan (W2's one-pair requests; every group of a
     # rows-2 build) take this many pages a step: with 2, both pages' chains are issued
