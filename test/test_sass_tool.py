@@ -53,6 +53,29 @@ def test_a_loops_listing_and_opcode_counts():
                                               "LDG.E": 1, "STG.E": 1, "BRA": 1}
 
 
+def _line(addr, text, control="0x000fe40000000f00"):
+    return (f"        /*{addr:04x}*/                   {text} ;     /* 0x0000000000000000 */\n"
+            f"                                                              /* {control} */\n")
+
+
+def _nested(spill_inner: bool) -> str:
+    """A job loop (.L_x_1) around a key loop (.L_x_2): a reload in the job loop, and
+    (spill_inner) one in the key loop too."""
+    return ("".join([_line(0x0, "STL [R1], R152")]) + ".L_x_1:\n" + _line(0x10, "LDL R152, [R1]")
+            + ".L_x_2:\n" + _line(0x20, "LDL R153, [R1+0x4]" if spill_inner else "IADD3 R2, R2, 0x1, RZ")
+            + _line(0x30, "@P1 BRA `(.L_x_2)") + _line(0x40, "@P0 BRA `(.L_x_1)"))
+
+
+def test_inner_loop_spills_ignore_the_job_loop():
+    """Spill code in the largest loop (a persistent kernel's job loop: one reload a job) is
+    allowed; in any loop inside it (a key loop: every step) it is reported."""
+    instrs, labels = sass.parse(_nested(False))
+    assert len(sass.loops(instrs, labels)) == 2
+    assert sass.inner_loop_spills(instrs, labels) == []
+    instrs, labels = sass.parse(_nested(True))
+    assert [x.text for x in sass.inner_loop_spills(instrs, labels)] == ["LDL R153, [R1+0x4]"]
+
+
 def test_missing_tools_are_a_clear_error(monkeypatch, capsys, tmp_path):
     ptx = tmp_path / "k.ptx"
     ptx.write_text(".version 8.4\n.target sm_90a\n")
