@@ -48,6 +48,23 @@ def ptxas_report(ptx: str, arch: str = "sm_90a"):
     return out.stderr
 
 
+# local memory an sm_90a rows-8 index build may hold in its persistent job loop
+# (IndexScore.narrow_prefetch: ptxas keeps one value there, reloaded once a job); a key loop
+# holds none (tools.sass.inner_loop_spills, where nvdisasm is installed)
+JOB_LOOP_SPILL_BYTES = 4
+
+
+def check_job_loop_spills(report: str, ptx: str):
+    """ptxas's report of `ptx`: at most JOB_LOOP_SPILL_BYTES of spill stores, none of them
+    (where nvdisasm is installed) inside a loop of the job loop."""
+    import re
+    from tools import sass
+    spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
+    assert spilled <= JOB_LOOP_SPILL_BYTES, report
+    if spilled and sass.find_tool("nvdisasm"):
+        assert not sass.inner_loop_spills(*sass.parse(sass.disassemble(ptx))), report
+
+
 def gemv_ys(inp, builds, *, N, K, R, ksplit=1, mode="random", seed=0):
     """y of gemv_mma built with each keyword set in `builds` (2 waves, the interpreter), each
     run on a NaN-poisoned copy of y (and fresh split scratch): the proof GEMV's variants

@@ -13,7 +13,6 @@ Tolerances (max-norm relative error of a row's visible scores):
     within f32 rounding of a midpoint); the seeds here measure <= 1e-6.
 """
 import os
-import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from conftest import ptxas_report
+from conftest import check_job_loop_spills, ptxas_report
 from layouts.decode import decode, write_plain
 from layouts.scores import FIRST_DIGIT_BINS, first_digit, ordered_key
 from spec import BuildSpec
@@ -31,12 +30,8 @@ from stages.index import (DEPTH, HD, PAGE, PAGE_BYTES, _index_inputs, index_laun
 from stages.index_ref import (kernel_operands, make_inputs, reference,
                               scores_from_kernel)
 from stages.index_tiling import KeyTiling, tiling
-from tools import sass
 from tools.common import bf16_head_sum  # the scoring's precision, as the tools read it
 
-# local memory the sm_90a rows-8 index may hold in its job loop (IndexScore.narrow_prefetch:
-# one value, reloaded once a job); a key loop holds none (tools.sass.inner_loop_spills)
-JOB_LOOP_SPILL_BYTES = 4
 SENTINEL = np.uint32(0x7FC0BEEF)  # a NaN no kernel computes: "never written"
 E2E_TOL = 2e-2
 # relu(q . k) and w each rounded to bf16 (2**-9 relative each) by the bf16 head sum, with room
@@ -335,10 +330,7 @@ def test_sm90a_ptx_builds():
         assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3") == unrolled * 4
     report = ptxas_report(ptx)
     if report is not None:  # the last: index rows 8 (IndexScore.narrow_prefetch's note)
-        spilled = int(re.search(r"(\d+) bytes spill stores", report).group(1))
-        assert spilled <= JOB_LOOP_SPILL_BYTES, report
-        if spilled and sass.find_tool("nvdisasm"):
-            assert not sass.inner_loop_spills(*sass.parse(sass.disassemble(ptx))), report
+        check_job_loop_spills(report, ptx)
 
 
 # ----------------------------------------------------------------------------- check_layer

@@ -310,8 +310,7 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
     assert spans == [(j * lk, (j + 1) * lk) for j in range(CFG.rows * CFG.max_slices)]
 
 
-@pytest.mark.parametrize("unroll", [1, 3])
-@pytest.mark.parametrize("dist", ["normal", "allequal", "nan"])
+@pytest.mark.parametrize("dist,unroll", [("normal", 1), ("allequal", 3), ("nan", 1)])
 def test_scan_unroll_writes_the_same_lists_and_messages(dist, unroll):
     """A pass over the scores reading `scan_unroll` rounds of 4 keys a lane an iteration
     (SelectPass.scan_unroll: sel_h0's local pass, sel_h1's scan, sel_h2's re-scan of a
