@@ -123,7 +123,8 @@ def test_partials_from_the_front():
     check_partials(L, inp, res, qr, xg)
 
 
-@pytest.mark.parametrize("chip,qs", [("gfx950", 2), ("sm_90a", 1)])
+@pytest.mark.parametrize("chip,qs", [("gfx950", 2),
+                                     pytest.param("sm_90a", 1, marks=pytest.mark.slow)])
 def test_q_jobs_prefetch_their_weights_once(chip, qs):
     """ix_proj.l2_prefetch (kind index: the q jobs wait for the front's qr): every byte of
     W_qb_idx is asked of the L2 exactly once over the q jobs, no other buffer, and every

@@ -38,6 +38,16 @@ from test_index import SENTINEL, _rel, _run, check_launch  # noqa: F401  (shared
 CAP, PAGES = 4096, 80
 
 
+def _cases(cases, ids, slow=()):
+    """pytest params of `cases` with their ids, those named in `slow` marked slow: the longer
+    interpreter variants of an alternative measured and kept off, run by `pytest -m slow`
+    (the default run keeps at least one case of each)."""
+    unknown = set(slow) - set(ids)
+    assert not unknown, unknown
+    return [pytest.param(*c, id=i, marks=[pytest.mark.slow] if i in slow else [])
+            for c, i in zip(cases, ids)]
+
+
 def _launch(cfg, rows, pipelined, **kw):
     extra = {} if isinstance(cfg, str) else {"tp": 1}
     spec = BuildSpec.make(cfg, rows=rows, target="interp", **extra)
@@ -86,7 +96,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("cfg,requests,mode", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
+@pytest.mark.parametrize("cfg,requests,mode", _cases(
+    CASES, [f"{c[0]}-{c[2]}" for c in CASES],
+    slow=("tiny32-relaxed",)))
 def test_pipelined_scores_are_bit_identical_to_the_one_chain_path(cfg, requests, mode):
     cfgv = TINY32 if cfg == "tiny32" else "tiny"
     kw = dict(capacity=1024, cache_pages=16, k_splits=1) if cfg == "tiny32" else \
@@ -165,8 +177,9 @@ SS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("rows,waves,requests,mode", SS_CASES,
-                         ids=[f"r{c[0]}w{c[1]}-{c[3]}" for c in SS_CASES])
+@pytest.mark.parametrize("rows,waves,requests,mode", _cases(
+    SS_CASES, [f"r{c[0]}w{c[1]}-{c[3]}" for c in SS_CASES],
+    slow=("r8w8-inorder", "r8w8-relaxed", "r8w8-random")))
 def test_keys_in_shared_memory_score_as_the_register_path(rows, waves, requests, mode):
     """IndexScore.ss_keys: keys staged in shared memory for the SS wgmma (two slots, one CTA
     barrier a step), each warpgroup's chain overlapped with its previous step's epilogue;
@@ -467,8 +480,9 @@ TURN_CASES = [
 ]
 
 
-@pytest.mark.parametrize("rows,requests,mode", TURN_CASES,
-                         ids=[f"r{c[0]}-{c[2]}-{len(c[1])}req" for c in TURN_CASES])
+@pytest.mark.parametrize("rows,requests,mode", _cases(
+    TURN_CASES, [f"r{c[0]}-{c[2]}-{len(c[1])}req" for c in TURN_CASES],
+    slow=("r8-inorder-3req",)))
 def test_warpgroup_turns_give_the_same_bits(rows, requests, mode):
     """IndexScore.turns (two warpgroups alternate their chains through named barriers; a
     warpgroup with fewer steps takes its turns idle): within the float64 checks and
@@ -511,8 +525,9 @@ SPLIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("rows,requests,mode", SPLIT_CASES,
-                         ids=[f"r{c[0]}-{c[2]}-{len(c[1])}req" for c in SPLIT_CASES])
+@pytest.mark.parametrize("rows,requests,mode", _cases(
+    SPLIT_CASES, [f"r{c[0]}-{c[2]}-{len(c[1])}req" for c in SPLIT_CASES],
+    slow=("r8-inorder-3req",)))
 def test_split_pairs_on_four_warpgroups_give_the_same_bits(rows, requests, mode):
     """IndexScore.split_pairs (16 warps: two page streams, a page's row pairs split over a
     warpgroup pair, N = pairs x heads each) with a one-step key ring (depth 1, what fits 128
@@ -571,9 +586,9 @@ def _head_sum_launch(cfg, rows, waves, head_sum):
     return L, st
 
 
-@pytest.mark.parametrize("cfg,rows,waves,requests,mode", HEAD_SUM_CASES,
-                         ids=[f"{c[0]}-r{c[1]}-w{c[2]}-{c[4]}-{len(c[3])}req"
-                              for c in HEAD_SUM_CASES])
+@pytest.mark.parametrize("cfg,rows,waves,requests,mode", _cases(
+    HEAD_SUM_CASES, [f"{c[0]}-r{c[1]}-w{c[2]}-{c[4]}-{len(c[3])}req" for c in HEAD_SUM_CASES],
+    slow=("tiny32-r8-w8-inorder-2req", "tiny-r8-w16-random-1req")))
 def test_bf16_head_sum_scores_within_their_precision(cfg, rows, waves, requests, mode):
     """head_sum "mma": relu(q . k) and w rounded to bf16, the head sums of chains of several
     pairs on a bf16 wgmma (FMAs on the same values for one-pair chains): within 1e-5 of the
@@ -605,8 +620,9 @@ SUM_ACCS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("cfg,rows,waves,requests,mode,naccs", SUM_ACCS_CASES,
-                         ids=[f"{c[0]}-r{c[1]}-w{c[2]}-{c[4]}-acc{c[5]}" for c in SUM_ACCS_CASES])
+@pytest.mark.parametrize("cfg,rows,waves,requests,mode,naccs", _cases(
+    SUM_ACCS_CASES, [f"{c[0]}-r{c[1]}-w{c[2]}-{c[4]}-acc{c[5]}" for c in SUM_ACCS_CASES],
+    slow=("tiny32-r8-w8-inorder-acc4", "tiny-r8-w16-random-acc2")))
 def test_head_sum_accumulators_give_the_same_bits(cfg, rows, waves, requests, mode, naccs):
     """IndexScore.sum_accs: the head-sum wgmmas spread over independent accumulators (a
     row's K chunks in one of them), added after the wait: scores and histograms bit-identical
@@ -626,9 +642,10 @@ def test_head_sum_accumulators_give_the_same_bits(cfg, rows, waves, requests, mo
     assert out[1][2] == out[naccs][2], "a different number of wgmmas"
 
 
-@pytest.mark.parametrize("head_sum,rows,requests,mode", [
-    ("mma", 8, [(8, 700)], "relaxed"), ("mma", 4, [(3, 300), (1, 64)], "random"),
-    ("fma", 2, [(2, 900)], "inorder")], ids=["mma-r8", "mma-r4", "fma-r2"])
+@pytest.mark.parametrize("head_sum,rows,requests,mode", _cases(
+    [("mma", 8, [(8, 700)], "relaxed"), ("mma", 4, [(3, 300), (1, 64)], "random"),
+     ("fma", 2, [(2, 900)], "inorder")], ["mma-r8", "mma-r4", "fma-r2"],
+    slow=("mma-r8",)))
 def test_grouped_first_digit_counts_give_the_same_histograms(head_sum, rows, requests, mode):
     """IndexScore.grouped_hist: the stored scores' first digits counted once a distinct digit
     a wave (match_any) give the histograms of a count a lane, bit for bit, with the same
@@ -657,8 +674,9 @@ DEFER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("cfg,rows,requests,mode", DEFER_CASES,
-                         ids=[f"{c[0]}-r{c[1]}-{c[3]}-{len(c[2])}req" for c in DEFER_CASES])
+@pytest.mark.parametrize("cfg,rows,requests,mode", _cases(
+    DEFER_CASES, [f"{c[0]}-r{c[1]}-{c[3]}-{len(c[2])}req" for c in DEFER_CASES],
+    slow=("tiny-r8-inorder-1req", "tiny-r8-relaxed-2req")))
 def test_deferred_stores_give_the_same_bits(cfg, rows, requests, mode):
     """IndexScore.defer_stores: step t - 1's scores stored while step t's chain runs, the
     last step's after the loop: scores and histograms bit-identical to storing each step's
@@ -701,8 +719,9 @@ SYNC_CASES = [
 ]
 
 
-@pytest.mark.parametrize("cfg,rows,requests,mode,naccs", SYNC_CASES,
-                         ids=[f"{c[0]}-r{c[1]}-{c[3]}-acc{c[4]}" for c in SYNC_CASES])
+@pytest.mark.parametrize("cfg,rows,requests,mode,naccs", _cases(
+    SYNC_CASES, [f"{c[0]}-r{c[1]}-{c[3]}-acc{c[4]}" for c in SYNC_CASES],
+    slow=("tiny32-r8-inorder-acc1", "tiny-r8-relaxed-acc2")))
 def test_head_sum_on_mma_sync_gives_the_same_bits(cfg, rows, requests, mode, naccs):
     """IndexScore.sum_mma "sync": each warp's mma.sync m16n8k16 on the packed A chunks,
     B fragments read from the staged weights: scores and histograms bit-identical to the
