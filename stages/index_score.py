@@ -535,6 +535,41 @@ class IndexScore(Stage):
         product +0.0 (equal in the selection's order) and changes no other bit."""
         return k.fma(val, scale, k.const(0.0, f32))
 
+    def _lookahead(self, depth=None, prefetch=None) -> tuple:
+        """(depth, ahead) of a key loop: its ring's steps in flight (None: IndexScore.depth)
+        and how many steps before their key loads the block-table entries load (`prefetch`
+        True: depth; an int n: n; False / 0: none; None: as prefetch_pages), checked."""
+        depth = self.depth if depth is None else depth
+        prefetch = self.prefetch_pages if prefetch is None else prefetch
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"ix_score: depth {depth!r}; the key ring holds at least 1 step")
+        ahead = depth if prefetch is True else int(prefetch or 0)
+        if ahead and (ahead > depth or depth % ahead):
+            raise ValueError(f"ix_score: block-table prefetch {prefetch!r} steps ahead; "
+                             f"1 .. depth ({depth}), dividing it")
+        return depth, ahead
+
+    @staticmethod
+    def _page_source(k, locate, depth, ahead):
+        """next_page(t, d): the page of step t + depth, the key loads' address, at step t
+        (d = t mod depth, static in the unrolled loop). With `ahead`, a ring of entries
+        loaded `ahead` steps earlier (pages[i]: step t + depth with t = i mod ahead, past the
+        end the last step's page); else looked up then."""
+        if not ahead:
+            return lambda t, d: locate(t + depth)
+        pages = [k.lane_var(locate(k.const(depth + i, i32))) for i in range(ahead)]
+
+        def next_page(t, d):
+            page = pages[d % ahead].get()
+            pages[d % ahead].set(locate(t + depth + ahead))
+            return page
+        return next_page
+
+    @property
+    def narrow_ring_depth(self) -> int:
+        """The one-page steps' ring depth (narrow_depth, else depth)."""
+        return self.depth if self.narrow_depth is None else self.narrow_depth
+
     def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None, depth=None,
                   prefetch=None):
         """`depth` (IndexScore.depth, DEPTH by default) steps in flight: step t + depth's
@@ -547,29 +582,15 @@ class IndexScore(Stage):
         same count, and a step past my_n runs `idle()` (its turns' barriers) instead.
         `depth` / `prefetch`: this loop's own (None: IndexScore.depth / prefetch_pages)."""
         c = lambda v: k.const(v, i32)  # noqa: E731
-        depth = self.depth if depth is None else depth
-        prefetch = self.prefetch_pages if prefetch is None else prefetch
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"ix_score: depth {depth!r}; the key ring holds at least 1 step")
+        depth, ahead = self._lookahead(depth, prefetch)
         ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(depth)]
-        # prefetch: the block-table entries load `ahead` steps before the key loads that use
-        # them (True: depth); pages[i]: the page of the next step t + depth with t = i mod ahead
-        ahead = depth if prefetch is True else int(prefetch or 0)
-        if ahead and (ahead > depth or depth % ahead):
-            raise ValueError(f"ix_score: block-table prefetch {prefetch!r} steps ahead; "
-                             f"1 .. depth ({depth}), dividing it")
-        if ahead:
-            pages = [k.lane_var(locate(c(depth + i))) for i in range(ahead)]
+        next_page = self._page_source(k, locate, depth, ahead)
         for t0 in k.range(0, my_n if n_all is None else n_all, depth):
             for d in range(depth):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
                 self._cyc.start()
-                if ahead:
-                    page = pages[d % ahead].get()
-                    pages[d % ahead].set(locate(t + depth + ahead))
-                else:
-                    page = locate(t + depth)
+                page = next_page(t, d)
                 for v, x in zip(ring[d], load(t + depth, page)):
                     v.set(x)
                 self._cyc.mark("loads")
@@ -597,33 +618,22 @@ class IndexScore(Stage):
         Every loop iteration commits a group (past the end, the last page again), so the
         counts stay regular; after the loop a wait for all, before the ring is refilled."""
         c = lambda v: k.const(v, i32)  # noqa: E731
-        depth = self.depth if depth is None else depth
-        prefetch = self.prefetch_pages if prefetch is None else prefetch
-        if isinstance(depth, bool) or not isinstance(depth, int) or \
-                not 1 <= depth <= k.MAX_ASYNC_PENDING + 1:
+        depth, ahead = self._lookahead(depth, prefetch)
+        if depth > k.MAX_ASYNC_PENDING + 1:
             raise ValueError(f"ix_score: depth {depth!r}; the async key ring holds 1 .. "
                              f"{k.MAX_ASYNC_PENDING + 1} steps in flight")
         slots = depth + 1
-        ahead = depth if prefetch is True else int(prefetch or 0)
-        if ahead and (ahead > depth or depth % ahead):
-            raise ValueError(f"ix_score: block-table prefetch {prefetch!r} steps ahead; "
-                             f"1 .. depth ({depth}), dividing it")
         slot_of = lambda t: t - (t / slots) * slots  # noqa: E731
         for d in range(depth):
             issue(c(d), locate(c(d)), c(d))
-        if ahead:
-            pages = [k.lane_var(locate(c(depth + i))) for i in range(ahead)]
+        next_page = self._page_source(k, locate, depth, ahead)
         for t0 in k.range(0, my_n, depth):
             for d in range(depth):
                 t = t0 + d
                 self._cyc.start()
                 k.async_wait(depth - 1)
                 cur = read(slot_of(t))
-                if ahead:
-                    page = pages[d % ahead].get()
-                    pages[d % ahead].set(locate(t + depth + ahead))
-                else:
-                    page = locate(t + depth)
+                page = next_page(t, d)
                 issue(t + depth, page, slot_of(t + depth))
                 self._cyc.mark("loads")
                 with k.if_(t < my_n):

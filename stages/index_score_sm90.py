@@ -112,8 +112,7 @@ class WgmmaGroup:
         lanes adjacent: no bank conflict in the reads)."""
         if getattr(self, "_ring_lds", None) is None:
             k, st = self.k, self.st
-            depth = st.narrow_depth if st.narrow_depth is not None else st.depth
-            self.ring_slots = depth + 1
+            self.ring_slots = st.narrow_ring_depth + 1
             self.ring_scales = 2 if self.mma_chains else 1
             T = k.W * k.L
             words = self.ring_slots * T * (4 * self.KEY_VECTORS + self.ring_scales)
@@ -396,11 +395,11 @@ class WgmmaGroup:
         st, k = self.st, self.k
         if st.narrow_pages == 1 and st.async_keys:
             return st._pipeline_async(k, self.my_n, self.locate, self.issue_async,
-                                      self.read_async, self.compute, depth=st.narrow_depth,
+                                      self.read_async, self.compute, depth=st.narrow_ring_depth,
                                       prefetch=st.narrow_prefetch)
         if st.narrow_pages == 1:
             return st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
-                                depth=st.narrow_depth, prefetch=st.narrow_prefetch)
+                                depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch)
         if st.async_keys:
             raise ValueError("ix_score: async_keys takes the one-page steps of groups of "
                              "fewer pairs; this build takes two pages a step (pages_per_step 2)")

@@ -897,13 +897,17 @@ class SelectPass(Stage):
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
     scan_unroll = SCAN_UNROLL
 
+    def _count_tunable(self, attr: str) -> int:
+        """Tunable `attr`, checked: a positive integer (an error naming it otherwise)."""
+        U = getattr(self, attr)
+        if isinstance(U, bool) or not isinstance(U, int) or U < 1:
+            raise ValueError(f"{self.name}: {attr} = {U!r} must be a positive integer")
+        return U
+
     @property
     def scan_rounds(self) -> int:
-        """`scan_unroll`, checked: a positive number of rounds an iteration."""
-        U = self.scan_unroll
-        if isinstance(U, bool) or not isinstance(U, int) or U < 1:
-            raise ValueError(f"{self.name}: scan_unroll = {U!r} must be a positive integer")
-        return U
+        """`scan_unroll`, checked: rounds of 4 keys a lane an iteration of a scan."""
+        return self._count_tunable("scan_unroll")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
@@ -1675,9 +1679,7 @@ class SelectPass(Stage):
         T = k.W * k.L
         t = k.thread_id()
         G = max(1, T // B)
-        U = self.segment_unroll
-        if not isinstance(U, int) or U < 1:
-            raise ValueError(f"{self.name}: segment_unroll = {U!r} must be a positive integer")
+        U = self._count_tunable("segment_unroll")
         for b0 in range(0, B, T):
             if T >= B:
                 b, grp = t % B, t / B
