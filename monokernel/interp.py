@@ -340,9 +340,10 @@ class Wave:
         alloc = next(a for a in self.run.kernel.lds if a.name == op.attrs["name"])
         self.put(op.result, np.uint32(alloc.offset))
 
-    def _addresses(self, op, dt, n):
-        """Per-lane byte addresses, one row per lane if any operand (mask included) is per-lane."""
-        p, idx = self.get(op.args[0]), self.get(op.args[1])
+    def _addresses(self, op, dt, n, at: int = 0):
+        """Per-lane byte addresses of the (pointer, index) at op.args[at], op.args[at + 1],
+        one row per lane if any operand (mask included) is per-lane."""
+        p, idx = self.get(op.args[at]), self.get(op.args[at + 1])
         addr = p.astype(np.int64)[:, 0] + idx.astype(np.int64)[:, 0] * dt.bytes
         rows = max(self.get(x).shape[0] for x in op.args)
         return np.broadcast_to(addr, (rows,)), n * dt.bytes
@@ -645,13 +646,9 @@ class Wave:
         lands at some time before that wait."""
         yield from self._memory_point()
         dt, n = op.attrs["dtype"], op.attrs["n"]
-        nb = n * dt.bytes
-        dst = self.get(op.args[0]).astype(np.int64)[:, 0] + \
-            self.get(op.args[1]).astype(np.int64)[:, 0] * dt.bytes
-        src = self.get(op.args[2]).astype(np.int64)[:, 0] + \
-            self.get(op.args[3]).astype(np.int64)[:, 0] * dt.bytes
-        rows = max(dst.shape[0], src.shape[0])
-        dst, src = np.broadcast_to(dst, (rows,)), np.broadcast_to(src, (rows,))
+        dst, nb = self._addresses(op, dt, n)
+        src, _ = self._addresses(op, dt, n, at=2)
+        rows = dst.shape[0]
         if rows > 1 and len(np.unique(dst)) != rows:
             raise InterpError(f"CTA {self.cta} wave {self.wave}: lanes async_copy into one LDS "
                               f"address in {op!r}")
