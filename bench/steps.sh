@@ -6,6 +6,7 @@ OUT=${OUT:-h200-logs}
 mkdir -p "$OUT"
 step() {
     local name=$1 secs=$2; shift 2
+    local t0=$SECONDS
     timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
-    echo "== $name (rc $?)"; grep -v "it/s" "$OUT/$name.log" | tail -n "${TAIL:-14}" | cut -c1-200
+    echo "== $name (rc $?, $((SECONDS - t0)) s)"; grep -v "it/s" "$OUT/$name.log" | tail -n "${TAIL:-14}" | cut -c1-200
 }

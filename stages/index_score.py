@@ -77,6 +77,7 @@ from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
+from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
                         stage_body, wait_flags)
@@ -99,7 +100,7 @@ class IndexScore(Stage):
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
-                "async_keys")
+                "async_keys", "late_loads", "key_piece")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -123,8 +124,6 @@ class IndexScore(Stage):
     # ix_score.grouped_hist=1); AMD has no match instruction
     grouped_hist = False
     SUM_MMAS = ("wgmma", "sync")  # the head sum's MMA (`sum_mma`, below)
-    # the string tunables' values (tools' --tune)
-    CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": SUM_MMAS}
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
     # The three below are measured alternatives of the rows-4 / rows-8 epilogue, all off
@@ -202,6 +201,28 @@ class IndexScore(Stage):
     # same call: index_scoring r8 W2 166.8 vs 98.0 us, r4 W2 95.2 vs 59.5, W1 unchanged:
     # bench/NOTES.md v19): off, a tunable (--tune ix_score.async_keys=1)
     async_keys = False
+    # When a step's ring slot is refilled (`_pipeline`): "off" (default) before the step
+    # computes, so step t + depth's loads are in flight during step t's chain; "narrow" (the
+    # one-page steps of groups of fewer pairs) or "all" (every register pipeline) after it,
+    # once the chain reading the slot has retired. Why: with the slot refilled first, the
+    # slot's old and new values live at once and LLVM's loop phis copy the old one into the
+    # wgmma's A registers (44 moves a two-step iteration in the sm_90a rows-8 W2 loop), and a
+    # move of a loaded register waits for the load's scoreboard, which ptxas gives every
+    # load of the loop (SB5): the ring covers one step of latency, not depth. Refilled after,
+    # the W2 loop's loads spread over four scoreboards (tools.sass, bench/NOTES.md v19)
+    LATE_LOADS = ("off", "narrow", "all")
+    late_loads = "off"
+    # Hopper: contiguous key bytes of a lane's load (KeyTiling.key_byte). 32: a lane's two
+    # 16-byte loads of a key are its 32 contiguous bytes, so one load instruction of the
+    # key's four holder lanes reads half of each of the key's four 32-byte sectors and the
+    # next the other halves (Nsight Compute on index_scoring r8 W2: "49% excessive
+    # sectors", L1 hit 52%, L2 hit 62%). 16: the holders' first loads read bytes [0, 64),
+    # the second [64, 128): whole sectors, half the sector requests. The queries' staged K
+    # order follows the tiling, so the scores' bits do not change. AMD's register-B atoms
+    # keep 32 (a lane's query bytes in one 32-byte window)
+    key_piece = LANE_BYTES
+    # the string tunables' values (tools' --tune)
+    CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": SUM_MMAS, "late_loads": LATE_LOADS}
     # Hopper groups of fewer pairs than the plan (W2's one-pair requests; every group of a
     # rows-2 build) take this many pages a step: with 2, both pages' chains are issued
     # before one wait (a narrow N = 64 chain leaves the tensor cores idle while a warpgroup
@@ -226,7 +247,13 @@ class IndexScore(Stage):
 
     def __init__(self, p: IndexPlan):
         self.p = p
-        self.t = p.tiling
+
+    @property
+    def t(self) -> KeyTiling:
+        """The scoring's key tiling (the plan's, with this stage's `key_piece`)."""
+        if self.key_piece == LANE_BYTES:
+            return self.p.tiling
+        return KeyTiling.of(self.p.atom, self.key_piece)
 
     @property
     def bf16_head_sum(self) -> bool:
@@ -571,7 +598,7 @@ class IndexScore(Stage):
         return self.depth if self.narrow_depth is None else self.narrow_depth
 
     def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None, depth=None,
-                  prefetch=None):
+                  prefetch=None, narrow=False):
         """`depth` (IndexScore.depth, DEPTH by default) steps in flight: step t + depth's
         loads issue before step t computes, straight from memory into registers (past the
         end, loads repeat the last step). `locate(t)` loads step t's cache page from the
@@ -580,20 +607,28 @@ class IndexScore(Stage):
         the end, locate repeats the last step's page).
         With `n_all` (warpgroups taking turns) the loop runs n_all steps, every warpgroup the
         same count, and a step past my_n runs `idle()` (its turns' barriers) instead.
-        `depth` / `prefetch`: this loop's own (None: IndexScore.depth / prefetch_pages)."""
+        `depth` / `prefetch`: this loop's own (None: IndexScore.depth / prefetch_pages);
+        `narrow`: the loop runs the one-page steps of groups of fewer pairs (which
+        IndexScore.late_loads "narrow" refills after their compute)."""
         c = lambda v: k.const(v, i32)  # noqa: E731
         depth, ahead = self._lookahead(depth, prefetch)
+        late = self._late_loads(narrow)
         ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(depth)]
         next_page = self._page_source(k, locate, depth, ahead)
+
+        def refill(t, d):
+            page = next_page(t, d)
+            for v, x in zip(ring[d], load(t + depth, page)):
+                v.set(x)
+            self._cyc.mark("loads")
+
         for t0 in k.range(0, my_n if n_all is None else n_all, depth):
             for d in range(depth):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
                 self._cyc.start()
-                page = next_page(t, d)
-                for v, x in zip(ring[d], load(t + depth, page)):
-                    v.set(x)
-                self._cyc.mark("loads")
+                if not late:
+                    refill(t, d)
 
                 def step():
                     compute(t, cur)
@@ -607,6 +642,15 @@ class IndexScore(Stage):
                             step()
                         with skip:
                             idle()
+                if late:
+                    refill(t, d)
+
+    def _late_loads(self, narrow: bool) -> bool:
+        """Whether a `_pipeline` loop refills a ring slot after its step (late_loads)."""
+        if self.late_loads not in self.LATE_LOADS:
+            raise ValueError(f"ix_score: late_loads {self.late_loads!r}; one of "
+                             f"{self.LATE_LOADS}")
+        return self.late_loads == "all" or (narrow and self.late_loads == "narrow")
 
     def _pipeline_async(self, k, my_n, locate, issue, read, compute, depth=None,
                         prefetch=None):

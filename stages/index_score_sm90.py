@@ -31,6 +31,9 @@ from monokernel.types import bf16, f32, i32, u32, u64
 
 from .index_dsl import BF16_HIGH, BF16_SHIFT, _lane
 from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
+from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
+
+KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
 
 
 class WgmmaGroup:
@@ -84,6 +87,32 @@ class WgmmaGroup:
         b0 = self.key_lo + (self.wg + k.min(t, self.my_n - 1) * self.nwg) * PAGE
         return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> PAGE_SHIFT), i32)
 
+    def key_loads(self, page, h):
+        """(word offset, words) of the lane's loads of its key h in the cache: its 32 lane
+        bytes in loads of min(piece, 16) bytes, in lane-byte order (KeyTiling.key_byte with
+        the tiling's piece)."""
+        piece = self.T.piece
+        size = min(piece, VECTOR_BYTES)
+        base = page * PAGE_WORDS + self.warp_key(h) * KEY_WORDS + self.t4 * (piece // 4)
+        offs = [KeyTiling.key_byte(0, b, piece) // 4 for b in range(0, LANE_BYTES, size)]
+        return [(base if o == 0 else base + o, size // 4) for o in offs]
+
+    def key_vectors(self, page, h):
+        """The lane's lane bytes [0, 16) and [16, 32) of its key h as two 4-word vectors
+        (`key_loads`: two 16-byte loads, or, with 4-byte pieces, eight word loads each the
+        wgmma A register it feeds: no register moves between the loads and the chain)."""
+        k, a = self.k, self.a
+        words = []
+        for off, n in self.key_loads(page, h):
+            v = k.load(a.index_cache, off, u32, n, nontemporal=True)
+            if n == 4:
+                words.append(v)
+            else:
+                words += [v] if n == 1 else [v[i] for i in range(n)]
+        if len(words) == 2:
+            return words
+        return [k.vec(*words[i:i + 4]) for i in range(0, len(words), 4)]
+
     def load(self, t, page):
         """The lane's 32 key bytes of each of its two keys (nontemporal, straight into
         registers), then the key scale of the key it scores after the quad's butterfly (the
@@ -91,9 +120,7 @@ class WgmmaGroup:
         k, a = self.k, self.a
         out = []
         for h in range(2):
-            base = page * PAGE_WORDS + self.warp_key(h) * 32 + self.t4 * 8
-            out.append(k.load(a.index_cache, base, u32, 4, nontemporal=True))
-            out.append(k.load(a.index_cache, base + 4, u32, 4, nontemporal=True))
+            out += self.key_vectors(page, h)
         if self.mma_chains:
             for h in range(2):
                 out.append(k.load(a.index_cache, self.warp_key(h, page * PAGE_WORDS + SCALE_WORD0),
@@ -134,10 +161,12 @@ class WgmmaGroup:
         k, a = self.k, self.a
         ring = self._ring()
         v = 0
+        if self.T.piece < VECTOR_BYTES:
+            raise ValueError(f"ix_score: async_keys copies 16-byte vectors; key_piece "
+                             f"{self.T.piece} is narrower")
         for h in range(2):
-            base = page * PAGE_WORDS + self.warp_key(h) * 32 + self.t4 * 8
-            for off in (0, 4):
-                k.async_copy(ring, self._ring_vec(slot, v), a.index_cache, base + off, u32, 4)
+            for off, n in self.key_loads(page, h):
+                k.async_copy(ring, self._ring_vec(slot, v), a.index_cache, off, u32, n)
                 v += 1
         if self.mma_chains:
             for h in range(2):
@@ -399,7 +428,8 @@ class WgmmaGroup:
                                       prefetch=st.narrow_prefetch)
         if st.narrow_pages == 1:
             return st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
-                                depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch)
+                                depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch,
+                                narrow=True)
         if st.async_keys:
             raise ValueError("ix_score: async_keys takes the one-page steps of groups of "
                              "fewer pairs; this build takes two pages a step (pages_per_step 2)")

@@ -13,12 +13,16 @@ those properties (a map that does not have them is a build error, not a wrong sc
 
     perm[c * K_atom + kk] = key byte   for MMA chunk c (0 .. 128/K_atom - 1), atom K index kk
     holder(lane, key row) = rank of the lane among the lanes holding that A row: its 32 bytes
-                            are key bytes [32 * holder, 32 * holder + 32)
+                            are key bytes [32 * holder, 32 * holder + 32), or with `piece`
+                            bytes (16) its lane bytes [16 i, 16 i + 16) are key bytes
+                            [64 i + 16 * holder, +16): the holders' first loads then cover
+                            the key's first 64 bytes, whole 32-byte sectors, and the
+                            second loads the rest (KeyTiling.key_byte)
     a_words[c][reg]       = (key slot, word) of A register `reg` of chunk c: `key slot` is the
                             lane's k-th distinct A row (0 on AMD; 0/1 on Hopper: rows g, g+8),
                             `word` the 4-byte word of its 32 bytes
     b_words[c][reg]       = word (of the 32 bytes [32 * holder, +32) of the query column) of B
-                            register `reg` (register B only: AMD)
+                            register `reg` (register B only: AMD, 32-byte pieces)
 
 The kernel forms lane numbers from these facts with the formulas the tests check against
 the tables (AMD: key row = lane % 16, holder = lane // 16; Hopper: rows 16w + g + 8h,
@@ -34,6 +38,9 @@ from monokernel.atoms import atom as get_atom
 
 HEAD_DIM = 128
 LANE_BYTES = 32  # key bytes a holder lane owns per key
+VECTOR_BYTES = 16  # the widest load a lane issues (LDG.E.128 / global_load_dwordx4)
+WORD_BYTES = 4  # one A register (and the narrowest load)
+PIECES = (WORD_BYTES, VECTOR_BYTES, LANE_BYTES)  # contiguous key bytes a lane reads (key_byte)
 
 # which atom scores on which chip; the interpreter runs any of them (the stage's `chip`)
 SCORE_ATOMS = {"gfx950": "gfx950_mfma_f32_16x16x128_f8f6f4",
@@ -49,17 +56,32 @@ class KeyTiling:
     a_words: tuple  # [chunk][reg] -> (key slot, word)
     b_words: tuple  # [chunk][reg] -> word (register B), () for shared-memory B
     keys_per_lane: int
+    piece: int = LANE_BYTES  # contiguous key bytes of a lane's load (key_byte)
 
     @property
     def atom(self):
         return get_atom(self.atom_name)
 
     @staticmethod
-    def of(atom) -> "KeyTiling":
+    def key_byte(holder: int, lane_byte: int, piece: int = LANE_BYTES) -> int:
+        """The key byte a holder's lane byte (0 .. 31) is: its lane bytes are LANE_BYTES /
+        piece loads of `piece` contiguous bytes, the holders' i-th loads adjacent (so with 16,
+        one load instruction of a key's four holders reads 64 contiguous bytes: whole
+        sectors, where 32-byte pieces read half of each of four)."""
+        i, within = divmod(lane_byte, piece)
+        return i * (HEAD_DIM // LANE_BYTES) * piece + holder * piece + within
+
+    @staticmethod
+    def of(atom, piece: int = LANE_BYTES) -> "KeyTiling":
         at = get_atom(atom) if isinstance(atom, str) else atom
         K = at.K
         if HEAD_DIM % K:
             raise ValueError(f"{at.name}: K = {K} does not divide the head's {HEAD_DIM}")
+        if piece not in PIECES:
+            raise ValueError(f"{at.name}: key pieces of {piece!r} bytes; one of {PIECES}")
+        if piece != LANE_BYTES and at.b_source == "regs":
+            raise ValueError(f"{at.name}: register-B atoms read a lane's query bytes in one "
+                             f"32-byte window; key pieces of {piece} bytes split it")
         nc = HEAD_DIM // K
         rows, cols = at.a_rows(), at.a_cols()  # [lane, slot]
         lanes, slots = rows.shape
@@ -79,7 +101,7 @@ class KeyTiling:
                                      f"{key} (of {len(holders)} lanes); 32-byte lanes are needed")
                 for c in range(nc):
                     for j, s in enumerate(mine):
-                        phys = LANE_BYTES * q + c * per + j
+                        phys = KeyTiling.key_byte(q, c * per + j, piece)
                         kappa = c * K + int(cols[ln, s])
                         if perm[kappa] not in (-1, phys):
                             raise ValueError(f"{at.name}: K index {kappa} lands on key bytes "
@@ -91,12 +113,12 @@ class KeyTiling:
                         ss = range(4 * reg, 4 * reg + 4)
                         if rows[ln, ss[0]] != key:
                             continue
-                        ph = [LANE_BYTES * q + c * per + mine.index(s) for s in ss
-                              if rows[ln, s] == key]
+                        lb = [c * per + mine.index(s) for s in ss if rows[ln, s] == key]
+                        ph = [KeyTiling.key_byte(q, b, piece) for b in lb]
                         if len(ph) != 4 or ph[0] % 4 or ph != list(range(ph[0], ph[0] + 4)):
                             raise ValueError(f"{at.name}: A register {reg} of lane {ln} is not "
                                              "one aligned key word")
-                        w = (ph[0] - LANE_BYTES * q) // 4
+                        w = lb[0] // 4
                         prev = a_words[c][reg]
                         if prev is not None and prev != (h, w):
                             raise ValueError(f"{at.name}: A register {reg} differs across lanes")
@@ -125,7 +147,7 @@ class KeyTiling:
                         bw[c][reg] = w
             b_words = tuple(tuple(x) for x in bw)
         return KeyTiling(at.name, nc, tuple(int(x) for x in perm),
-                         tuple(tuple(x) for x in a_words), b_words, max(klist))
+                         tuple(tuple(x) for x in a_words), b_words, max(klist), piece)
 
     def holder_of_lane(self) -> np.ndarray:
         """[lane, key slot] -> the holder rank (32-byte window) of that lane (tests)."""

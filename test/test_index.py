@@ -142,6 +142,38 @@ def test_key_tiling_is_32_contiguous_bytes_a_lane_as_the_kernel_computes(name):
         assert words == list(range(8)) and [w for c in t.b_words for w in c] == list(range(8))
 
 
+@pytest.mark.parametrize("piece", [4, 16, 32])
+def test_key_pieces_keep_the_a_words_and_read_whole_spans(piece):
+    """IndexScore.key_piece: a Hopper lane's 32 key bytes in loads of `piece` contiguous
+    bytes, the four holders' i-th pieces adjacent (one load instruction of a key's holders
+    reads 4 * piece contiguous bytes); the A registers keep their (key slot, word) and the
+    permutation stays a bijection, so only the load addresses and the staged query order
+    move."""
+    from monokernel.atoms.nvidia import wgmma_e4m3
+    base = KeyTiling.of(wgmma_e4m3(64))
+    t = KeyTiling.of(wgmma_e4m3(64), piece)
+    assert sorted(t.perm) == list(range(HD)) and t.a_words == base.a_words
+    for i in range(32 // piece):  # the holders' i-th pieces cover one contiguous span
+        span = sorted(KeyTiling.key_byte(q, i * piece + b, piece)
+                      for q in range(4) for b in range(piece))
+        assert span == list(range(4 * piece * i, 4 * piece * (i + 1)))
+    for lane in range(4):  # within a piece the lane's bytes are contiguous and in order
+        got = [KeyTiling.key_byte(lane, b, piece) for b in range(32)]
+        for i in range(0, 32, piece):
+            assert got[i:i + piece] == list(range(got[i], got[i] + piece))
+    assert t.perm != base.perm if piece != 32 else t.perm == base.perm
+
+
+def test_key_pieces_are_checked():
+    """A piece size the tiling does not take, or a narrow piece on AMD's register-B atoms
+    (a lane's query bytes in one 32-byte window), is an error naming it."""
+    from monokernel.atoms.nvidia import wgmma_e4m3
+    with pytest.raises(ValueError, match="key pieces of 8 bytes"):
+        KeyTiling.of(wgmma_e4m3(64), 8)
+    with pytest.raises(ValueError, match="32-byte window"):
+        KeyTiling.of("gfx950_mfma_f32_16x16x128_f8f6f4", 16)
+
+
 def test_score_runs_cover_every_unit_once_with_balanced_cost():
     rng = np.random.default_rng(3)
     L = _launch(8)

@@ -435,6 +435,7 @@ NARROW_CASES = [
     (4, [(2, 1500), (1, 200), (1, 5)], "random", "narrow_depth", 3),  # a deeper key ring
     (4, [(2, 1500), (1, 130), (1, 63)], "relaxed", "async_keys", True),  # copies into LDS
     (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "random", "async_keys", True),  # W2
+    (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", "late_loads", "narrow"),  # W2
 ]
 
 
@@ -451,8 +452,52 @@ def test_one_pair_chains_own_prefetch_and_depth(rows, requests, mode, attr, valu
         L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
                                  chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
         return L, next(s for s in L.stages if isinstance(s, IndexScore))
-    _same_bits_on_and_off(build, attr, requests, mode, 9, 31 + rows, value=value,
-                          off=False if attr in ("narrow_prefetch", "async_keys") else None)
+    off = {"narrow_prefetch": False, "async_keys": False, "late_loads": "off"}.get(attr)
+    _same_bits_on_and_off(build, attr, requests, mode, 9, 31 + rows, value=value, off=off)
+
+
+KEY_LOAD_CASES = [
+    (8, [(8, 700)], "random", "key_piece", 16),          # the all-pairs chain
+    (8, [(2, 700), (2, 700), (2, 130), (2, 64)], "relaxed", "key_piece", 4),  # one-pair chains
+    (4, [(2, 900), (1, 130), (1, 63)], "inorder", "key_piece", 16),
+    (8, [(8, 700)], "random", "late_loads", "all"),       # every loop refilled after its step
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,attr,value", _cases(
+    KEY_LOAD_CASES, [f"r{c[0]}-{c[3]}-{c[4]}-{c[2]}" for c in KEY_LOAD_CASES],
+    slow=["r4-key_piece-16-inorder"]))
+def test_key_loads_in_pieces_or_late_give_the_same_bits(rows, requests, mode, attr, value):
+    """IndexScore.key_piece (the lane's 32 key bytes in loads of 16 or 4 contiguous bytes,
+    the queries staged in the same K order) and late_loads "all" (every register pipeline
+    refills a ring slot after its step): within the float64 checks and bit-identical to the
+    default, pages shuffled in the table (a wrong permutation scores the wrong dot
+    products; a slot refilled too early, the wrong keys)."""
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        return L, next(s for s in L.stages if isinstance(s, IndexScore))
+    off = {"key_piece": IndexScore.key_piece, "late_loads": "off"}[attr]
+    _same_bits_on_and_off(build, attr, requests, mode, 9, 53 + rows, value=value, off=off)
+
+
+def test_key_load_tunables_are_checked():
+    """A late_loads value it does not know, a key piece of no tiling, and async copies of
+    pieces narrower than their 16-byte vectors are errors naming them."""
+    for attr, value, match in [("late_loads", "early", "late_loads 'early'"),
+                               ("key_piece", 8, "key pieces of 8 bytes")]:
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                                 capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        setattr(st, attr, value)
+        with pytest.raises(ValueError, match=match):
+            L.kernel("interp", 32)
+    L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                             capacity=CAP, cache_pages=PAGES, score_jobs=2)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.async_keys, st.key_piece = True, 4
+    with pytest.raises(ValueError, match="async_keys copies 16-byte vectors"):
+        L.kernel("interp", 32)
 
 
 def test_block_table_prefetch_must_divide_the_ring():
