@@ -566,6 +566,32 @@ class KernelBuilder:
         self.uses.add("bulk")
         self._emit("bulk_load_lds", (dst, src, idx, bar), (), dict(nbytes=nbytes))
 
+    def tma_load_rows(self, dst, tmap: str, row, bar):
+        """Lane 0 starts a TMA tensor copy: the box of kernel argument `tmap` (an
+        ir.TensorMap: box_rows rows of row_bytes bytes of the 2-D view of buffer `of`) from
+        row `row` on, into LDS `dst`, completing on `bar` (whose phase must expect the box's
+        bytes: mbar_arrive_tx). With swizzle 128 the rows land 128B-swizzled
+        (atoms.base.swizzled), the layout a wgmma descriptor of swizzle mode 1 reads: `dst`
+        then starts on a 1024-byte boundary (SWIZZLE_ATOM_BYTES). Why: fp8 wgmma reads
+        K-major operands only, and a row-major tile is K-major only swizzled (a no-swizzle
+        core matrix is 8 rows of 16 contiguous bytes), which the 1-D bulk copy cannot do."""
+        self._bar(bar, "tma_load_rows")
+        slot = next((s for s in self.abi.slots if s.name == tmap), None)
+        if slot is None or not isinstance(slot.kind, ir.TensorMap):
+            raise DSLError(f"tma_load_rows: {tmap!r} is not a TensorMap kernel argument")
+        tm = slot.kind
+        if not isinstance(dst, Value) or dst.dtype != ptr_lds or not dst.uniform:
+            raise DSLError(f"tma_load_rows: destination {dst!r} must be a uniform LDS pointer")
+        if not isinstance(row, Value):
+            row = self.const(row, i32)
+        if row.dtype != i32 or row.n != 1 or not row.uniform:
+            raise DSLError(f"tma_load_rows: row must be a uniform i32, got {row!r}")
+        self.uses.add("bulk")
+        self._emit("tma_load_rows", (dst, getattr(self.args, tmap), getattr(self.args, tm.of),
+                                     row, bar), (),
+                   dict(box_rows=tm.box_rows, row_bytes=tm.row_bytes, swizzle=tm.swizzle,
+                        nbytes=tm.box_bytes, tmap=tmap))
+
     # lane-private asynchronous copies into LDS, retired in counted groups
     ASYNC_COPY_BYTES = (4, 8, 16)  # a cp.async moves 4, 8 or 16 bytes a lane
     MAX_ASYNC_PENDING = 7  # groups an async_wait may leave in flight (a 3-bit count)

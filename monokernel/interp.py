@@ -19,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics
-from .ir import MBARRIER_BYTES, NAMED_BARRIERS, Kernel, Ptr, access_alignment
+from .atoms.base import SWIZZLE_ATOM_BYTES, swizzled
+from .ir import (MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES, Kernel, Ptr, access_alignment,
+                 derived_args)
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
@@ -637,6 +639,37 @@ class Wave:
         st["tx"] -= nbytes
         self._mbar_progress(st)
 
+    def op_tma_load_rows(self, op):
+        """The box lands now, placed (swizzled), marked as a bulk copy's bytes on its
+        mbarrier phase: read as bulk_load_lds's. The rows are read from buffer `of` itself
+        (the tensor map's bytes are the CUDA launcher's); a box past the buffer's end is an
+        error (TMA would fill it with zeros: no kernel here means to read there)."""
+        a = op.attrs
+        rows, rb, nbytes = a["box_rows"], a["row_bytes"], a["nbytes"]
+        bar = int(self.get(op.args[4])[0, 0])
+        st = self._mbar_state(bar, "tma_load_rows")
+        dst = int(self.get(op.args[0])[0, 0])
+        if a["swizzle"] and dst % SWIZZLE_ATOM_BYTES:
+            raise InterpError(f"tma_load_rows: a 128B-swizzled box at LDS byte {dst}; it starts "
+                              f"on a {SWIZZLE_ATOM_BYTES}-byte boundary")
+        row = int(self.get(op.args[3]).astype(np.int64)[0, 0])
+        if row < 0:
+            raise InterpError(f"tma_load_rows: row {row} of {a['tmap']}")
+        src = self.get(op.args[2]).astype(np.int64)[:1, 0] + row * rb
+        mem = self.run.mem
+        b, gidx = mem.locate(src, nbytes, f"tma_load_rows {a['tmap']} rows {row} .. "
+                                          f"{row + rows - 1}")
+        self._dep_check(b, "tma_load_rows", write=False)
+        lidx = self._lds_index(np.array([dst], np.int64), nbytes, "tma_load_rows destination")
+        if a["swizzle"]:
+            lidx = swizzled(lidx)
+        self._check_bulk(lidx, "overwritten")
+        self.run.lds[self.cta][lidx] = mem.plain_load(self.cta, b, gidx)
+        self.run.bulk_table.append((bar, st["gen"], st["phase"]))
+        self.run.bulk_marks[self.cta][lidx] = len(self.run.bulk_table)
+        st["tx"] -= nbytes
+        self._mbar_progress(st)
+
     def op_async_copy(self, op):
         return self._async_copy(op)
 
@@ -981,6 +1014,12 @@ class Run:
         extra = set(args) - names
         if extra:
             raise ValueError(f"arguments {sorted(extra)} are not in the kernel's ABI {sorted(names)}")
+        args = dict(args)
+        for slot in derived_args(self.kernel.abi):  # the tensor copies read `of` itself
+            if slot.name in args:
+                raise ValueError(f"argument {slot.name!r} is the tensor map of {slot.kind.of!r}, "
+                                 "derived by the launcher; do not pass it")
+            args[slot.name] = np.zeros(TENSOR_MAP_BYTES, np.uint8)
         for slot in self.kernel.abi.slots:
             if slot.name not in args:
                 raise ValueError(f"missing kernel argument {slot.name!r}")
@@ -1153,4 +1192,5 @@ def run(kernel: Kernel, args: dict, *, grid: int = 1, mode: str = "inorder", see
                     for s in kernel.abi.slots if isinstance(s.kind, Ptr)}
         prefetched.update({by_index[b]: c for b, c in r.prefetched.items()})
     r.collect()
-    return r.buffers
+    derived = {s.name for s in derived_args(kernel.abi)}
+    return {n: v for n, v in r.buffers.items() if n not in derived}

@@ -13,13 +13,17 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from .types import DType, VType
+from .types import DType, VType, u8
 
 SCOPES = ("wave", "cta", "device", "system")
 MAX_ACCESS_BYTES = 16  # widest per-lane global access (dwordx4 / v4.b32)
 BULK_ALIGN = 16  # address and size granularity of the bulk operations (cp.async.bulk: L2
 # prefetches and copies into LDS)
 MBARRIER_BYTES = 8  # one mbarrier object in LDS (8-byte aligned)
+TENSOR_MAP_BYTES = 128  # a CUtensorMap (TMA descriptor), 64-byte aligned in global memory
+TMA_MAX_BOX_ROWS = 256  # a box dimension's elements at most (cuTensorMapEncodeTiled)
+TMA_SWIZZLES = (0, 128)  # the swizzle modes the tensor copies take: none, 128 bytes
+TMA_SW128_ROW_BYTES = 128  # a 128B-swizzled box's rows: at most 128 bytes (the swizzle span)
 MAX_BULK_BYTES = 1 << 20  # one bulk copy's bytes at most (PTX takes a u32; LDS is far smaller)
 MAX_PREFETCH_BYTES = 1 << 20  # one prefetch op's bytes at most (PTX takes a u32; a bound
 # that keeps a typo from becoming a gigabyte of traffic, and the interpreter's check cheap)
@@ -89,6 +93,11 @@ OPCODES: dict[str, str] = {
                      "args[2] (byte offset) to LDS args[0], completing bytes on mbarrier args[3] "
                      "(sm_90a: cp.async.bulk, the TMA unit; no registers hold them); a wave may "
                      "read them only after its mbar_wait saw that phase complete",
+    "tma_load_rows": "lane 0 starts a TMA tensor copy of attrs.box_rows rows of attrs.row_bytes "
+                     "bytes from row args[3] of the 2-D view of global args[2] that tensor map "
+                     "args[1] describes (rows attrs.row_bytes apart) to LDS args[0], placed "
+                     "with attrs.swizzle (0, or 128: atoms.base.swizzled), completing bytes on "
+                     "mbarrier args[4] (sm_90a: cp.async.bulk.tensor.2d); read as bulk_load_lds's",
     "mbar_inval": "lane 0 invalidates mbarrier args[0] (no phase in flight), so its 8 bytes may "
                   "be set up again by mbar_init: a barrier used by each job of a persistent "
                   "CTA (sm_90a: mbarrier.inval; initialising a valid mbarrier is undefined)",
@@ -227,6 +236,47 @@ class Ptr:
     constant: bool = False
     size = 8
     align = 8
+
+
+@dataclass(frozen=True)
+class TensorMap(Ptr):
+    """A global buffer of TENSOR_MAP_BYTES holding the TMA descriptor (CUtensorMap) of the
+    2-D view of buffer argument `of` as rows of `row_bytes` bytes (its bytes / row_bytes rows),
+    boxes of `box_rows` rows, `swizzle` 0 or 128. Launchers derive it from `of` (the CUDA
+    launcher encodes it with cuTensorMapEncodeTiled at the buffer's address; the interpreter
+    reads `of` itself), so a caller never passes it."""
+    dtype: DType = u8
+    readonly: bool = True
+    constant: bool = False
+    of: str = ""
+    row_bytes: int = 0
+    box_rows: int = 0
+    swizzle: int = 0
+
+    def __post_init__(self):
+        if not self.of.isidentifier():
+            raise ValueError(f"TensorMap: of={self.of!r} must name a buffer argument")
+        if self.row_bytes <= 0 or self.row_bytes % BULK_ALIGN:
+            raise ValueError(f"TensorMap of {self.of}: row_bytes {self.row_bytes!r}; a positive "
+                             f"multiple of {BULK_ALIGN}")
+        if not 0 < self.box_rows <= TMA_MAX_BOX_ROWS:
+            raise ValueError(f"TensorMap of {self.of}: box_rows {self.box_rows!r}; 1 .. "
+                             f"{TMA_MAX_BOX_ROWS}")
+        if self.swizzle not in TMA_SWIZZLES:
+            raise ValueError(f"TensorMap of {self.of}: swizzle {self.swizzle!r}; one of "
+                             f"{TMA_SWIZZLES}")
+        if self.swizzle and self.row_bytes > TMA_SW128_ROW_BYTES:
+            raise ValueError(f"TensorMap of {self.of}: {self.row_bytes}-byte rows exceed the "
+                             f"{TMA_SW128_ROW_BYTES}-byte swizzle span")
+
+    @property
+    def box_bytes(self) -> int:
+        return self.box_rows * self.row_bytes
+
+
+def derived_args(abi: "ABI") -> list:
+    """The ABI's slots a launcher fills itself (TensorMap: from the buffer it describes)."""
+    return [s for s in abi.slots if isinstance(s.kind, TensorMap)]
 
 
 @dataclass(frozen=True)

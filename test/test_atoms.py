@@ -310,8 +310,8 @@ def test_wgmma_reads_b_from_lds_through_the_descriptor(n, lbo, sbo, start):
         assert a.smem_descriptor(start) == smem_descriptor(start, lbo, sbo)
     with pytest.raises(ValueError):
         a.read_b_smem(lds[:start + 16], smem_descriptor(start, lbo, sbo))
-    with pytest.raises(ValueError):
-        a.read_b_smem(lds, smem_descriptor(start, lbo, sbo, swizzle=1))
+    with pytest.raises(ValueError, match="swizzle mode 2 is not modelled"):
+        a.read_b_smem(lds, smem_descriptor(start, lbo, sbo, swizzle=2))
 
 
 @pytest.mark.parametrize("lbo,sbo,start", [(128, 256, 0), (1024, 128, 4096), (512, 1024, 48)])
@@ -365,9 +365,12 @@ def test_registry():
         "gfx950_mfma_f32_16x16x32_fp8", "gfx950_mfma_f32_16x16x128_f8f6f4", "gfx950_mfma_f32_16x16x32_bf16"}
     assert set(a.name for a in atoms_for("gfx942")) == {
         "gfx942_mfma_f32_16x16x32_fp8", "gfx942_mfma_f32_16x16x16_bf16"}
-    # mma.sync x 2, wgmma e4m3 RS x 6, wgmma e4m3 SS n64, wgmma bf16 RS n8 / n16
-    assert len(atoms_for("sm_90a")) == 2 + 6 + 1 + 2
+    # mma.sync x 2, wgmma e4m3 RS x 6, wgmma e4m3 SS n64 (A no-swizzle / 128B-swizzled),
+    # wgmma bf16 RS n8 / n16
+    assert len(atoms_for("sm_90a")) == 2 + 6 + 2 + 2
     assert atom("sm90_wgmma_m64n64k32_e4m3_ss") == wgmma_e4m3(64, a_smem=True)
+    assert atom("sm90_wgmma_m64n64k32_e4m3_ss_sw128") == wgmma_e4m3(64, a_smem=True,
+                                                                     a_sw128=True)
     assert len(atoms_for("interp")) == len(ATOMS)
     assert atom("sm90_wgmma_m64n128k32_e4m3") == wgmma_e4m3(128)
     with pytest.raises(ValueError):
@@ -420,3 +423,36 @@ def test_backend_spellings():
     w = wgmma_e4m3(64)
     assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3" in w.asm
     assert "%31}" in w.asm and "{%32, %33, %34, %35}, %36, p, 1, 1;" in w.asm
+
+
+def test_sw128_operand_reads_back_what_its_table_placed():
+    """The 128B-swizzled K-major A (wgmma_e4m3(64, a_smem=True, a_sw128=True)): A staged
+    at its table's places (the XOR applied) from a 1024-byte boundary reads back through the
+    descriptor; the k32 chunks of a 128-byte row (start address + 32 c) read that row's
+    bytes [32 c, 32 c + 32) at their swizzled places, as TMA's SWIZZLE_128B leaves a page of
+    keys; a row's 16-byte chunks land on 8 different chunk columns (no LDS bank conflict
+    between the rows of an octet); base offsets and other SBOs are refused by name."""
+    from monokernel.atoms.base import SW128_ATOM_BYTES, swizzled
+    a = wgmma_e4m3(64, a_smem=True, a_sw128=True)
+    assert a.name == "sm90_wgmma_m64n64k32_e4m3_ss_sw128"
+    rng = np.random.default_rng(5)
+    A = rng.integers(0, 256, (64, 32), dtype=np.uint8)
+    base = 2 * SW128_ATOM_BYTES
+    lds = np.zeros(base + 8 * SW128_ATOM_BYTES, np.uint8)
+    lds[base + a.a_smem.table()] = A
+    np.testing.assert_array_equal(a.read_a_smem(lds, a.a_smem_descriptor(base)), A)
+    page = rng.integers(0, 256, (64, 128), dtype=np.uint8)  # 64 keys x 128 bytes
+    rows = np.arange(64)[:, None]
+    phys = swizzled(base + (rows % 8) * 128 + (rows // 8) * SW128_ATOM_BYTES + np.arange(128))
+    lds[phys] = page
+    for c in range(4):
+        got = a.read_a_smem(lds, a.a_smem_descriptor(base + 32 * c))
+        np.testing.assert_array_equal(got, page[:, 32 * c:32 * c + 32])
+    chunk_cols = (swizzled(np.arange(8) * 128) % 128) // 16  # chunk 0 of rows 0..7
+    assert sorted(chunk_cols.tolist()) == list(range(8))
+    with pytest.raises(ValueError, match="base offset 3"):
+        a.read_a_smem(lds, smem_descriptor(base, 16, SW128_ATOM_BYTES, swizzle=1, base_offset=3))
+    with pytest.raises(ValueError, match="SBO 2048"):
+        a.read_a_smem(lds, smem_descriptor(base, 16, 2048, swizzle=1))
+    with pytest.raises(ValueError, match="a_sw128 places A in shared memory"):
+        wgmma_e4m3(64, a_sw128=True)

@@ -119,3 +119,20 @@ def test_mailbox_fence_mutations_on_gpu_report(torch, variant, capsys):
         stale += int(not res["out_bulk"])
     with capsys.disabled():
         print(f"\n[{'/'.join(variant)}=False] stale bulk reads in {stale} of 20 full-grid runs")
+
+
+@pytest.mark.parametrize("steps", [3, 6])
+def test_tma_keys_ring_on_gpu(torch, rng, steps):
+    """Pages of keys copied by TMA with SWIZZLE_128B (the tensor map encoded by the launcher
+    from the cache tensor) and scored by SS wgmma through the 128B-swizzled A descriptor:
+    against float64, and equal to the interpreter's run of the same kernel to the wgmma
+    sums' tolerance. A wrong placement model or descriptor reads other bytes: O(1) errors."""
+    from monokernel import interp
+    from monokernel.proofs import tma_keys as tk
+    inp = tk.make_inputs(rng, steps=steps)
+    ref = tk.reference(inp, steps=steps)
+    mine = {n: v.copy() for n, v in inp.items()}
+    interp.run(tk.build("interp", steps=steps), mine, grid=1)
+    run(torch, tk.build("sm_90a", steps=steps), inp, grid=1)
+    assert tk.check(inp, ref, steps=steps) <= tk.tolerance()
+    np.testing.assert_allclose(inp["d"], mine["d"], rtol=tk.tolerance(), atol=tk.tolerance())

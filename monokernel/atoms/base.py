@@ -71,6 +71,35 @@ def decode_smem_descriptor(desc: int) -> dict:
                 swizzle=desc >> 62)
 
 
+SWIZZLE_128B = 1  # the descriptor's swizzle field for the 128-byte mode
+SW128_ROW_BYTES = 128  # a row of the 128B-swizzled K-major layout
+SW128_ATOM_BYTES = 8 * SW128_ROW_BYTES  # 8 rows: the pattern repeats (SBO between row octets)
+SWIZZLE_ATOM_BYTES = SW128_ATOM_BYTES
+SW_CHUNK_SHIFT, SW_ROW_SHIFT = 4, 7  # 16-byte chunks; 128-byte rows
+
+
+def swizzled(offset):
+    """The 128B swizzle (CuTe's Swizzle<3,4,3>): a byte's 16-byte chunk index within its
+    128-byte row is XORed with the row's index within its 8-row atom, i.e. address bits
+    [4, 7) ^= bits [7, 10) of the byte's address, the atom aligned to 1024 bytes. It is how
+    TMA's SWIZZLE_128B places a box and how wgmma reads a descriptor of swizzle mode 1."""
+    offset = np.asarray(offset)
+    return offset ^ (((offset >> SW_ROW_SHIFT) & 7) << SW_CHUNK_SHIFT)
+
+
+def kmajor_sw128(mn: int, k_bytes: int, elem_bytes: int) -> Layout:
+    """The UNSWIZZLED placement of the 128B-swizzled K-major layout, (mn, k) -> byte offset:
+    row r's bytes at (r % 8) * 128 + (r // 8) * 1024 (the descriptor's SBO), so one
+    instruction's K (k_bytes <= 128) lies in one 128-byte row; `swizzled` gives the bytes'
+    real places. A page of 64 keys x 128 bytes, copied by TMA with SWIZZLE_128B, is this
+    layout with K = 128 bytes, an instruction's k32 chunk c at start address + 32 c."""
+    if mn % 8 or k_bytes % elem_bytes or k_bytes > SW128_ROW_BYTES:
+        raise ValueError(f"{mn} x {k_bytes} bytes: 128B swizzle takes rows in 8s and K within "
+                         f"one {SW128_ROW_BYTES}-byte row")
+    return Layout(((8, mn // 8), k_bytes // elem_bytes),
+                  ((SW128_ROW_BYTES, SW128_ATOM_BYTES), elem_bytes))
+
+
 def kmajor_interleave(mn: int, k: int, elem_bytes: int, lbo: int, sbo: int) -> Layout:
     """PTX ISA canonical K-major layout without swizzle, ((8,m),(T,2k)):((1T,SBO),(1,LBO))
     in elements with T = 16 bytes / element size, given here as (mn, k) -> byte offset:
@@ -102,8 +131,10 @@ class SmemOperand:
         return self.layout(row, col)
 
     def table(self) -> np.ndarray:
-        """Byte offsets indexed [row, col]."""
-        return tabulate(self.layout)
+        """Byte offsets indexed [row, col] (a swizzled mode's placement from a base
+        aligned to SWIZZLE_ATOM_BYTES: `layout` is the unswizzled one)."""
+        off = tabulate(self.layout)
+        return swizzled(off) if self.swizzle else off
 
 
 @dataclass(frozen=True)
@@ -265,12 +296,22 @@ class MMAAtom:
         return self._read_kmajor(lds, desc, self.m, self.a_dtype, "A")
 
     def _read_kmajor(self, lds, desc, mn, dtype, what) -> np.ndarray:
-        """[mn, K] elements at the descriptor's no-swizzle K-major placement."""
+        """[mn, K] elements at the descriptor's K-major placement: no swizzle (core matrices
+        LBO / SBO apart), or 128B swizzle (rows of 128 bytes, row octets SBO apart, the
+        XOR on the LDS byte address: `swizzled`; the backends align LDS to 1024 bytes)."""
         f = decode_smem_descriptor(desc)
-        if f["swizzle"] != 0:
-            raise ValueError(f"{self.name}: swizzled descriptors ({f['swizzle']}) are not modelled")
         eb = dtype.bits // 8
-        off = f["addr"] + tabulate(kmajor_interleave(mn, self.k, eb, f["lbo"], f["sbo"]))
+        if f["swizzle"] == SWIZZLE_128B:
+            if f["base_offset"] or f["sbo"] != SW128_ATOM_BYTES:
+                raise ValueError(f"{self.name}: a 128B-swizzled descriptor with base offset "
+                                 f"{f['base_offset']} and SBO {f['sbo']}; modelled: 0 and "
+                                 f"{SW128_ATOM_BYTES}")
+            off = swizzled(f["addr"] + tabulate(kmajor_sw128(mn, self.k * eb, eb)))
+        elif f["swizzle"] != 0:
+            raise ValueError(f"{self.name}: swizzle mode {f['swizzle']} is not modelled "
+                             "(none, and 128B)")
+        else:
+            off = f["addr"] + tabulate(kmajor_interleave(mn, self.k, eb, f["lbo"], f["sbo"]))
         if off.min() < 0 or off.max() + eb > lds.size:
             raise ValueError(f"{self.name}: {what} at descriptor {desc:#x} reads LDS bytes "
                              f"[{off.min()}, {off.max() + eb}) past its {lds.size} bytes")

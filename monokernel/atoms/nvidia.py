@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from .. import types as T
 from ..layout import Layout
-from .base import MMAAtom, SmemOperand, decode_smem_descriptor, kmajor_interleave, smem_descriptor
+from .base import (SW128_ATOM_BYTES, SWIZZLE_128B, MMAAtom, SmemOperand, decode_smem_descriptor,
+                   kmajor_interleave, kmajor_sw128, smem_descriptor)
 
 WGMMA_FENCE = "wgmma.fence.sync.aligned;"
 WGMMA_COMMIT = "wgmma.commit_group.sync.aligned;"
@@ -81,14 +82,20 @@ _WG_A = Layout(((4, 8, 4), (4, 2, 2)), ((256, 1, 16), (64, 8, 1024)))
 # Default B placement for a 32 x N tile: each group of 8 N-rows is 256 contiguous bytes,
 # its two K core matrices (k 0-15, 16-31) back to back.
 WGMMA_B_LBO, WGMMA_B_SBO = 128, 256
+# a 128B-swizzled K-major operand's LBO is unused (one instruction's K lies in one 128-byte
+# row); CUTLASS encodes 1 (16 bytes)
+SW128_LBO = 16
 
 
 def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO,
-               a_smem: bool = False) -> MMAAtom:
+               a_smem: bool = False, a_sw128: bool = False) -> MMAAtom:
     """wgmma m64nNk32 f32 += e4m3 x e4m3, A from registers (or, `a_smem`, the SS form: A
     from shared memory too, K-major at the canonical no-swizzle layout with the same
-    LBO/SBO), B (K-major) from shared memory at the canonical no-swizzle layout with the
-    given LBO/SBO (bytes)."""
+    LBO/SBO; `a_sw128`: at the 128B-swizzled K-major layout, rows of 128 bytes as TMA's
+    SWIZZLE_128B copies a page of keys), B (K-major) from shared memory at the canonical
+    no-swizzle layout with the given LBO/SBO (bytes)."""
+    if a_sw128 and not a_smem:
+        raise ValueError("wgmma_e4m3: a_sw128 places A in shared memory (a_smem=True)")
     if n % 8 or not 8 <= n <= 256:  # PTX: .f32 accumulators allow N = 8*i, i = 1..32
         raise ValueError(f"wgmma m64nNk32 .f32 needs N a multiple of 8 in [8, 256], got {n}")
     instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3"
@@ -102,7 +109,8 @@ def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO,
     nk = kmajor_interleave(n, 32, 1, lbo, sbo)
     b_kn = Layout((nk.shape[1], nk.shape[0]), (nk.stride[1], nk.stride[0]))
     return MMAAtom(
-        name=f"sm90_wgmma_m64n{n}k32_e4m3" + ("_ss" if a_smem else ""), targets=("sm_90a",),
+        name=f"sm90_wgmma_m64n{n}k32_e4m3" + ("_ss" if a_smem else "") +
+        ("_sw128" if a_sw128 else ""), targets=("sm_90a",),
         m=64, n=n, k=32,
         a_dtype=T.fp8e4m3fn, b_dtype=T.fp8e4m3fn, acc_dtype=T.f32, group=128,
         a_layout=None if a_smem else _WG_A, b_layout=None,
@@ -114,7 +122,9 @@ def wgmma_e4m3(n: int, lbo: int = WGMMA_B_LBO, sbo: int = WGMMA_B_SBO,
                    ("scale_d", "b32 (r): 0 -> D = A*B, else D = A*B + D")),
         result_type=f"{nd} x f32", asm=asm,
         b_source="smem", b_smem=SmemOperand(b_kn, lbo, sbo, elem_bytes=1),
-        a_smem=SmemOperand(kmajor_interleave(64, 32, 1, lbo, sbo), lbo, sbo, elem_bytes=1)
+        a_smem=(SmemOperand(kmajor_sw128(64, 32, 1), SW128_LBO, SW128_ATOM_BYTES,
+                            elem_bytes=1, swizzle=SWIZZLE_128B) if a_sw128 else
+                SmemOperand(kmajor_interleave(64, 32, 1, lbo, sbo), lbo, sbo, elem_bytes=1))
         if a_smem else None,
         is_async=True,
         notes="imm-scale-a/b = 1; fp8 wgmma has no transpose: A and B must be K-major.")
@@ -158,7 +168,8 @@ def wgmma_bf16(n: int, lbo: int = WGMMA16_B_LBO, sbo: int = WGMMA16_B_SBO) -> MM
               "low half first.")
 
 
-WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N) + (wgmma_e4m3(64, a_smem=True),)
+WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N) + (wgmma_e4m3(64, a_smem=True),
+                                                      wgmma_e4m3(64, a_smem=True, a_sw128=True))
 WGMMA_BF16 = tuple(wgmma_bf16(n) for n in (8, 16))
 ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3) + WGMMA_E4M3 + WGMMA_BF16
 

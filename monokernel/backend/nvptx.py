@@ -59,7 +59,9 @@ BACKOFF_NS = 64  # nanosleep between polls: off the memory path, still prompt
 BARRIER_FENCES = False  # explicit CTA fences around bar.sync (see barrier()): off, measured
 # slower on the H200 (front 13.21 -> 12.39 us at 2 rows, index_scoring 512K x 8 85.4 -> 83.4
 # without them; same digests, top-k exact: bench/NOTES.md v7)
-LDS_ALIGN = 16
+# the CTA's LDS base: 1024 bytes, so an LDS byte offset and its shared-window address agree
+# in the bits the 128B swizzle XORs (atoms.base.swizzled: bits 4-9)
+LDS_ALIGN = 1024
 PREDICATED_MASKED_OPS = True  # masked plain stores and atomics the IR marks `predicated`
 # (KernelBuilder.predicated_masks) as predicated inline PTX (see predicated_store): LLVM's
 # branch around each became BSSY / BRA / BSYNC in ptxas's SASS, a warp reconvergence per
@@ -267,6 +269,14 @@ class NVPTXHooks(TargetHooks):
         e.emit('call void asm sideeffect "cp.async.bulk.shared::cluster.global.mbarrier::'
                'complete_tx::bytes [$0], [$1], $2, [$3];", "l,l,r,l,~{memory}"'
                f'(ptr addrspace(3) {dst}, ptr addrspace(1) {src}, i32 {nbytes}, '
+               f'ptr addrspace(3) {bar})')
+
+    def tma_load_rows(self, e: Emitter, dst: str, tmap: str, row: str, bar: str):
+        # the tensor map in global memory (ir.TensorMap, written by the launcher before the
+        # launch); coordinates innermost first: byte 0 of row `row`
+        e.emit('call void asm sideeffect "cp.async.bulk.tensor.2d.shared::cluster.global.tile.'
+               'mbarrier::complete_tx::bytes [$0], [$1, {0, $2}], [$3];", "l,l,r,l,~{memory}"'
+               f'(ptr addrspace(3) {dst}, ptr addrspace(1) {tmap}, i32 {row}, '
                f'ptr addrspace(3) {bar})')
 
     def mbar_inval(self, e: Emitter, bar: str):

@@ -25,7 +25,7 @@ import threading
 import numpy as np
 
 from .. import numerics
-from ..ir import Kernel, Ptr
+from ..ir import TENSOR_MAP_BYTES, Kernel, Ptr, TensorMap, derived_args
 
 DEFAULT_DYNAMIC_SMEM = 48 * 1024  # what a function may use without raising its limit
 _JIT_LOG_BYTES = 1 << 16
@@ -245,15 +245,16 @@ class CudaKernel:
         import torch
         abi = self.kernel.abi
         names = abi.names()
-        extra = sorted(set(args) - set(names))
-        missing = [n for n in names if n not in args]
+        derived = {s.name for s in derived_args(abi)}
+        extra = sorted(set(args) - set(names) | (set(args) & derived))
+        missing = [n for n in names if n not in args and n not in derived]
         if extra or missing:
             raise LaunchError(f"kernel {self.name}: arguments {extra} are not in its ABI and "
                               f"{missing} are missing; the ABI is {names}")
         slot_bytes = 8
         buf = np.zeros(len(abi.slots) * slot_bytes, dtype=np.uint8)
         for i, s in enumerate(abi.slots):
-            v = args[s.name]
+            v = self._tensor_map(s, args[s.kind.of]) if s.name in derived else args[s.name]
             if isinstance(s.kind, Ptr):
                 if isinstance(v, torch.Tensor):
                     if not v.is_cuda or v.device.index != self.device:
@@ -275,6 +276,40 @@ class CudaKernel:
         ptrs = np.array([buf.ctypes.data + i * slot_bytes for i in range(len(abi.slots))],
                         dtype=np.uint64)
         return buf, ptrs
+
+    def _tensor_map(self, slot, buf):
+        """The device copy of the TMA descriptor `slot` (an ir.TensorMap) of tensor `buf`:
+        its bytes as rows of row_bytes, boxes of box_rows rows, encoded once per (address,
+        size) and kept for the kernel's lifetime (the launch reads it from global memory)."""
+        import torch
+        tm: TensorMap = slot.kind
+        if not isinstance(buf, torch.Tensor) or not buf.is_cuda:
+            raise LaunchError(f"kernel {self.name}: the tensor map {slot.name!r} is derived from "
+                              f"argument {tm.of!r}, which must be a CUDA tensor")
+        nbytes = buf.numel() * buf.element_size()
+        if nbytes % tm.row_bytes or buf.data_ptr() % 16:
+            raise LaunchError(f"kernel {self.name}: {tm.of!r} ({nbytes} bytes at "
+                              f"{buf.data_ptr():#x}) is not whole 16-byte-aligned rows of "
+                              f"{tm.row_bytes} bytes for tensor map {slot.name!r}")
+        cache = self.__dict__.setdefault("_tmaps", {})
+        key = (slot.name, buf.data_ptr(), nbytes)
+        if key not in cache:
+            drv = driver()
+            swz = drv.CUtensorMapSwizzle
+            u32, u64 = drv.cuuint32_t, drv.cuuint64_t
+            tmap = _check(drv, drv.cuTensorMapEncodeTiled(
+                drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, u32(2), buf.data_ptr(),
+                [u64(tm.row_bytes), u64(nbytes // tm.row_bytes)], [u64(tm.row_bytes)],
+                [u32(tm.row_bytes), u32(tm.box_rows)], [u32(1), u32(1)],
+                drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swz.CU_TENSOR_MAP_SWIZZLE_128B if tm.swizzle else swz.CU_TENSOR_MAP_SWIZZLE_NONE,
+                drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                "cuTensorMapEncodeTiled", self.name, f" (tensor map {slot.name!r})")
+            raw = np.array([int(x) for x in tmap.opaque], np.uint64).view(np.uint8)
+            assert raw.size == TENSOR_MAP_BYTES, raw.size
+            cache[key] = torch.from_numpy(raw.copy()).to(f"cuda:{self.device}")
+        return cache[key]
 
     # ------------------------------------------------------------------ launch
     def launch(self, args: dict, *, grid: int | None = None, stream=None, sync: bool = True,
