@@ -388,13 +388,17 @@ class KernelBuilder:
         self._emit("while", (), (), {}, (cond_blk, body))
 
     # ------------------------------------------------------------------ memory
-    def lds(self, name: str, dt, count: int) -> Value:
+    def lds(self, name: str, dt, count: int, align: int = 16) -> Value:
+        """`count` elements of dt in the CTA's LDS, at a multiple of `align` bytes (16, the
+        widest LDS access, or more: 1024 for a 128B-swizzled TMA box or wgmma operand)."""
         dt = as_dtype(dt)
         if any(a.name == name for a in self._lds):
             raise DSLError(f"LDS allocation {name!r} declared twice")
         if count <= 0:
             raise DSLError(f"LDS allocation {name!r}: count {count} must be positive")
-        off = (self._lds_top + 15) // 16 * 16  # 16-byte aligned: the widest LDS access
+        if align < 16 or align & (align - 1):
+            raise DSLError(f"LDS allocation {name!r}: align {align} must be a power of two >= 16")
+        off = (self._lds_top + align - 1) // align * align
         self._lds.append(LDSAlloc(name, dt, count, off))
         self._lds_top = off + dt.bytes * count
         if self._lds_top > self.target.lds_bytes:

@@ -79,7 +79,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .dsl import DSLError, build_kernel
-from .ir import DEFAULT_POLL_BOUND, ABI, Ptr, Scalar  # noqa: F401 (re-exported)
+from .ir import DEFAULT_POLL_BOUND, ABI, Ptr, Scalar, derived_args  # noqa: F401 (re-exported)
 from .schedule import (JobGraph, JobNode, Key, Schedule, check_deadlock_free, job_name,
                        list_schedule)
 from .types import i32, u8, u32, u64
@@ -314,8 +314,9 @@ class LinkedKernel:
         data = table.data if isinstance(table, ScheduleTable) else table
         args = dict(arena=arena, sched=data, err=err, tag=int(tag))
         names = self.abi.names()
-        extra = sorted(set(buffers) - set(names))
-        missing = [n for n in names if n not in args and n not in buffers]
+        derived = {s.name for s in derived_args(self.abi)}  # the launchers fill these
+        extra = sorted(set(buffers) - set(names) | (set(buffers) & derived))
+        missing = [n for n in names if n not in args and n not in buffers and n not in derived]
         if extra or missing:
             raise ValueError(f"launch {self.name}: buffers {extra} are not in the ABI and {missing} "
                              f"are missing; the ABI is {names}")

@@ -72,6 +72,7 @@ from layouts.regions import PlainBuffer, TaggedPairs
 from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.atoms.base import DESC_SHIFT, desc_units
 from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
+from monokernel.ir import TensorMap
 from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 
 from .base import Buffer, Job, Stage, Use
@@ -89,6 +90,8 @@ from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_d
 ALT_SLOTS = 3
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
+PAGE_ROWS = PAGE_BYTES // HD  # a cache page as rows of one key's bytes: 64 keys, 2 of scales
+TMA_SWIZZLE = 128  # the TMA box's swizzle: the K-major layout fp8 wgmma reads
 WORD_BYTES = u32.bits // 8  # LDS staging words
 
 
@@ -100,7 +103,7 @@ class IndexScore(Stage):
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
-                "async_keys", "late_loads", "key_piece")
+                "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -221,6 +224,23 @@ class IndexScore(Stage):
     # order follows the tiling, so the scores' bits do not change. AMD's register-B atoms
     # keep 32 (a lane's query bytes in one 32-byte window)
     key_piece = LANE_BYTES
+    # Hopper, the one-page steps of groups of fewer pairs (W2's one-pair chains): each
+    # warpgroup's pages copied by TMA (keys and scales, one 128B-swizzled box a page) into a
+    # ring of TMA_SLOTS LDS slots, an mbarrier phase a use, and scored by SS wgmma straight
+    # from the slot (WgmmaGroup.narrow_tma). Why: keys loaded into registers cannot hide
+    # their latency, ptxas waits for every load of the loop at its top (bench/NOTES.md v20:
+    # ~30% of the W2 step outside the loop's work); an mbarrier wait is exact a slot.
+    tma_keys = False
+    # pages a warpgroup keeps in flight (9 KB of LDS each: the fused rows-8 index, at 148.6
+    # KB before, fits two a warpgroup beside the key-order query staging)
+    tma_slots = 2
+    # with tma_keys, a one-pair group's chain of step s runs while step s - 1's epilogue does
+    # (WgmmaGroup._tma_overlapped). Nsight Compute on the TMA loop without it (bench/NOTES.md
+    # v20): the keys are no longer waited for, the step is the chain's latency then the
+    # epilogue's, in series, two warpgroups an SM
+    tma_overlap = True
+    TMA_BARRIERS = (3, 4)  # named barrier of warpgroup 0 / 1 (after TURN_BARRIERS)
+    TMA_MAP = "index_cache_tmap"  # the kernel argument of the cache's tensor map
     # the string tunables' values (tools' --tune)
     CHOICES = {"head_sum": HEAD_SUMS, "sum_mma": SUM_MMAS, "late_loads": LATE_LOADS}
     # Hopper groups of fewer pairs than the plan (W2's one-pair requests; every group of a
@@ -237,7 +257,8 @@ class IndexScore(Stage):
     def narrow_pages(self) -> int:
         """Pages a step of the one-pair chains (`pages_per_step`, resolved)."""
         if self.pages_per_step is None:
-            return 2 if self.p.pairs == 1 and not (self.prefetch_pages or self.turns) else 1
+            return 2 if self.p.pairs == 1 and not (self.prefetch_pages or self.turns or
+                                                   self.tma_keys) else 1
         return self.pages_per_step
     TURN_BARRIERS = (1, 2)  # named barrier of warpgroup 0 / 1 (0 is the CTA barrier's)
     # a timeline build's cycle accounts of the key loop (stages/cycles.py), per wave: from a
@@ -308,6 +329,13 @@ class IndexScore(Stage):
         return [PlainBuffer("scores", f32, (p.rows, p.capacity)),
                 PlainBuffer("score_hist", u32, (p.rows, p.segments, FIRST_DIGIT_BINS)),
                 TaggedPairs("score_done", (p.score_jobs,), u32)]
+
+    def kernel_args(self) -> dict:
+        out = super().kernel_args()
+        if self.tma_keys:
+            out[self.TMA_MAP] = TensorMap(of="index_cache", row_bytes=HD, box_rows=PAGE_ROWS,
+                                          swizzle=TMA_SWIZZLE)
+        return out
 
     def buffers(self):
         p = self.p
@@ -876,7 +904,7 @@ class IndexScore(Stage):
         # the RS path's K order is the tiling's permutation (its A fragments); the SS path's
         # keys sit in shared memory in head-byte order, so its B copy is in that order too
         for name, perm in [("ix_qstage", T.perm)] + ([("ix_qstage_ss", range(HD))]
-                                                      if self.ss_keys else []):
+                                                      if self.ss_keys or self.tma_keys else []):
             qs = k.lds(name, u32, T.chunks * cb // 4)
             off = k.lds_offset(name)
             for c in range(T.chunks):

@@ -25,15 +25,23 @@ from __future__ import annotations
 
 import math
 
-from monokernel.atoms.base import DESC_SHIFT
+from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, SW_CHUNK_SHIFT, SW_ROW_SHIFT, desc_units
+from monokernel.ir import MBARRIER_BYTES
 from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
-from monokernel.types import bf16, f32, i32, u32, u64
+from monokernel.types import bf16, f32, i32, u8, u32, u64
 
 from .index_dsl import BF16_HIGH, BF16_SHIFT, _lane
 from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
 from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
+from .index_plan import PAGE_BYTES
 
 KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
+PAGE_ROWS = PAGE_BYTES // HEAD_DIM  # a page as TMA box rows of one key's bytes
+
+
+def _swizzled(k, addr):
+    """atoms.base.swizzled on an i32 LDS byte address (the 128B swizzle's XOR)."""
+    return addr ^ (((addr >> SW_ROW_SHIFT) & 7) << SW_CHUNK_SHIFT)
 
 
 class WgmmaGroup:
@@ -201,22 +209,24 @@ class WgmmaGroup:
         if self.turns:
             self.k.named_barrier(self.other, self.k.W, arrive=True)
 
-    def issue(self, atom, A, ra):
-        """One wgmma per MMA chunk, B = the staged query columns from row ra on, committed
-        as one group; the result is pending until a wgmma_wait retires the group."""
+    def issue(self, atom, A, ra, descs="descs"):
+        """One wgmma per MMA chunk, B = the staged query columns from row ra on (`descs`:
+        the stage's staging in the tiling's K order, or "descs_ss" in key-byte order, for A
+        read from keys in shared memory as they lie in the cache), committed as one group;
+        the result is pending until a wgmma_wait retires the group."""
         k, st = self.k, self.st
         off = st._b_rows_offset(k, ra)
         self.turn_begin()
         k.wgmma_fence()
         acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
         for c in range(self.T.chunks):
-            acc = k.wgmma(atom, A[c], k.const(self.stage["descs"][c], u64) + off, acc)
+            acc = k.wgmma(atom, A[c], k.const(self.stage[descs][c], u64) + off, acc)
         k.wgmma_commit()
         self.turn_end()
         return acc
 
-    def chain(self, atom, A, ra):
-        acc = self.issue(atom, A, ra)
+    def chain(self, atom, A, ra, descs="descs"):
+        acc = self.issue(atom, A, ra, descs)
         self.k.wgmma_wait(0)
         self.st._cyc.mark("chain")
         return acc
@@ -422,6 +432,11 @@ class WgmmaGroup:
         """Groups of fewer pairs than the plan (and every group of a rows-2 build): a chain a
         pair, one page a step or two (IndexScore.pages_per_step)."""
         st, k = self.st, self.k
+        if st.tma_keys:
+            if st.narrow_pages != 1 or st.async_keys:
+                raise ValueError("ix_score: tma_keys takes the one-page steps (pages_per_step "
+                                 "1, not with async_keys)")
+            return self.narrow_tma()
         if st.narrow_pages == 1 and st.async_keys:
             return st._pipeline_async(k, self.my_n, self.locate, self.issue_async,
                                       self.read_async, self.compute, depth=st.narrow_ring_depth,
@@ -444,6 +459,138 @@ class WgmmaGroup:
                      lambda t: [self.locate(2 * t), self.locate(2 * t + 1)],
                      lambda t, pg: self.load(2 * t, pg[0]) + self.load(2 * t + 1, pg[1]),
                      self.compute_two)
+
+    # -- keys through TMA into LDS slots (IndexScore.tma_keys) -------------------------------
+    SLOT_BYTES = -(-PAGE_BYTES // SW128_ATOM_BYTES) * SW128_ATOM_BYTES  # a page, 1024-aligned
+
+    def _tma_ring(self):
+        """Every warpgroup's tma_slots page slots (1024-byte aligned: the 128B swizzle) and
+        their mbarriers, allocated once a kernel."""
+        k, st = self.k, self.st
+        if not isinstance(st.tma_slots, int) or isinstance(st.tma_slots, bool) or \
+                not 2 <= st.tma_slots <= 8:
+            raise ValueError(f"ix_score: tma_slots {st.tma_slots!r}; 2 .. 8 pages in flight")
+        if getattr(st, "_tma_lds", None) is None or st._tma_lds[0] is not k:
+            n = self.nwg * st.tma_slots
+            st._tma_lds = (k, k.lds("ix_tma_slots", u8, n * self.SLOT_BYTES,
+                                    align=SW128_ATOM_BYTES),
+                           k.mbarrier("ix_tma_bars", n))
+        return st._tma_lds[1], st._tma_lds[2]
+
+    def narrow_tma(self):
+        """The one-pair chains with their pages in LDS: the warpgroup's warp 0 (lane 0)
+        issues step t's page (keys and scales: one TMA box of PAGE_ROWS rows) into slot t mod
+        S, completing on the slot's mbarrier; every warp waits for the slot's phase (use n of
+        a slot: parity n & 1), the chain reads A from the slot through the swizzled
+        descriptor (chunk c at + 32 c bytes), the scale from the slot's scale rows; once the
+        warpgroup's four warps are past the chain (a named barrier), step t + S's page goes
+        into the slot. The mbarriers are set up and invalidated a job (a persistent CTA
+        runs many), every copy issued is waited for."""
+        st, k, p = self.st, self.k, self.p
+        ring, bars = self._tma_ring()
+        S = st.tma_slots
+        c = lambda v: k.const(v, i32)  # noqa: E731
+        first = self.wg * S  # this warpgroup's first slot
+        bar = [k.ptr_add(bars, (first + d) * MBARRIER_BYTES) for d in range(S)]
+        slot = [k.ptr_add(ring, (first + d) * self.SLOT_BYTES) for d in range(S)]
+        issuer = self.ww.eq(0)
+        wg_bar = c(st.TMA_BARRIERS[0]) + self.wg
+        atom = wgmma_e4m3(self.at.n, a_smem=True, a_sw128=True)
+        ring0 = k.lds_offset("ix_tma_slots")
+        a_desc0 = k.opaque(atom.a_smem_descriptor(ring0), u64)
+        my_n = self.my_n
+
+        def issue(t, d):
+            with k.if_(issuer & (t < my_n)):
+                k.mbar_arrive_tx(bar[d], PAGE_BYTES)
+                k.tma_load_rows(slot[d], st.TMA_MAP, self.locate(t) * PAGE_ROWS, bar[d])
+
+        def scale(d, key):
+            """The scale of page key `key` (per lane) in slot d: byte SCALE_WORD0 * 4 + 4 key
+            of the page's rows, at its swizzled place."""
+            at_byte = (first + d) * self.SLOT_BYTES + SCALE_WORD0 * 4 + key * 4 + ring0
+            return k.bitcast(k.load(ring, (_swizzled(k, at_byte) - ring0) >> 2, u32), f32)
+
+        def scales(d):
+            if self.mma_chains:
+                return [scale(d, self.warp_key(h)) for h in range(2)]
+            return [scale(d, self.kf)]
+
+        def descriptors(d):
+            off = k.cast((first + d) * desc_units(self.SLOT_BYTES), u64)
+            return [a_desc0 + off + desc_units(ch * atom.K) for ch in range(self.T.chunks)]
+
+        with k.if_(issuer):
+            for d in range(S):
+                k.mbar_init(bar[d], 1)
+        k.named_barrier(wg_bar, 4)
+        for d in range(S):
+            issue(c(d), d)
+        if st.tma_overlap:
+            self._tma_overlapped(S, bar, wg_bar, issue, scales, descriptors, atom)
+        else:
+            self._tma_in_turn(S, bar, wg_bar, issue, scales, descriptors, atom)
+        k.named_barrier(wg_bar, 4)
+        with k.if_(issuer):
+            for d in range(S):
+                k.mbar_inval(bar[d])
+
+    def _tma_overlapped(self, S, bar, wg_bar, issue, scales, descriptors, atom):
+        """Step s's chain issued from its slot, then step s - 1's epilogue while it runs (as
+        `_pipeline_alternate`, with the keys in LDS: no key registers, so the two steps'
+        accumulators fit beside each other): at step s, wait(0) retires chain s - 1 (no
+        group in flight as its accumulators are read), the warpgroup's barrier frees slot
+        s - 1, which takes step s - 1 + S's page; one chain in flight through the epilogue.
+        Only one-pair groups (P = 1); wider groups take `_tma_in_turn`."""
+        k, st = self.k, self.st
+        my_n = self.my_n
+        acc = k.lane_var(k.vec(*[k.const(0.0, f32)] * atom.c_slots))
+        nsc = 2 if self.mma_chains else 1
+        held = [k.lane_var(k.const(0.0, f32)) for _ in range(nsc)]
+        with k.if_else(self.P.eq(1)) as (one, more):
+            with one:
+                for t0 in k.range(0, my_n + 1, S):
+                    for d in range(S):
+                        s = t0 + d
+                        pd = (d - 1) % S
+                        k.wgmma_wait(0)  # step s - 1's chain, the one reading slot pd
+                        prev = acc.get()
+                        prev_sc = [v.get() for v in held]
+                        k.named_barrier(wg_bar, 4)  # every warp's chain s - 1 retired
+                        with k.if_(s >= 1):
+                            issue(s - 1 + S, pd)
+                        with k.if_(s < my_n):
+                            k.mbar_wait(bar[d], (t0 / S) & 1)
+                            for v, x in zip(held, scales(d)):
+                                v.set(x)
+                            acc.set(self.issue(atom, descriptors(d), self.gi, "descs_ss"))
+                        with k.if_((s >= 1) & (s <= my_n)):
+                            cur = [None] * 4 + prev_sc
+                            self.sums(prev, self.at, [self.narrow_map], 0, self.step_key(s - 1),
+                                      cur)
+                            st._cyc.count("steps")
+                k.wgmma_wait(0)
+            with more:
+                self._tma_in_turn(S, bar, wg_bar, issue, scales, descriptors, atom)
+
+    def _tma_in_turn(self, S, bar, wg_bar, issue, scales, descriptors, atom):
+        """Each step's chains, waited for, then their epilogues, pair after pair."""
+        k, st = self.k, self.st
+        my_n = self.my_n
+        for t0 in k.range(0, my_n, S):
+            for d in range(S):
+                t = t0 + d
+                with k.if_(t < my_n):
+                    k.mbar_wait(bar[d], (t0 / S) & 1)
+                    A = descriptors(d)
+                    cur = [None] * 4 + scales(d)
+                    b0 = self.step_key(t)
+                    for pp in k.range(self.P):
+                        acc = self.chain(atom, A, self.gi + 2 * pp, "descs_ss")
+                        self.sums(acc, self.at, [self.narrow_map], pp, b0, cur)
+                    st._cyc.count("steps")
+                    k.named_barrier(wg_bar, 4)  # the warpgroup's chains on slot d retired
+                    issue(t + S, d)
 
     def compute_wide(self, t, cur):
         """Every pair of the group in ONE chain (N = 2 x pairs x heads): a wgmma's A

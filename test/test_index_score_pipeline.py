@@ -466,7 +466,7 @@ KEY_LOAD_CASES = [
 
 @pytest.mark.parametrize("rows,requests,mode,attr,value", _cases(
     KEY_LOAD_CASES, [f"r{c[0]}-{c[3]}-{c[4]}-{c[2]}" for c in KEY_LOAD_CASES],
-    slow=["r4-key_piece-16-inorder"]))
+    slow=["r4-key_piece-16-inorder", "r8-key_piece-4-relaxed", "r8-late_loads-all-random"]))
 def test_key_loads_in_pieces_or_late_give_the_same_bits(rows, requests, mode, attr, value):
     """IndexScore.key_piece (the lane's 32 key bytes in loads of 16 or 4 contiguous bytes,
     the queries staged in the same K order) and late_loads "all" (every register pipeline
@@ -927,3 +927,57 @@ def test_two_pages_a_step_refuse_what_they_do_not_take():
         setattr(st, attr, val)
         with pytest.raises(ValueError, match="pages_per_step"):
             L.kernel("interp", 32)
+
+
+# ------------------------------------------------ keys through TMA into LDS slots (SS wgmma)
+
+TMA_CASES = [
+    (4, [(2, 1500), (1, 130), (1, 63)], "random", dict(tma_slots=2)),     # overlapped, 2 slots
+    (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", dict(tma_slots=3)),  # W2
+    (2, [(1, 1500), (1, 63)], "inorder", dict(tma_slots=4)),              # every group narrow
+    (4, [(2, 1500), (1, 130), (1, 63)], "relaxed", dict(tma_overlap=False)),  # in turn
+    (8, [(3, 900), (4, 300), (1, 64)], "random", dict(tma_slots=2)),      # groups of 2 pairs
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,extra", _cases(
+    TMA_CASES, [f"r{c[0]}-{c[2]}-" + "-".join(f"{a}{v}" for a, v in c[3].items())
+                for c in TMA_CASES],
+    slow=["r8-random-tma_slots2", "r2-inorder-tma_slots4", "r8-relaxed-tma_slots3"]))
+def test_keys_through_tma_give_the_same_bits(rows, requests, mode, extra):
+    """IndexScore.tma_keys: the narrow groups' pages copied by TMA (keys and scales, 128B
+    swizzled) into LDS slots and scored by SS wgmma, with the chain of step s running under
+    step s - 1's epilogue (tma_overlap) or in turn; the queries staged in key-byte order.
+    Within the float64 checks and bit-identical to the register path, pages shuffled in the
+    table, slots reused across several phases, groups shorter than the ring."""
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        for attr, v in extra.items():
+            setattr(st, attr, v)
+        return L, st
+    _same_bits_on_and_off(build, "tma_keys", requests, mode, 9, 71 + rows)
+
+
+def test_tma_keys_are_checked():
+    """tma_keys with two pages a step or async copies, and a ring of no or too many slots,
+    are errors naming them; the build declares the cache's tensor map, derived by the
+    launchers (not an argument a caller passes)."""
+    def launch(**kw):
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                                 capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.tma_keys = True
+        for a, v in kw.items():
+            setattr(st, a, v)
+        return L
+    for kw, match in [(dict(pages_per_step=2), "tma_keys takes the one-page steps"),
+                      (dict(async_keys=True), "tma_keys takes the one-page steps"),
+                      (dict(tma_slots=1), "tma_slots 1"), (dict(tma_slots=9), "tma_slots 9")]:
+        with pytest.raises(ValueError, match=match):
+            launch(**kw).kernel("interp", 32)
+    from monokernel.ir import TensorMap
+    kern = launch().kernel("interp", 32)
+    tm = kern.abi[IndexScore.TMA_MAP].kind
+    assert isinstance(tm, TensorMap) and (tm.of, tm.row_bytes, tm.swizzle) == ("index_cache", 128, 128)

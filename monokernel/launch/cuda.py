@@ -308,8 +308,11 @@ class CudaKernel:
                 "cuTensorMapEncodeTiled", self.name, f" (tensor map {slot.name!r})")
             raw = np.array([int(x) for x in tmap.opaque], np.uint64).view(np.uint8)
             assert raw.size == TENSOR_MAP_BYTES, raw.size
-            cache[key] = torch.from_numpy(raw.copy()).to(f"cuda:{self.device}")
-        return cache[key]
+            # from pinned memory: a launch inside a CUDA graph capture (time_layers) may be
+            # the first to see this buffer, and a capture copies only from pinned memory
+            host = torch.from_numpy(raw.copy()).pin_memory()
+            cache[key] = (host, host.to(f"cuda:{self.device}", non_blocking=True))
+        return cache[key][1]
 
     # ------------------------------------------------------------------ launch
     def launch(self, args: dict, *, grid: int | None = None, stream=None, sync: bool = True,

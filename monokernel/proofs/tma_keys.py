@@ -52,12 +52,7 @@ def body(k, *, steps):
     T = k.W * k.L
     b_bytes = int(ATOM.b_smem.table().max()) + 1  # one chunk's B [32, COLS]
     qs = k.lds("q_smem", u8, CHUNKS * b_bytes)
-    pad = (-k.lds_offset("q_smem") - CHUNKS * b_bytes) % SW128_ATOM_BYTES
-    if pad:
-        k.lds("align_pad", u8, pad)
-    ring = k.lds("key_slots", u8, SLOTS * SLOT_BYTES)
-    if k.lds_offset("key_slots") % SW128_ATOM_BYTES:
-        raise ValueError("key slots must start on a 1024-byte boundary (128B swizzle)")
+    ring = k.lds("key_slots", u8, SLOTS * SLOT_BYTES, align=SW128_ATOM_BYTES)
     bars = k.mbarrier("key_bars", SLOTS)
     bar = [k.ptr_add(bars, s * MBARRIER_BYTES) for s in range(SLOTS)]
     slot = [k.ptr_add(ring, s * SLOT_BYTES) for s in range(SLOTS)]
