@@ -645,7 +645,7 @@ CASES = [
                  r"@p atom\.relaxed\.gpu\.global\.add\.u32", r"@%p\d+ bra")),
     Case("lds_barrier", _k("lds_barrier", _lds_barrier, ABI(out=Ptr(i32)), waves=4, words=1024),
          _lds_args(1024), 4, ("out",),
-         expect=(r"\.extern \.shared \.align 16 \.b8 lds\[\]", r"bar\.sync\s+0",
+         expect=(rf"\.extern \.shared \.align {nvptx.LDS_ALIGN} \.b8 lds\[\]", r"bar\.sync\s+0",
                  r"st\.shared\.b32", r"ld\.shared\.b32", r"\.reqntid 128")),
     Case("lds_big", _k("lds_big", _lds_barrier, ABI(out=Ptr(i32)), waves=8, words=BIG_WORDS),
          _lds_args(BIG_WORDS), 2, ("out",), expect=(r"\.reqntid 256",)),
@@ -728,7 +728,9 @@ def test_llvm_header_and_kernel_definition():
     assert f'target datalayout = "{nvptx.DATALAYOUT}"' in ir
     assert re.search(r"define ptx_kernel void @lds_barrier\(ptr addrspace\(1\) noundef %out\)", ir)
     assert '"nvvm.reqntid"="128"' in ir and "maxntid" not in ir
-    assert "@lds = external addrspace(3) global [0 x i8], align 16" in ir
+    # 1024: the 128B swizzle's pattern is the LDS address's (atoms.base.swizzled)
+    assert nvptx.LDS_ALIGN == 1024
+    assert f"@lds = external addrspace(3) global [0 x i8], align {nvptx.LDS_ALIGN}" in ir
     assert "addrspace(5)" not in ir
 
 
