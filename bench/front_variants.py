@@ -33,8 +33,7 @@ def main():
     ap.add_argument("--splits", default="3,6,12")
     ap.add_argument("--waves", default="8")
     ap.add_argument("--grids", default="132", help="CTAs (264: two a SM, if registers allow)")
-    ap.add_argument("--tune", type=common.tune_list, default=[],
-                    help="stage tunables for every variant (e.g. front_proj.straight=1)")
+    common.add_tune_option(ap, "stage tunables for every variant (e.g. front_proj.straight=1)")
     a = ap.parse_args()
     args = time_layers._parser().parse_args(["--kind", "front", "--backend", "cuda",
                                              "--timeline"])

@@ -33,14 +33,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--pos", type=int, default=524287)
     ap.add_argument("--workload", default="W1", type=common.workload_list)
-    ap.add_argument("--tune", action="append", default=[], type=common.tune_list)
+    common.add_tune_option(ap, "stage tunables (repeatable or a comma list)")
     ap.add_argument("--launches", type=int, default=3)
     a = ap.parse_args(argv)
     kind = kinds.kind(a.kind)
     spec = common.make_spec(a.config, common.resolve_tp(ap, a.config, None), a.rows, "fp8",
                             "sm_90a")
-    tunes = [t for group in a.tune for t in group]
-    L = common.launch_for(kind, spec, tunes)
+    L = common.launch_for(kind, spec, a.tune)
     inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(0), a.pos,
                                     a.workload[0])
     be = common.backend("cuda")

@@ -226,18 +226,22 @@ class IndexScore(Stage):
     key_piece = LANE_BYTES
     # Hopper, the one-page steps of groups of fewer pairs (W2's one-pair chains): each
     # warpgroup's pages copied by TMA (keys and scales, one 128B-swizzled box a page) into a
-    # ring of TMA_SLOTS LDS slots, an mbarrier phase a use, and scored by SS wgmma straight
-    # from the slot (WgmmaGroup.narrow_tma). Why: keys loaded into registers cannot hide
-    # their latency, ptxas waits for every load of the loop at its top (bench/NOTES.md v20:
-    # ~30% of the W2 step outside the loop's work); an mbarrier wait is exact a slot.
+    # ring of tma_slots LDS slots, an mbarrier phase a use, and scored by SS wgmma straight
+    # from the slot (WgmmaGroup.narrow_tma; the queries staged a second time, in key-byte
+    # order). Why: keys loaded into registers cannot hide their latency, ptxas waits for
+    # every load of the loop at its top (bench/NOTES.md v20: ~30% of the W2 step outside the
+    # loop's work); an mbarrier wait is exact a slot. Exact (top-k through index on the
+    # H200) but SLOWER (H200, 512K keys, same call, 2 slots, overlapped: index_scoring r8 W2
+    # 109.9 vs 96.0 us, r4 63.4 vs 59.1, r2 43.9 vs 39.0): off, a tunable; it frees the key
+    # registers (rows-2 index_scoring 150 a thread vs 254), for more warps, untried
     tma_keys = False
     # pages a warpgroup keeps in flight (9 KB of LDS each: the fused rows-8 index, at 148.6
     # KB before, fits two a warpgroup beside the key-order query staging)
     tma_slots = 2
     # with tma_keys, a one-pair group's chain of step s runs while step s - 1's epilogue does
     # (WgmmaGroup._tma_overlapped). Nsight Compute on the TMA loop without it (bench/NOTES.md
-    # v20): the keys are no longer waited for, the step is the chain's latency then the
-    # epilogue's, in series, two warpgroups an SM
+    # v20): the keys are no longer waited for, the chain's wait is 14% of the samples. H200,
+    # 2 slots, same-shape runs in two calls: r8 W2 109.9 overlapped, 114.0 in turn
     tma_overlap = True
     TMA_BARRIERS = (3, 4)  # named barrier of warpgroup 0 / 1 (after TURN_BARRIERS)
     TMA_MAP = "index_cache_tmap"  # the kernel argument of the cache's tensor map

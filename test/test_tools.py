@@ -550,6 +550,24 @@ def test_tune_sets_a_listed_tunable_and_names_what_is_wrong():
             common.launch_for(kind, spec, common.tune_list(bad))
 
 
+@pytest.mark.parametrize("tool", ["build", "time_layers", "check_layer", "check_topk"])
+def test_repeated_tune_flags_add_up(tool):
+    """--tune given several times sets every tunable it names (each flag a comma list), as
+    one comma list would: a repeated flag once silently replaced the earlier ones (v20's
+    A/B runs of `--tune ix_score.tma_keys=1 --tune ix_score.tma_slots=4` ran without the
+    TMA path). The same tunable given two values is an error naming it."""
+    import importlib
+    mod = importlib.import_module(f"tools.{tool}")
+    ap = mod._parser()
+    a = ap.parse_args(["--tune", "ix_score.tma_keys=1", "--tune",
+                       "ix_score.tma_slots=4,launch.waves=16", "--tune", "ix_score.tma_keys=1"])
+    assert a.tune == [("ix_score", "tma_keys", "1"), ("ix_score", "tma_slots", "4"),
+                      ("launch", "waves", "16")]
+    assert ap.parse_args([]).tune == []
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--tune", "ix_score.tma_slots=2", "--tune", "ix_score.tma_slots=4"])
+
+
 def test_build_with_tune_records_it_and_builds_the_tuned_path(tmp_path):
     """build --tune ix_score.ss_keys=1: the PTX has the SS wgmma (A from a descriptor), the
     manifest lists the setting; without it, neither."""

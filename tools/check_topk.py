@@ -247,10 +247,10 @@ def _parser():
                     help="select (default): the selection launch on injected distributions; "
                     "index: end to end through launch kind index, on the kernel's own scores")
     from tools import common
-    ap.add_argument("--tune", type=common.tune_list, default=[], metavar="STAGE.ATTR=VALUE",
-                    help="set a stage's tunable (its class's TUNABLES, e.g. "
-                         "ix_score.ss_keys=1 with --through index) or the selection's radix plan "
-                         "(launch.select_digits=6-9-9-8)")
+    common.add_tune_option(ap, "set a stage's tunable (its class's TUNABLES, e.g. "
+                               "ix_score.ss_keys=1 with --through index) or the selection's "
+                               "radix plan (launch.select_digits=6-9-9-8); repeatable or a "
+                               "comma list")
     ap.add_argument("--workload", type=common.workload_list, default=["W1"],
                     help="with --through index: comma list of W1, W2 (default W1)")
     return ap

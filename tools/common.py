@@ -525,6 +525,30 @@ def tune_list(s: str) -> list[tuple]:
     return out
 
 
+class TuneAction(argparse.Action):
+    """--tune given several times adds up (each a comma list, `tune_list`): one flag a
+    tunable reads as well as one comma list. The same STAGE.ATTR set twice to different
+    values is an error naming it (it was last-wins, which silently dropped the earlier
+    flag's setting from an A/B run)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        have = list(getattr(namespace, self.dest, None) or [])
+        seen = {(s, a): v for s, a, v in have}
+        for s, a, v in values:
+            if (s, a) in seen and seen[(s, a)] != v:
+                parser.error(f"--tune {s}.{a} given twice: {seen[(s, a)]} and {v}")
+            seen[(s, a)] = v
+            if (s, a, v) not in have:
+                have.append((s, a, v))
+        setattr(namespace, self.dest, have)
+
+
+def add_tune_option(ap, help_text: str):
+    """The tools' --tune (repeatable: TuneAction)."""
+    ap.add_argument("--tune", type=tune_list, action=TuneAction, default=[],
+                    metavar="STAGE.ATTR=VALUE", help=help_text)
+
+
 def _tune_value(stage, attr: str, text: str):
     """`text` as the type of the tunable's current value (bool, int, int-or-None, or one of
     the names a string tunable's class lists in CHOICES)."""
@@ -626,10 +650,9 @@ def launch_for(kind, spec, tunes=()):
 def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
     """The build-matrix options every tool shares (--kind --config --tp --rows --kv --tune),
     with the tool's own defaults for config and kv."""
-    ap.add_argument("--tune", type=tune_list, default=[], metavar="STAGE.ATTR=VALUE",
-                    help="set a stage's tunable for this run (its class's TUNABLES, e.g. "
-                         "ix_score.ss_keys=1; launch.waves=N: the CTA size in waves); the build "
-                         "manifest records it")
+    add_tune_option(ap, "set a stage's tunable for this run (its class's TUNABLES, e.g. "
+                        "ix_score.ss_keys=1; launch.waves=N: the CTA size in waves); repeatable "
+                        "or a comma list; the build manifest records it")
     ap.add_argument("--kind", type=kind_list, default=None, help=kind_help)
     ap.add_argument("--config", type=config_name, default=config,
                     help=f"model config (default {config})")
