@@ -568,6 +568,27 @@ def test_repeated_tune_flags_add_up(tool):
         ap.parse_args(["--tune", "ix_score.tma_slots=2", "--tune", "ix_score.tma_slots=4"])
 
 
+def test_inert_tunes_are_told_apart_from_effective_ones(capsys):
+    """common.inert_tunes: a setting that changes nothing in this build (tma_slots without
+    tma_keys) leaves the kernel's LLVM IR the defaults' and the A/B tools warn; one that
+    changes the code does not, nor does no setting."""
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=4, target="sm_90a")
+    kind = kinds.kind("index_scoring")
+
+    def inert(text):
+        tunes = common.tune_list(text) if text else []
+        return common.inert_tunes(kind, spec, tunes, common.launch_for(kind, spec, tunes),
+                                  "sm_90a")
+    assert inert("ix_score.tma_slots=4")
+    assert not inert("ix_score.tma_keys=1") and not inert("")
+    tunes = common.tune_list("ix_score.tma_slots=3")
+    common.warn_inert_tunes(kind, spec, tunes, common.launch_for(kind, spec, tunes), "sm_90a")
+    assert "WARNING: --tune ix_score.tma_slots=3 leaves index_scoring" in capsys.readouterr().out
+
+
 def test_build_with_tune_records_it_and_builds_the_tuned_path(tmp_path):
     """build --tune ix_score.ss_keys=1: the PTX has the SS wgmma (A from a descriptor), the
     manifest lists the setting; without it, neither."""

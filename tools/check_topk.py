@@ -372,6 +372,8 @@ def run_index(args, ap) -> int:
         spec = common.make_spec(args.config, common.resolve_tp(ap, args.config, None), R,
                                 args.kv, be.target)
         L = common.launch_for(kind, spec, args.tune)
+        if be.target != "interp":
+            common.warn_inert_tunes(kind, spec, args.tune, L, be.target)
         c = L.select_cfg
         arena = be.new_arena(L)
         records = []

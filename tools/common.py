@@ -3,6 +3,7 @@ specs, tables, progress lines, seeded inputs and the backends that run a launch.
 from __future__ import annotations
 
 import argparse
+import re
 import hashlib
 import inspect
 import sys
@@ -547,6 +548,39 @@ def add_tune_option(ap, help_text: str):
     """The tools' --tune (repeatable: TuneAction)."""
     ap.add_argument("--tune", type=tune_list, action=TuneAction, default=[],
                     metavar="STAGE.ATTR=VALUE", help=help_text)
+
+
+def inert_tunes(kind, spec, tunes, tuned, target: str) -> bool:
+    """Whether `tunes` leave launch `tuned`'s kernel code as the defaults' (the same LLVM IR
+    for `target`): a tunable inert in this build (e.g. ix_score.tma_slots without tma_keys,
+    a one-page setting in a two-pages-a-step build) would make an A/B measure the default
+    twice. Builds the default launch's kernel once more; False without tunes."""
+    if not tunes:
+        return False
+    from monokernel.build import emit_llvm
+    base = launch_for(kind, spec, [])
+    return _canonical_ir(emit_llvm(base.kernel(target), target)) == \
+        _canonical_ir(emit_llvm(tuned.kernel(target), target))
+
+
+def _canonical_ir(text: str) -> str:
+    """LLVM IR with its numbered local names renumbered in order of first use: the builder's
+    value counters run on across the kernels one process builds, so two builds of the same
+    code differ only in those numbers."""
+    names: dict = {}
+
+    def rename(m):
+        return names.setdefault(m.group(0), f"%n{len(names)}")
+    return re.sub(r"%[A-Za-z_.]*\d[\w.]*", rename, text)
+
+
+def warn_inert_tunes(kind, spec, tunes, tuned, target: str):
+    """Print a warning where `inert_tunes` (the tools' A/B runs: time_layers, check_topk)."""
+    if inert_tunes(kind, spec, tunes, tuned, target):
+        names = ",".join(f"{s}.{a}={v}" for s, a, v in tunes)
+        print(f"  WARNING: --tune {names} leaves {kind.name} {spec.path}'s {target} code as the "
+              "defaults' (same LLVM IR): an inert setting in this build measures the default",
+              flush=True)
 
 
 def _tune_value(stage, attr: str, text: str):

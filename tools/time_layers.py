@@ -527,6 +527,7 @@ def run_gpu(args, ap, tp) -> int:
                 spec = common.make_spec(args.config, tp, r, kv, tgt)
                 # one Launch (its kernels loaded once) for every pos
                 L = common.launch_for(kind, spec, args.tune)
+                common.warn_inert_tunes(kind, spec, args.tune, L, tgt)
                 wls = common.workloads_for(L, args.workload)
                 if wls == ["-"] and args.workload != ["W1"]:
                     print(f"  note: {kname} has no key cache; --workload ignored", flush=True)
