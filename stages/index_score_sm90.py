@@ -486,7 +486,7 @@ class WgmmaGroup:
         warpgroup's four warps are past the chain (a named barrier), step t + S's page goes
         into the slot. The mbarriers are set up and invalidated a job (a persistent CTA
         runs many), every copy issued is waited for."""
-        st, k, p = self.st, self.k, self.p
+        st, k = self.st, self.k
         ring, bars = self._tma_ring()
         S = st.tma_slots
         c = lambda v: k.const(v, i32)  # noqa: E731
