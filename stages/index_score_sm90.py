@@ -500,10 +500,17 @@ class WgmmaGroup:
         a_desc0 = k.opaque(atom.a_smem_descriptor(ring0), u64)
         my_n = self.my_n
 
-        def issue(t, d):
+        # the issuer's block-table entries a ring ahead: entry d holds the page slot d takes
+        # next (step t + S when slot d is refilled with step t), loaded at the refill before,
+        # so the refill (and the warpgroup's barrier behind it) never waits for a table load
+        entries = [k.uniform_var(c(0), i32) for _ in range(S)]
+
+        def issue(t, d, first_round=False):
             with k.if_(issuer & (t < my_n)):
+                page = self.locate(t) if first_round else entries[d].get()
+                entries[d].set(self.locate(t + S))
                 k.mbar_arrive_tx(bar[d], PAGE_BYTES)
-                k.tma_load_rows(slot[d], st.TMA_MAP, self.locate(t) * PAGE_ROWS, bar[d])
+                k.tma_load_rows(slot[d], st.TMA_MAP, page * PAGE_ROWS, bar[d])
 
         def scale(d, key):
             """The scale of page key `key` (per lane) in slot d: byte SCALE_WORD0 * 4 + 4 key
@@ -525,7 +532,7 @@ class WgmmaGroup:
                 k.mbar_init(bar[d], 1)
         k.named_barrier(wg_bar, 4)
         for d in range(S):
-            issue(c(d), d)
+            issue(c(d), d, first_round=True)
         if st.tma_overlap:
             self._tma_overlapped(S, bar, wg_bar, issue, scales, descriptors, atom)
         else:
