@@ -576,7 +576,7 @@ class KernelBuilder:
         row `row` on, into LDS `dst`, completing on `bar` (whose phase must expect the box's
         bytes: mbar_arrive_tx). With swizzle 128 the rows land 128B-swizzled
         (atoms.base.swizzled), the layout a wgmma descriptor of swizzle mode 1 reads: `dst`
-        then starts on a 1024-byte boundary (SWIZZLE_ATOM_BYTES). Why: fp8 wgmma reads
+        then starts on a 1024-byte boundary (atoms.base.SW128_ATOM_BYTES). Why: fp8 wgmma reads
         K-major operands only, and a row-major tile is K-major only swizzled (a no-swizzle
         core matrix is 8 rows of 16 contiguous bytes), which the 1-D bulk copy cannot do."""
         self._bar(bar, "tma_load_rows")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import numerics
-from .atoms.base import SWIZZLE_ATOM_BYTES, swizzled
+from .atoms.base import SW128_ATOM_BYTES, swizzled
 from .ir import (MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES, Kernel, Ptr, access_alignment,
                  derived_args)
 from .memory import Memory, MemoryFault, RelaxedMemory
@@ -649,9 +649,9 @@ class Wave:
         bar = int(self.get(op.args[4])[0, 0])
         st = self._mbar_state(bar, "tma_load_rows")
         dst = int(self.get(op.args[0])[0, 0])
-        if a["swizzle"] and dst % SWIZZLE_ATOM_BYTES:
+        if a["swizzle"] and dst % SW128_ATOM_BYTES:
             raise InterpError(f"tma_load_rows: a 128B-swizzled box at LDS byte {dst}; it starts "
-                              f"on a {SWIZZLE_ATOM_BYTES}-byte boundary")
+                              f"on a {SW128_ATOM_BYTES}-byte boundary")
         row = int(self.get(op.args[3]).astype(np.int64)[0, 0])
         if row < 0:
             raise InterpError(f"tma_load_rows: row {row} of {a['tmap']}")

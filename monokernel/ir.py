@@ -22,8 +22,9 @@ BULK_ALIGN = 16  # address and size granularity of the bulk operations (cp.async
 MBARRIER_BYTES = 8  # one mbarrier object in LDS (8-byte aligned)
 TENSOR_MAP_BYTES = 128  # a CUtensorMap (TMA descriptor), 64-byte aligned in global memory
 TMA_MAX_BOX_ROWS = 256  # a box dimension's elements at most (cuTensorMapEncodeTiled)
-TMA_SWIZZLES = (0, 128)  # the swizzle modes the tensor copies take: none, 128 bytes
-TMA_SW128_ROW_BYTES = 128  # a 128B-swizzled box's rows: at most 128 bytes (the swizzle span)
+SW128_ROW_BYTES = 128  # the 128-byte swizzle's span: a swizzled row (box row at most)
+TMA_SWIZZLE_128B = SW128_ROW_BYTES  # a tensor map's swizzle field for that mode
+TMA_SWIZZLES = (0, TMA_SWIZZLE_128B)  # the swizzle modes the tensor copies take
 MAX_BULK_BYTES = 1 << 20  # one bulk copy's bytes at most (PTX takes a u32; LDS is far smaller)
 MAX_PREFETCH_BYTES = 1 << 20  # one prefetch op's bytes at most (PTX takes a u32; a bound
 # that keeps a typo from becoming a gigabyte of traffic, and the interpreter's check cheap)
@@ -265,9 +266,9 @@ class TensorMap(Ptr):
         if self.swizzle not in TMA_SWIZZLES:
             raise ValueError(f"TensorMap of {self.of}: swizzle {self.swizzle!r}; one of "
                              f"{TMA_SWIZZLES}")
-        if self.swizzle and self.row_bytes > TMA_SW128_ROW_BYTES:
+        if self.swizzle and self.row_bytes > SW128_ROW_BYTES:
             raise ValueError(f"TensorMap of {self.of}: {self.row_bytes}-byte rows exceed the "
-                             f"{TMA_SW128_ROW_BYTES}-byte swizzle span")
+                             f"{SW128_ROW_BYTES}-byte swizzle span")
 
     @property
     def box_bytes(self) -> int:

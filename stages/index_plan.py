@@ -30,6 +30,7 @@ PAGE = KEY_PAGE_TOKENS
 PAGE_SHIFT = PAGE.bit_length() - 1  # a key position's page: pos >> PAGE_SHIFT
 PAGE_BYTES = PAGE * (HD + 4)  # 8448
 PAGE_WORDS = PAGE_BYTES // 4  # 2112
+PAGE_ROWS = PAGE_BYTES // HD  # a page as rows of one key's bytes (TMA boxes): 64 keys, 2 of scales
 SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
 BLOCK = FP8_SCALE_BLOCK
 Q_FILL = 1.0  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)

@@ -72,14 +72,14 @@ from layouts.regions import PlainBuffer, TaggedPairs
 from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.atoms.base import DESC_SHIFT, desc_units
 from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
-from monokernel.ir import TensorMap
+from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
 from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
 from .index_tiling import LANE_BYTES, KeyTiling
-from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
+from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
                         stage_body, wait_flags)
 
@@ -90,8 +90,6 @@ from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_d
 ALT_SLOTS = 3
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
-PAGE_ROWS = PAGE_BYTES // HD  # a cache page as rows of one key's bytes: 64 keys, 2 of scales
-TMA_SWIZZLE = 128  # the TMA box's swizzle: the K-major layout fp8 wgmma reads
 WORD_BYTES = u32.bits // 8  # LDS staging words
 
 
@@ -338,7 +336,7 @@ class IndexScore(Stage):
         out = super().kernel_args()
         if self.tma_keys:
             out[self.TMA_MAP] = TensorMap(of="index_cache", row_bytes=HD, box_rows=PAGE_ROWS,
-                                          swizzle=TMA_SWIZZLE)
+                                          swizzle=TMA_SWIZZLE_128B)
         return out
 
     def buffers(self):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, SW_CHUNK_SHIFT, SW_ROW_SHIFT, desc_units
+from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, desc_units, swizzled
 from monokernel.ir import MBARRIER_BYTES
 from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
 from monokernel.types import bf16, f32, i32, u8, u32, u64
@@ -33,15 +33,9 @@ from monokernel.types import bf16, f32, i32, u8, u32, u64
 from .index_dsl import BF16_HIGH, BF16_SHIFT, _lane
 from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
 from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
-from .index_plan import PAGE_BYTES
+from .index_plan import PAGE_BYTES, PAGE_ROWS
 
 KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
-PAGE_ROWS = PAGE_BYTES // HEAD_DIM  # a page as TMA box rows of one key's bytes
-
-
-def _swizzled(k, addr):
-    """atoms.base.swizzled on an i32 LDS byte address (the 128B swizzle's XOR)."""
-    return addr ^ (((addr >> SW_ROW_SHIFT) & 7) << SW_CHUNK_SHIFT)
 
 
 class WgmmaGroup:
@@ -515,8 +509,10 @@ class WgmmaGroup:
         def scale(d, key):
             """The scale of page key `key` (per lane) in slot d: byte SCALE_WORD0 * 4 + 4 key
             of the page's rows, at its swizzled place."""
-            at_byte = (first + d) * self.SLOT_BYTES + SCALE_WORD0 * 4 + key * 4 + ring0
-            return k.bitcast(k.load(ring, (_swizzled(k, at_byte) - ring0) >> 2, u32), f32)
+            at_byte = (first + d) * self.SLOT_BYTES + SCALE_WORD0 * u32.bytes + \
+                key * f32.bytes + ring0
+            word = (swizzled(at_byte) - ring0) >> int(math.log2(u32.bytes))
+            return k.bitcast(k.load(ring, word, u32), f32)
 
         def scales(d):
             if self.mma_chains:

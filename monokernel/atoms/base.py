@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ir import SW128_ROW_BYTES
 from ..layout import Layout, size, tabulate
 from ..types import DType
 
@@ -72,9 +73,7 @@ def decode_smem_descriptor(desc: int) -> dict:
 
 
 SWIZZLE_128B = 1  # the descriptor's swizzle field for the 128-byte mode
-SW128_ROW_BYTES = 128  # a row of the 128B-swizzled K-major layout
 SW128_ATOM_BYTES = 8 * SW128_ROW_BYTES  # 8 rows: the pattern repeats (SBO between row octets)
-SWIZZLE_ATOM_BYTES = SW128_ATOM_BYTES
 SW_CHUNK_SHIFT, SW_ROW_SHIFT = 4, 7  # 16-byte chunks; 128-byte rows
 
 
@@ -82,8 +81,8 @@ def swizzled(offset):
     """The 128B swizzle (CuTe's Swizzle<3,4,3>): a byte's 16-byte chunk index within its
     128-byte row is XORed with the row's index within its 8-row atom, i.e. address bits
     [4, 7) ^= bits [7, 10) of the byte's address, the atom aligned to 1024 bytes. It is how
-    TMA's SWIZZLE_128B places a box and how wgmma reads a descriptor of swizzle mode 1."""
-    offset = np.asarray(offset)
+    TMA's SWIZZLE_128B places a box and how wgmma reads a descriptor of swizzle mode 1.
+    `offset`: an int, a numpy array, or a kernel's i32 value (the same operators)."""
     return offset ^ (((offset >> SW_ROW_SHIFT) & 7) << SW_CHUNK_SHIFT)
 
 
@@ -132,7 +131,7 @@ class SmemOperand:
 
     def table(self) -> np.ndarray:
         """Byte offsets indexed [row, col] (a swizzled mode's placement from a base
-        aligned to SWIZZLE_ATOM_BYTES: `layout` is the unswizzled one)."""
+        aligned to SW128_ATOM_BYTES: `layout` is the unswizzled one)."""
         off = tabulate(self.layout)
         return swizzled(off) if self.swizzle else off
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import numerics
 from ..atoms import ATOMS, atom as get_atom
-from ..atoms.base import SWIZZLE_ATOM_BYTES
+from ..atoms.base import SW128_ATOM_BYTES
 from ..dsl import build_kernel
 from ..ir import ABI, Ptr
 from ..types import f32, i32, u64
@@ -66,9 +66,9 @@ def wg_operands(k, at):
     if at.a_smem is not None:  # the SS form: A [M, K] staged too, after B
         n_a = at.M * at.K
         a_lds = k.lds("a_smem", at.a_dtype, int(at.a_smem.table().max()) // at.a_smem.elem_bytes + 1)
-        if at.a_smem.swizzle and k.lds_offset("a_smem") % SWIZZLE_ATOM_BYTES:
+        if at.a_smem.swizzle and k.lds_offset("a_smem") % SW128_ATOM_BYTES:
             raise ValueError(f"{at.name}: A's LDS at byte {k.lds_offset('a_smem')}; a swizzled "
-                             f"placement starts on a {SWIZZLE_ATOM_BYTES}-byte boundary")
+                             f"placement starts on a {SW128_ATOM_BYTES}-byte boundary")
         for e0 in k.range(0, n_a, 128):
             e = e0 + lane
             k.store(a_lds, k.load(a.a_idx, e, i32, mask=e < n_a), k.load(a.a, e, at.a_dtype,

@@ -24,7 +24,7 @@ from .. import numerics
 from ..atoms import wgmma_e4m3
 from ..atoms.base import SW128_ATOM_BYTES
 from ..dsl import build_kernel
-from ..ir import ABI, MBARRIER_BYTES, Ptr, TensorMap
+from ..ir import ABI, MBARRIER_BYTES, TMA_SWIZZLE_128B, Ptr, TensorMap
 from ..types import f32, fp8e4m3fn, i32, u8, u64
 
 KEYS = 64  # a page's keys: the wgmma's M
@@ -42,7 +42,8 @@ ATOM = wgmma_e4m3(COLS, a_smem=True, a_sw128=True)
 
 def abi():
     return ABI(cache=Ptr(u8, readonly=True),
-               cache_tmap=TensorMap(of="cache", row_bytes=KEY_BYTES, box_rows=KEYS, swizzle=128),
+               cache_tmap=TensorMap(of="cache", row_bytes=KEY_BYTES, box_rows=KEYS,
+                                    swizzle=TMA_SWIZZLE_128B),
                q=Ptr(u8, readonly=True), pages=Ptr(i32, readonly=True), d=Ptr(f32))
 
 
