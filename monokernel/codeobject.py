@@ -13,10 +13,12 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
-from elftools.elf.elffile import ELFFile
+
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
 
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
@@ -125,6 +127,9 @@ def _strip_keys(obj: Any) -> Any:
 
 
 def _elf(data: bytes) -> ELFFile:
+    # Imported here: the GPU machine has no pyelftools, and its tools import this module
+    # (through monokernel.build) only to emit LLVM IR and PTX, never to read an AMD ELF.
+    from elftools.elf.elffile import ELFFile
     if data[:4] != b"\x7fELF":
         raise ValueError("not an ELF file")
     elf = ELFFile(io.BytesIO(data))

@@ -589,6 +589,27 @@ def test_inert_tunes_are_told_apart_from_effective_ones(capsys):
     assert "WARNING: --tune ix_score.tma_slots=3 leaves index_scoring" in capsys.readouterr().out
 
 
+def test_inert_tune_check_needs_no_pyelftools():
+    """The GPU machine has no pyelftools, and time_layers / check_topk run the inert-tune
+    check there (it builds LLVM IR through monokernel.build): v21's first device call failed
+    on `import elftools` at module level. In a process where elftools cannot be imported,
+    the check must still run."""
+    import subprocess
+    import sys
+    code = (
+        "import sys; sys.modules['elftools'] = None\n"
+        "from spec import BuildSpec\nfrom stages import kinds\nfrom tools import common\n"
+        "spec = BuildSpec.make('tiny', rows=2, target='sm_90a')\n"
+        "kind = kinds.kind('index_scoring')\n"
+        "t = common.tune_list('ix_score.tma_slots=4')\n"
+        "print(common.inert_tunes(kind, spec, t, common.launch_for(kind, spec, t), 'sm_90a'))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True"
+
+
 def test_build_with_tune_records_it_and_builds_the_tuned_path(tmp_path):
     """build --tune ix_score.ss_keys=1: the PTX has the SS wgmma (A from a descriptor), the
     manifest lists the setting; without it, neither."""
