@@ -33,7 +33,10 @@ Three stages, every number from the spec (`FrontPlan`):
                         parallel; CTA barrier; device acquire), then
                         q_a = rs(x_r) * sum_{s=0..S-1} part[s, r, :q]
                         (the FIXED order s = 0, 1, ...: the same bits on every run and every
-                        schedule), RMSNorm -> qr (bf16).
+                        schedule), RMSNorm -> qr (bf16). Everything that needs only inputs
+                        (1/rms(x), the norm weights, front_kv's rope angles) comes before the
+                        wait, and every partial sum is loaded at once after it: the tail past
+                        the last projection job is one L2 round trip (v21: front -0.4 us).
   front_kv[r]           the same sum for kv_a; RMSNorm of the latent, interleaved rope of the
                         64 rope dims (pairs (2i, 2i+1), inv_freq_i = theta^(-2i/rope),
                         theta = cfg.rope_theta), and the row's cache token written at
@@ -588,40 +591,55 @@ class _Post(Stage):
         if self.acquire:
             k.fence("acquire", "device")
 
-    def reduce_row(self, k, io, a, r, lds, slot, lo, hi):
-        """(this thread's [(e, f32x4 y[e:e+4], mask)] over columns [lo, hi) of front_part,
-        rs(x_r)), y = rs * (part[0] + part[1] + ... + part[S-1]) (e counts from lo)."""
-        p = self.p
-        n = hi - lo
+    def pieces(self, k, n):
+        """[(e, mask)]: this thread's POST_VEC-wide pieces of n columns (e counts from the
+        stage's first column); the reduction, the norm weights and the stores share them."""
         per = k.W * k.L * POST_VEC
         tid = _tid(k)
+        out = []
+        for it in range(-(-n // per)):
+            e = it * per + tid * POST_VEC
+            out.append((e, e < n if n % per else None))
+        return out
+
+    def norm_weights(self, k, g_ptr, count):
+        """The thread's pieces of the RMSNorm weight, loaded BEFORE the wait for the
+        projection (inputs only): after it, the tail has one L2 round trip (the partial
+        sums), not a second one for the weights behind the norm's CTA barrier."""
+        return [k.cast(k.load(g_ptr, e, bf16, POST_VEC, mask=m), f32)
+                for e, m in self.pieces(k, count)]
+
+    def reduce_row(self, k, io, a, r, lds, slot, lo, hi, more_loads=None):
+        """(this thread's [(e, f32x4 y[e:e+4], mask)] over columns [lo, hi) of front_part,
+        rs(x_r), more), y = rs * (part[0] + part[1] + ... + part[S-1]) (e counts from lo).
+        `more_loads()` issues the caller's other loads of front_part right after these and
+        before any sum waits for them (one round trip for all); `more` is what it returned."""
+        p = self.p
         rs = _row_rs(k, p, a, r, lds, slot)  # inputs only: before the wait
         io.env.phase(0)  # the row's 1/rms(x)
         self.wait_projection(k, io)
         io.env.phase(1)  # every projection job's partial sums are visible
+        parts = [(e, m, [io.load("front_part", (s * p.rows + r) * p.n_out + lo + e, POST_VEC,
+                                 mask=m) for s in range(p.splits)])
+                 for e, m in self.pieces(k, hi - lo)]
+        more = more_loads() if more_loads else None
         out = []
-        for it in range(-(-n // per)):
-            e = it * per + tid * POST_VEC
-            m = e < n if n % per else None
-            y = None
-            for s in range(p.splits):
-                v = io.load("front_part", (s * p.rows + r) * p.n_out + lo + e, POST_VEC, mask=m)
-                y = v if y is None else y + v
+        for e, m, vs in parts:
+            y = vs[0]
+            for v in vs[1:]:
+                y = y + v
             out.append((e, y * rs, m))
-        return out, rs
+        return out, rs, more
 
-    def norm(self, k, ys, g_ptr, lds, slot, count):
-        """RMSNorm of the f32x4 pieces `ys` (masked-off pieces are zeros) times weight g."""
+    def norm(self, k, ys, gs, lds, slot, count):
+        """RMSNorm of the f32x4 pieces `ys` (masked-off pieces are zeros) times the weight
+        pieces `gs` (norm_weights)."""
         ss = None
         for _, y, _ in ys:
             ss = _ss_thread(k, [y], ss)
         total = _cta_sum(k, lds, slot, k.wave_sum(ss))
         rn = k.rsqrt(total * (1.0 / count) + self.p.eps)
-        out = []
-        for e, y, m in ys:
-            g = k.cast(k.load(g_ptr, e, bf16, POST_VEC, mask=m), f32)
-            out.append((e, y * rn * g, m))
-        return out
+        return [(e, y * rn * g, m) for (e, y, m), g in zip(ys, gs)]
 
 
 class FrontQ(_Post):
@@ -651,8 +669,9 @@ class FrontQ(_Post):
         lds = k.lds("front_q_red", f32, 2 * k.W)
         k.barrier()
         valid = _check_rows(k, p, io, a)
-        ys, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
-        qr = self.norm(k, ys, a.q_a_norm_w, lds, 1, p.q_lora)
+        gs = self.norm_weights(k, a.q_a_norm_w, p.q_lora)
+        ys, _, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
+        qr = self.norm(k, ys, gs, lds, 1, p.q_lora)
         ok = io.env.cta_ok() & valid
         for e, v, m in qr:
             k.store(a.qr, job * p.q_lora + e, k.cast(v, bf16), mask=ok if m is None else m & ok)
@@ -694,20 +713,25 @@ class FrontKV(_Post):
         k.barrier()
         valid = _check_rows(k, p, io, a)
         pos, slot, _, _ = _row_slot(k, p, a, job)
-        ys, rs = self.reduce_row(k, io, a, job, lds, 0, p.q_lora, p.q_lora + p.kv_lora)
-        cs = self.norm(k, ys, a.kv_a_norm_w, lds, 1, p.kv_lora)
-        # the rope part: one pair (2i, 2i+1) per thread i < rope/2
+        gs = self.norm_weights(k, a.kv_a_norm_w, p.kv_lora)
+        # the rope part: one pair (2i, 2i+1) per thread i < rope/2; its angle (inputs only)
+        # before the wait, its partial sums loaded with the latent's
         tid = _tid(k)
         npair = p.rope // 2
         mr = tid < npair
-        y2 = None
-        for s in range(p.splits):
-            v = io.load("front_part", (s * p.rows + job) * p.n_out + p.q_lora + p.kv_lora + tid * 2,
-                        2, mask=mr)
-            y2 = v if y2 is None else y2 + v
-        y2 = y2 * rs
         freq = _rope_freq(k, p, tid)
         sn, cs_ = _sincos(k, pos, freq)
+
+        def rope_loads():
+            return [io.load("front_part", (s * p.rows + job) * p.n_out + p.q_lora + p.kv_lora +
+                            tid * 2, 2, mask=mr) for s in range(p.splits)]
+        ys, rs, rope_parts = self.reduce_row(k, io, a, job, lds, 0, p.q_lora,
+                                             p.q_lora + p.kv_lora, more_loads=rope_loads)
+        cs = self.norm(k, ys, gs, lds, 1, p.kv_lora)
+        y2 = rope_parts[0]
+        for v in rope_parts[1:]:
+            y2 = y2 + v
+        y2 = y2 * rs
         x0, x1 = y2[0], y2[1]
         r0 = k.fma(x0, cs_, -(x1 * sn))
         r1 = k.fma(x0, sn, x1 * cs_)

@@ -524,8 +524,9 @@ class IndexQR(_front_post()):
         a = io.args
         lds = k.lds("ix_qr_red", f32, 2 * k.W)
         k.barrier()
-        ys, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
-        qr = self.norm(k, ys, a.q_a_norm_w, lds, 1, p.q_lora)
+        gs = self.norm_weights(k, a.q_a_norm_w, p.q_lora)
+        ys, _, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
+        qr = self.norm(k, ys, gs, lds, 1, p.q_lora)
         for e, v, m in qr:
             io.store("ix_qr", job * p.q_lora + e, k.cast(v, bf16), mask=m)
         publish_done(k, io, "ix_qrdone", job)
