@@ -424,12 +424,15 @@ class FrontProj(Stage):
     bf16 MMA through stages/mma_tile.py (x * g fed as exact bf16 halves hi + lo)."""
     name = "front_proj"
     rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
-    TUNABLES = ("loads_in_flight", "straight")
+    TUNABLES = ("loads_in_flight", "straight", "async_weights")
     # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT): deeper
     # rings measured slower on the H200 (bench/NOTES.md v16)
     loads_in_flight = None
     # mma_tile.project's ring unrolled (no register copies rotating it)
     straight = False
+    # every weight block of the job copied into LDS up front (sm_90a cp.async: the whole
+    # job's bytes in flight at once, no registers held; mma_tile.project(async_slots=))
+    async_weights = False
 
     def __init__(self, p: FrontPlan, release: bool = True):
         self.p = p
@@ -439,9 +442,11 @@ class FrontProj(Stage):
         p = self.p
         wbytes = TILE_N * p.chunk + TILE_N // BLOCK * 4 * (p.chunk // BLOCK) + 4
         abytes = p.rows * p.chunk * 2 + p.chunk * 2
+        lds = 4 * 2 * p.rows * mma_tile.act_row_words(p.chunk)
+        if self.async_weights:
+            lds += TILE_N * p.chunk  # the job's weights (async_slot_words: a byte each)
         return [Job(j, cost_bytes=wbytes + abytes + p.rows * TILE_N * 4,
-                    cost_flops=2 * TILE_N * p.chunk * p.rows,
-                    lds_bytes=4 * 2 * p.rows * mma_tile.act_row_words(p.chunk))
+                    cost_flops=2 * TILE_N * p.chunk * p.rows, lds_bytes=lds)
                 for j in range(p.tiles * p.splits)]
 
     def regions(self):
@@ -486,6 +491,8 @@ class FrontProj(Stage):
         act = k.lds("front_act", u32, mma_tile.act_lds_words(T, KC))
         split = mma_tile.WaveSplit.of(TILE_N, T.atom.m, k.W)
         red = k.lds("front_red", f32, k.W * k.L * T.atom.c_slots) if split.kparts > 1 else None
+        slots = (k.lds("front_w", u32, mma_tile.async_slot_words(T, k.W, KC // BLOCK, TILE_N))
+                 if self.async_weights else None)
 
         def load8(r, kk, m):
             return (k.load(a.x, r * H + k0 + kk, bf16, 8, mask=m),
@@ -512,7 +519,7 @@ class FrontProj(Stage):
                          blocks=KC // BLOCK, tile_m=TILE_N, lds=act, chunk=KC, stage=stage,
                          emit=emit, red=red,
                          loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT,
-                         straight=self.straight)
+                         straight=self.straight, async_slots=slots)
         io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)

@@ -46,12 +46,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from monokernel.atoms import atom as get_atom
-from monokernel.types import bf16, f32, i32, u32
+from monokernel.types import bf16, f32, i32, u8, u32
 from spec.config import FP8_SCALE_BLOCK
 
 BLOCK = FP8_SCALE_BLOCK  # K per weight scale block (and rows per scale block)
 LOAD_BYTES = 16  # one weight load per lane: 16 fp8
 LOADS_IN_FLIGHT = 16  # 16-byte weight loads a lane keeps in flight (the ring's depth)
+MAX_ASYNC_BLOCKS = 8  # blocks a wave may have in async copy groups (async_wait counts 0..7)
 ACT_PAD_WORDS = 4  # LDS row padding of the staged activations (spreads rows over banks)
 HI_MASK = 0xFFFF0000  # the bf16 part of an f32's bits
 
@@ -400,7 +401,7 @@ class WaveSplit:
 def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride: int, row0, k0,
             kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None,
             w_rows: int | None = None, loads_in_flight: int = LOADS_IN_FLIGHT,
-            straight: bool = False):
+            straight: bool = False, async_slots=None):
     """The tile's partial sums (module doc).
 
     w, scale      weight and block-scale pointers; w_stride = K (elements a weight row),
@@ -428,6 +429,14 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                   in the ring, but every block's registers named statically, so no copies
                   rotate the ring (the runtime ring's loop moves ~70 registers a block on
                   sm_90a: bench/NOTES.md v16)
+    async_slots   LDS (async_slot_words(...) u32 words) or None: every block of the wave's
+                  weights is copied into lane-private LDS slots by async copies (sm_90a
+                  cp.async) BEFORE the first MMA, one copy group a block, and block i waits
+                  for its own group only (async_wait of the groups after it). A register
+                  ring holds only `depth` blocks in flight (Little's law: the front's
+                  weight stream, latency-bound at 4 blocks a warp, bench/NOTES.md v21);
+                  copies hold no registers, so the whole job's bytes are requested at once.
+                  At most MAX_ASYNC_BLOCKS blocks a wave (the wait's 3-bit count)
     """
     at = T.atom
     M, cs = at.m, at.c_slots
@@ -448,6 +457,10 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     depth = max(1, min(nbw, loads_in_flight // per))
     kp = wave / sp.mtiles if KP > 1 else None
     count = (blocks - kp + KP - 1) / KP if KP > 1 and blocks % KP else nbw
+    if async_slots is not None:
+        _check_async_blocks(nbw, blocks, KP)
+        if scale is None or wb != 1:
+            raise ValueError("mma_tile: async weight slots are for fp8 weights with block scales")
     rows_l = [fn.emit(k, lane) for fn in T.a_rows]
     win = T.a_window.emit(k, lane) * T.lane_k
     bcol = T.b_col.emit(k, lane)
@@ -475,6 +488,30 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
             return ws
         sc = k.load(scale, (mrow0 / BLOCK) * scale_stride + kb0 + block_of(i), f32, mask=m)
         return ws + [sc]
+
+    nloads = len(rows_l) * nl  # 16-byte weight loads a lane a block
+
+    def slot(i, q):  # u32 word of the lane's q-th 16-byte weight load of block i (async)
+        return ((wave * nbw + i) * nloads + q) * k.L * 4 + lane * 4
+
+    def copies(mrow0, i):
+        """Async mode: block i's weight bytes into the lane's slots (one copy group), and its
+        scale as a register load (a word, issued with them)."""
+        base = k0 + block_of(i) * BLOCK + win
+        for h in range(len(rows_l)):
+            r = row0 + k.min(mrow0 - row0 + rows_l[h], w_rows - 1) if clamp else mrow0 + rows_l[h]
+            for u in range(nl):
+                k.async_copy(async_slots, slot(i, h * nl + u) * 4, w,
+                             r * w_stride + base + u * epl, u8, LOAD_BYTES)
+        k.async_commit()
+        return [k.load(scale, (mrow0 / BLOCK) * scale_stride + kb0 + block_of(i), f32)]
+
+    def landed(i, sc):
+        """Async mode: block i's weight words once its group has landed (the lane's own
+        copies: no barrier), then its scale."""
+        k.async_wait(nbw - 1 - i)
+        return [k.load(async_slots, slot(i, q), u32, LOAD_BYTES // 4)
+                for q in range(nloads)] + sc
 
     def bwords(i):  # B: the lane's 16 words of its column in each pass, from LDS
         b = block_of(i)
@@ -516,6 +553,18 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W
         mrow0 = row0 + mt * M
         finish = stage() if j == 0 else None
+        if async_slots is not None:
+            # (a wave of several m-tiles copies each one's blocks when it starts it, into
+            # the same slots: their earlier bytes were read, and their groups retired)
+            scales = [copies(mrow0, k.const(i, i32)) for i in range(nbw)]
+            if finish:
+                k.opaque(0, i32)  # (as below: the copies stay above the staging's waits)
+                finish()
+            total = k.lane_var(zero)
+            for i in range(nbw):
+                total.set(block(i, landed(i, scales[i]), total.get()))
+            _finish_tile(k, T, sp, mrow0, total.get(), red, wave, lane, cs, emit)
+            continue
         unrolled = nbw <= depth or straight
         masked = not isinstance(count, int)
         if unrolled:
@@ -549,17 +598,37 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                 for a, x in zip(ring[depth - 1], loads(mrow0, i + depth)):
                     a.set(x)
                 total.set(block(i, cur, total.get()))
-        tot = total.get()
-        if KP > 1:
-            k.store(red, (wave * k.L + lane) * cs, tot)
-            k.barrier()
-            with k.if_(kp.eq(0)):
-                s = k.load(red, (wave * k.L + lane) * cs, f32, cs)
-                for q in range(1, KP):
-                    s = s + k.load(red, ((q * sp.mtiles + wave) * k.L + lane) * cs, f32, cs)
-                _emit(k, T, mrow0, s, emit)
-        else:
-            _emit(k, T, mrow0, tot, emit)
+        _finish_tile(k, T, sp, mrow0, total.get(), red, wave, lane, cs, emit)
+
+
+def _finish_tile(k, T, sp, mrow0, tot, red, wave, lane, cs, emit):
+    """Sum the m-tile's K parts through `red` in part order (when waves share it), emit."""
+    if sp.kparts > 1:
+        k.store(red, (wave * k.L + lane) * cs, tot)
+        k.barrier()
+        with k.if_((wave / sp.mtiles).eq(0)):
+            s = k.load(red, (wave * k.L + lane) * cs, f32, cs)
+            for q in range(1, sp.kparts):
+                s = s + k.load(red, ((q * sp.mtiles + wave) * k.L + lane) * cs, f32, cs)
+            _emit(k, T, mrow0, s, emit)
+    else:
+        _emit(k, T, mrow0, tot, emit)
+
+
+def _check_async_blocks(nbw: int, blocks: int, kparts: int):
+    if nbw > MAX_ASYNC_BLOCKS or blocks % kparts:
+        raise ValueError(f"mma_tile: async weight slots need at most {MAX_ASYNC_BLOCKS} blocks "
+                         f"a wave and whole K parts; this tile has {nbw} blocks a wave "
+                         f"({blocks} blocks over {kparts} K parts)")
+
+
+def async_slot_words(T: ProjTiling, waves: int, blocks: int, tile_m: int) -> int:
+    """u32 words of LDS `project(async_slots=...)` needs: every wave's blocks of 16-byte
+    weight loads, a lane's each."""
+    sp = WaveSplit.of(tile_m, T.atom.m, waves)
+    nbw = -(-blocks // sp.kparts)
+    _check_async_blocks(nbw, blocks, sp.kparts)
+    return waves * nbw * T.loads_per_block * T.atom.group * LOAD_BYTES // 4
 
 
 def _emit(k, T, mrow0, total, emit):

@@ -461,6 +461,43 @@ def test_unrolled_weight_ring_gives_the_same_bits(rows, mode):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("rows,mode,wave", [(2, "random", 32), (8, "relaxed", 32),
+                                            (4, "inorder", 64)])
+def test_async_weight_slots_give_the_same_bits(rows, mode, wave):
+    """front_proj.async_weights (every weight block copied into lane-private LDS slots up
+    front, block i waiting for its own copy group): the same MMAs in the same order, so the
+    partial sums, qr and the cache bit for bit the register ring's; the interpreter fails a
+    read of a slot before its group's wait (a wrong wait count cannot pass)."""
+    outs = []
+    for use_async in (False, True):
+        L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
+        for st in L.stages:
+            if isinstance(st, F.FrontProj):
+                st.async_weights = use_async
+        inp = inputs(L, seed=rows + 50)
+        res = L.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=wave)
+        check_front(L, inp, res)
+        outs.append((res.outputs["qr"], res.outputs["kv_cache"],
+                     res.regions["front_part"].view(np.uint32)))
+    for a, b in zip(*outs):
+        assert np.array_equal(a, b)
+
+
+def test_async_weight_slots_refuse_a_wave_with_too_many_blocks():
+    """More blocks a wave than the async wait can count (MAX_ASYNC_BLOCKS) is an error naming
+    the counts, not a silent wrong wait."""
+    from stages import mma_tile
+    assert mma_tile.MAX_ASYNC_BLOCKS == 8
+    # GLM-5's hidden 6144 in one K split: 48 blocks, each of the 4 waves its m-tile's all
+    L = F.front_launch(BuildSpec.make("glm5", rows=2, kv="fp8", target="sm_90a"), splits=1)
+    for st in L.stages:
+        if isinstance(st, F.FrontProj):
+            st.async_weights = True
+    with pytest.raises(ValueError, match="at most 8 blocks a wave and whole K parts; this "
+                                         "tile has 48 blocks a wave"):
+        L.kernel("sm_90a")
+
+
 def test_post_jobs_lead_where_the_grid_holds_every_job():
     """front_q / front_kv jobs are lead jobs (their row's 1/rms(x) on a CTA of their own from
     the start) exactly where the grid holds every projection and post job at once (the sm_90a
