@@ -334,6 +334,17 @@ def _pack_bf16_exact(k, f):
     return [(u[2 * i] >> 16) | (u[2 * i + 1] & HI_MASK) for i in range(f.n // 2)]
 
 
+def _pack_weights(k, f):
+    """Decoded fp8 weights (f32, exactly bf16) -> u32 words of 2 bf16. On NVIDIA a rounding
+    conversion packs a pair in one instruction (cvt.rn.bf16x2.f32; exact, the values being
+    bf16), where the bit packing takes two (a shift-or and a mask); AMD keeps the bit
+    packing (gfx942 has no rounding conversion); the interpreter runs NVIDIA's form."""
+    if k.target.vendor == "amd":
+        return _pack_bf16_exact(k, f)
+    b = k.bitcast(k.cast(f, bf16), u32, f.n // 2)
+    return [b[i] for i in range(f.n // 2)]
+
+
 def load_activations(k, T: ProjTiling, chunk: int, load8):
     """Phase 1 of staging the job's activations: issue the loads. `load8(r, kk, mask)` loads
     what row r's values k0 + kk .. + 8 of the job's chunk are made of (any values); returns
@@ -538,7 +549,7 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                     ws += [cur[h * nl + u][x] for x in range(4)]
                     continue
                 f = k.cast(k.bitcast(cur[h * nl + u], w_dtype, LOAD_BYTES), f32)
-                ws += _pack_bf16_exact(k, f)
+                ws += _pack_weights(k, f)
             wwords.append(ws)
         bw = bwords(i)
         acc = zero
