@@ -449,7 +449,8 @@ def test_unrolled_weight_ring_gives_the_same_bits(rows, mode):
     kind's default): the partial sums and qr bit for bit those of the runtime ring."""
     outs = []
     for straight in (False, True):
-        L = launch(rows, "fp8")
+        # a launch of its own: `launch` is cached, and its stages must keep their defaults
+        L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
         for st in L.stages:
             if isinstance(st, F.FrontProj):
                 st.straight = straight
