@@ -424,7 +424,8 @@ class FrontProj(Stage):
     bf16 MMA through stages/mma_tile.py (x * g fed as exact bf16 halves hi + lo)."""
     name = "front_proj"
     rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
-    TUNABLES = ("loads_in_flight", "straight", "async_weights")
+    TUNABLES = ("loads_in_flight", "straight", "async_weights", "half")
+    CHOICES = {"half": ("bf16", "f16")}
     # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT): deeper
     # rings measured slower on the H200 (bench/NOTES.md v16)
     loads_in_flight = None
@@ -433,6 +434,10 @@ class FrontProj(Stage):
     # every weight block of the job copied into LDS up front (sm_90a cp.async: the whole
     # job's bytes in flight at once, no registers held; mma_tile.project(async_slots=))
     async_weights = False
+    # the MMA's input type: "bf16" (activations as exact bf16 hi + lo) or "f16" (sm_90a:
+    # weights decoded in one unpack a pair, activations as f16 hi + lo under a power-of-two
+    # range scale a row; mma_tile.range_scales)
+    half = "bf16"
 
     def __init__(self, p: FrontPlan, release: bool = True):
         self.p = p
@@ -445,6 +450,8 @@ class FrontProj(Stage):
         lds = 4 * 2 * p.rows * mma_tile.act_row_words(p.chunk)
         if self.async_weights:
             lds += TILE_N * p.chunk  # the job's weights (async_slot_words: a byte each)
+        if self.half == "f16":
+            lds += 4 * p.rows  # the range table
         return [Job(j, cost_bytes=wbytes + abytes + p.rows * TILE_N * 4,
                     cost_flops=2 * TILE_N * p.chunk * p.rows, lds_bytes=lds)
                 for j in range(p.tiles * p.splits)]
@@ -478,7 +485,8 @@ class FrontProj(Stage):
     def tiling(self, lanes: int):
         """The MMA tile's facts for this plan on `lanes`-lane waves (stages/mma_tile.py)."""
         p = self.p
-        return mma_tile.tiling(mma_tile.proj_atom_name(p.target, lanes, p.chip), p.rows)
+        return mma_tile.tiling(mma_tile.proj_atom_name(p.target, lanes, p.chip, self.half),
+                               p.rows)
 
     def body(self, k, job, io):
         p = self.p
@@ -493,6 +501,8 @@ class FrontProj(Stage):
         red = k.lds("front_red", f32, k.W * k.L * T.atom.c_slots) if split.kparts > 1 else None
         slots = (k.lds("front_w", u32, mma_tile.async_slot_words(T, k.W, KC // BLOCK, TILE_N))
                  if self.async_weights else None)
+        nrng = mma_tile.range_lds_words(T)
+        rng = k.lds("front_range", u32, nrng) if nrng else None
 
         def load8(r, kk, m):
             return (k.load(a.x, r * H + k0 + kk, bf16, 8, mask=m),
@@ -504,9 +514,11 @@ class FrontProj(Stage):
         def stage():
             k.barrier()  # the previous job of this CTA is done reading the activations
             pending = mma_tile.load_activations(k, T, KC, load8)
+            if rng is not None:
+                mma_tile.clear_range(k, T, rng)
 
             def finish():
-                mma_tile.store_activations(k, T, act, KC, pending, value8)
+                mma_tile.store_activations(k, T, act, KC, pending, value8, rng)
                 k.barrier()
                 io.env.phase(0)  # the activations are staged (the first weights in flight)
             return finish
@@ -519,7 +531,7 @@ class FrontProj(Stage):
                          blocks=KC // BLOCK, tile_m=TILE_N, lds=act, chunk=KC, stage=stage,
                          emit=emit, red=red,
                          loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT,
-                         straight=self.straight, async_slots=slots)
+                         straight=self.straight, async_slots=slots, rng=rng)
         io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from monokernel.atoms import atom as get_atom
-from monokernel.types import bf16, f32, i32, u8, u32
+from monokernel.types import bf16, f16, f32, i32, u8, u32
 from spec.config import FP8_SCALE_BLOCK
 
 BLOCK = FP8_SCALE_BLOCK  # K per weight scale block (and rows per scale block)
@@ -60,18 +60,26 @@ HI_MASK = 0xFFFF0000  # the bf16 part of an f32's bits
 PROJ_ATOMS = {"gfx950": "gfx950_mfma_f32_16x16x32_bf16",
               "gfx942": "gfx942_mfma_f32_16x16x16_bf16",
               "sm_90a": "sm90_mma_m16n8k16_bf16"}
+# the f16 form where a chip has it (FrontProj.half = "f16": weights decoded in one unpack a
+# pair; activations under a range scale, module doc)
+PROJ_ATOMS_F16 = {"sm_90a": "sm90_mma_m16n8k16_f16"}
+RANGE_EXP_BIAS = 268  # f32 exponent field of the range scale: 268 - e(max) puts max in [2^14, 2^15)
+RANGE_EXP_MIN, RANGE_EXP_MAX = 1, 253  # the scale and its inverse normal f32 powers of two
 INTERP_CHIP = {64: "gfx950", 32: "sm_90a"}
 
 
-def proj_atom_name(target: str, lanes: int, chip: str | None = None) -> str:
-    """The bf16 atom a projection uses on `target` (interp: `chip`'s, else by wave size)."""
+def proj_atom_name(target: str, lanes: int, chip: str | None = None, half: str = "bf16") -> str:
+    """The `half` ("bf16" or "f16") atom a projection uses on `target` (interp: `chip`'s,
+    else by wave size)."""
     if target == "interp":
         chip = chip or INTERP_CHIP[lanes]
     else:
         chip = target
-    if chip not in PROJ_ATOMS:
-        raise ValueError(f"no bf16 projection atom for {chip!r}; known: {sorted(PROJ_ATOMS)}")
-    name = PROJ_ATOMS[chip]
+    table = {"bf16": PROJ_ATOMS, "f16": PROJ_ATOMS_F16}.get(half)
+    if table is None or chip not in table:
+        raise ValueError(f"no {half} projection atom for {chip!r}; known: "
+                         f"{sorted(table) if table else 'halves bf16, f16'}")
+    name = table[chip]
     if get_atom(name).group != lanes:
         raise ValueError(f"{name} runs on {get_atom(name).group} lanes, the kernel's waves "
                          f"have {lanes}")
@@ -193,8 +201,12 @@ class ProjTiling:
     @staticmethod
     def of(atom_name: str, rows: int, parts: int = 2) -> "ProjTiling":
         at = get_atom(atom_name)
-        if at.a_dtype != bf16 or at.b_dtype != bf16 or at.b_source != "regs" or at.m != 16:
-            raise ValueError(f"{at.name}: the projection tile needs a bf16 register MMA with M = 16")
+        if at.a_dtype not in (bf16, f16) or at.b_dtype != at.a_dtype or at.b_source != "regs" \
+                or at.m != 16:
+            raise ValueError(f"{at.name}: the projection tile needs a bf16 or f16 register MMA "
+                             "with M = 16")
+        if at.a_dtype == f16 and parts != 2:
+            raise ValueError(f"{at.name}: f16 activations are staged as hi + lo (parts=2)")
         if BLOCK % at.k:
             raise ValueError(f"{at.name}: K = {at.k} does not divide the {BLOCK}-wide block")
         if parts not in (1, 2) or not 1 <= rows <= at.n:
@@ -365,13 +377,40 @@ def load_activations(k, T: ProjTiling, chunk: int, load8):
     return out
 
 
-def store_activations(k, T: ProjTiling, lds, chunk: int, pending, value8):
+def range_lds_words(T: ProjTiling) -> int:
+    """u32 words of the f16 path's range table (a row's max |a| bits), 0 for bf16."""
+    return T.rows if T.atom.a_dtype == f16 else 0
+
+
+def clear_range(k, T: ProjTiling, rng):
+    """The f16 path: zero the rows' max words (in phase 1; store_activations' first barrier
+    orders it before the maxima)."""
+    tid = k.wave_id() * k.L + k.lane_id()
+    k.store(rng, k.min(tid, T.rows - 1), k.const(0, u32), mask=tid < T.rows)
+
+
+def range_scales(k, max_bits):
+    """(2^-e... the scale, its inverse) of a row from its max |a| bits: powers of two that put
+    the row's largest |a| * scale in [2^14, 2^15) (f16's hi never overflows, its lo is exact
+    for every |a| * scale >= 2^-9), clamped to normal f32 powers (zero rows: any scale)."""
+    e = (max_bits >> 23) & 0xFF
+    x = k.max(k.min(k.const(RANGE_EXP_BIAS, i32) - k.bitcast(e, i32), RANGE_EXP_MAX),
+              RANGE_EXP_MIN)
+    scale = k.bitcast(k.bitcast(x, u32) << 23, f32)
+    inv = k.bitcast(k.bitcast(254 - x, u32) << 23, f32)
+    return scale, inv
+
+
+def store_activations(k, T: ProjTiling, lds, chunk: int, pending, value8, rng=None):
     """Phase 2: `value8(pieces)` -> the f32 x 8 values; stored as the MMA's B: column
     f = part * R + r holds the hi (part 0) or lo (part 1) bf16 half of row r's values (module
     doc). With parts=1, `value8` may return the bf16 x 8 values themselves (stored as they
     are). The caller puts CTA barriers around the staging (before: the previous job's reads
     are done; after: the stores are visible to every wave)."""
     R, stride = T.rows, act_row_words(chunk)
+    if T.atom.a_dtype == f16:
+        _store_f16(k, T, lds, stride, [(r, kk, m, value8(p)) for r, kk, m, p in pending], rng)
+        return
     for r, kk, m, pieces in pending:
         a = value8(pieces)
         if a.dtype == bf16:
@@ -386,6 +425,36 @@ def store_activations(k, T: ProjTiling, lds, chunk: int, pending, value8):
         lo = a - hi  # exact: the low 16 bits of a (at most 8 significant bits)
         k.store(lds, r * stride + kk / 2, k.vec(*_pack_bf16_exact(k, hi)), mask=m)
         k.store(lds, (R + r) * stride + kk / 2, k.vec(*_pack_bf16_exact(k, lo)), mask=m)
+
+
+def _store_f16(k, T, lds, stride, vals, rng):
+    """f16 hi / lo halves of a * 2^-e, e per row from the chunk's max |a| (range_scales):
+    hi = f16(a s), lo = f16(a s - hi), both exact where |a s| >= 2^-9; the MMA sums are
+    multiplied by the inverse at emission (_emit)."""
+    R = T.rows
+    k.barrier()  # clear_range's zeros before any row's maximum
+    # where a wave's pieces of a round lie in one row (a row's pieces a multiple of the wave:
+    # the front's chunks), the wave's maximum first, one atomic a wave instead of one a
+    # thread on the row's word (the H200 staging was no faster for it: bench/NOTES.md v21)
+    one_row = (stride - ACT_PAD_WORDS) * 2 // 8 % k.L == 0
+    for r, kk, m, a in vals:
+        mx = k.abs(a[0])
+        for j in range(1, a.n):
+            mx = k.max(mx, k.abs(a[j]))
+        if one_row and m is None:
+            mx = k.wave_max(mx)
+            k.atomic("max", rng, k.min(r, R - 1), k.bitcast(mx, u32), mask=k.lane_id().eq(0),
+                     scope="cta")
+            continue
+        k.atomic("max", rng, k.min(r, R - 1), k.bitcast(mx, u32), mask=m, scope="cta")
+    k.barrier()  # every row's maximum
+    for r, kk, m, a in vals:
+        scale, _ = range_scales(k, k.load(rng, k.min(r, R - 1), u32))
+        x = a * scale
+        hi = k.cast(x, f16)
+        lo = k.cast(x - k.cast(hi, f32), f16)
+        k.store(lds, r * stride + kk / 2, k.bitcast(hi, u32, a.n // 2), mask=m)
+        k.store(lds, (R + r) * stride + kk / 2, k.bitcast(lo, u32, a.n // 2), mask=m)
 
 
 @dataclass(frozen=True)
@@ -412,7 +481,7 @@ class WaveSplit:
 def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride: int, row0, k0,
             kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None,
             w_rows: int | None = None, loads_in_flight: int = LOADS_IN_FLIGHT,
-            straight: bool = False, async_slots=None):
+            straight: bool = False, async_slots=None, rng=None):
     """The tile's partial sums (module doc).
 
     w, scale      weight and block-scale pointers; w_stride = K (elements a weight row),
@@ -448,9 +517,21 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                   weight stream, latency-bound at 4 blocks a warp, bench/NOTES.md v21);
                   copies hold no registers, so the whole job's bytes are requested at once.
                   At most MAX_ASYNC_BLOCKS blocks a wave (the wait's 3-bit count)
+    rng           the f16 path's range table (range_lds_words; the caller's staging calls
+                  clear_range in phase 1 and passes it to store_activations): each row's
+                  sums are multiplied by its scale's inverse before `emit`
     """
     at = T.atom
     M, cs = at.m, at.c_slots
+    if (at.a_dtype == f16) != (rng is not None):
+        raise ValueError(f"mma_tile: {at.name} {'needs' if rng is None else 'takes no'} a range "
+                         "table (rng)")
+    if rng is not None:
+        emit_scaled = emit
+
+        def emit(m, r, v, mask):  # the row's sums back from its range scale (exact: 2^e)
+            _, inv = range_scales(k, k.load(rng, k.min(r, T.rows - 1), u32))
+            emit_scaled(m, r, v * inv, mask)
     sp = WaveSplit.of(tile_m, M, k.W)
     KP = sp.kparts
     if KP > 1 and red is None:
@@ -548,15 +629,19 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                 if wb == 2:  # bf16: the loaded words are the MMA's (low half first)
                     ws += [cur[h * nl + u][x] for x in range(4)]
                     continue
-                f = k.cast(k.bitcast(cur[h * nl + u], w_dtype, LOAD_BYTES), f32)
-                ws += _pack_weights(k, f)
+                w8 = k.bitcast(cur[h * nl + u], w_dtype, LOAD_BYTES)
+                if at.a_dtype == f16:  # exact, two a cvt.rn.f16x2.e4m3x2
+                    hw = k.bitcast(k.cast(w8, f16), u32, LOAD_BYTES // 2)
+                    ws += [hw[x] for x in range(LOAD_BYTES // 2)]
+                    continue
+                ws += _pack_weights(k, k.cast(w8, f32))
             wwords.append(ws)
         bw = bwords(i)
         acc = zero
         for c in range(T.chunks):
-            A = k.bitcast(k.vec(*[wwords[h][x] for h, x in T.a_words[c]]), bf16, at.a_slots)
+            A = k.bitcast(k.vec(*[wwords[h][x] for h, x in T.a_words[c]]), at.a_dtype, at.a_slots)
             for p in range(T.passes):
-                B = k.bitcast(k.vec(*[bw[p][x] for x in T.b_words[c]]), bf16, at.b_slots)
+                B = k.bitcast(k.vec(*[bw[p][x] for x in T.b_words[c]]), at.b_dtype, at.b_slots)
                 acc = k.mma(at, A, B, acc)
         return acc + total if scale is None else k.fma(acc, cur[-1], total)
 

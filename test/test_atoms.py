@@ -365,9 +365,9 @@ def test_registry():
         "gfx950_mfma_f32_16x16x32_fp8", "gfx950_mfma_f32_16x16x128_f8f6f4", "gfx950_mfma_f32_16x16x32_bf16"}
     assert set(a.name for a in atoms_for("gfx942")) == {
         "gfx942_mfma_f32_16x16x32_fp8", "gfx942_mfma_f32_16x16x16_bf16"}
-    # mma.sync x 2, wgmma e4m3 RS x 6, wgmma e4m3 SS n64 (A no-swizzle / 128B-swizzled),
-    # wgmma bf16 RS n8 / n16
-    assert len(atoms_for("sm_90a")) == 2 + 6 + 2 + 2
+    # mma.sync x 3 (bf16, f16, e4m3), wgmma e4m3 RS x 6, wgmma e4m3 SS n64 (A no-swizzle /
+    # 128B-swizzled), wgmma bf16 RS n8 / n16
+    assert len(atoms_for("sm_90a")) == 3 + 6 + 2 + 2
     assert atom("sm90_wgmma_m64n64k32_e4m3_ss") == wgmma_e4m3(64, a_smem=True)
     assert atom("sm90_wgmma_m64n64k32_e4m3_ss_sw128") == wgmma_e4m3(64, a_smem=True,
                                                                      a_sw128=True)

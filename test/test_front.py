@@ -499,6 +499,46 @@ def test_async_weight_slots_refuse_a_wave_with_too_many_blocks():
         L.kernel("sm_90a")
 
 
+@pytest.mark.parametrize("rows,mode,wave", [(2, "inorder", 32), (8, "random", 32),
+                                            (4, "relaxed", 32)])
+def test_f16_projection_matches_the_reference(rows, mode, wave):
+    """front_proj.half = "f16" (sm_90a's mma.sync f16: e4m3 weights exact in f16, the
+    activations f16 hi + lo under a power-of-two range scale a row, undone at emission):
+    within the same 1e-5 of the float64 reference as the bf16 form, on activations spanning
+    many binades (the inputs are scaled as real data)."""
+    L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
+    for st in L.stages:
+        if isinstance(st, F.FrontProj):
+            st.half = "f16"
+    inp = inputs(L, seed=rows + 60)
+    res = L.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=wave)
+    check_front(L, inp, res)
+
+
+def test_f16_projection_range_scale_is_checked(monkeypatch):
+    """Negative control: an inverse off by 1e-4 relative fails the reference check, so the
+    range scale and its inverse are what the f16 test above verifies."""
+    from stages import mma_tile
+    orig = mma_tile.range_scales
+    monkeypatch.setattr(mma_tile, "range_scales",
+                        lambda k, b: (lambda s, i: (s, i * 1.0001))(*orig(k, b)))
+    L = F.front_launch(BuildSpec.make("tiny", rows=2, kv="fp8", target="interp"))
+    for st in L.stages:
+        if isinstance(st, F.FrontProj):
+            st.half = "f16"
+    inp = inputs(L, seed=62)
+    res = L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=32)
+    with pytest.raises(AssertionError):
+        check_front(L, inp, res)
+
+
+def test_f16_projection_needs_a_chip_with_the_atom():
+    """No f16 projection atom on AMD: an error naming the chip, before any code is built."""
+    from stages import mma_tile
+    with pytest.raises(ValueError, match="no f16 projection atom for 'gfx950'"):
+        mma_tile.proj_atom_name("gfx950", 64, half="f16")
+
+
 def test_post_jobs_lead_where_the_grid_holds_every_job():
     """front_q / front_kv jobs are lead jobs (their row's 1/rms(x) on a CTA of their own from
     the start) exactly where the grid holds every projection and post job at once (the sm_90a

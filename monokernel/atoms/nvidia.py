@@ -58,6 +58,21 @@ MMA_M16N8K16_BF16 = MMAAtom(
     result_type="{float, float, float, float}",
     notes="mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32; each i32 packs 2 bf16, low half first.")
 
+_MMA_F16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+
+# mma.m16n8k16 .f16: the bf16 form's fragments (PTX ISA: one table for .f16 and .bf16). The
+# projection tiles' f16 path: e4m3 weights are exact in f16 and decode two to a register in
+# one cvt.rn.f16x2.e4m3x2 (stages/mma_tile.py).
+MMA_M16N8K16_F16 = MMAAtom(
+    name="sm90_mma_m16n8k16_f16", targets=("sm_90a",), m=16, n=8, k=16,
+    a_dtype=T.f16, b_dtype=T.f16, acc_dtype=T.f32, group=32,
+    a_layout=MMA_M16N8K16_BF16.a_layout, b_layout=MMA_M16N8K16_BF16.b_layout,
+    c_layout=_C16x8, intrinsic=_MMA_F16, kind="ptx",
+    signature=(("d", "4 x f32 (=f)"), ("a", "4 x b32 (r)"), ("b", "2 x b32 (r)"), ("c", "4 x f32 (f)")),
+    result_type="4 x f32", asm=_mma_ptx(_MMA_F16, 4, 4, 2, 4),
+    notes="mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (inline PTX); each i32 packs 2 "
+          "f16, low half first.")
+
 # mma.m16n8k32 .e4m3 (PTX ISA: Matrix Fragments for mma.m16n8k32)
 #   A a_i: row g + 8*((i>>2)&1), col 4t + (i&3) + 16*(i>>3)
 #   B b_i: row 4t + (i&3) + 16*(i>>2), col g
@@ -171,8 +186,8 @@ def wgmma_bf16(n: int, lbo: int = WGMMA16_B_LBO, sbo: int = WGMMA16_B_SBO) -> MM
 WGMMA_E4M3 = tuple(wgmma_e4m3(n) for n in WGMMA_N) + (wgmma_e4m3(64, a_smem=True),
                                                       wgmma_e4m3(64, a_smem=True, a_sw128=True))
 WGMMA_BF16 = tuple(wgmma_bf16(n) for n in (8, 16))
-ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3) + WGMMA_E4M3 + WGMMA_BF16
+ATOMS = (MMA_M16N8K16_BF16, MMA_M16N8K16_F16, MMA_M16N8K32_E4M3) + WGMMA_E4M3 + WGMMA_BF16
 
-__all__ = ["ATOMS", "MMA_M16N8K16_BF16", "MMA_M16N8K32_E4M3", "WGMMA_BF16", "WGMMA_COMMIT",
+__all__ = ["ATOMS", "MMA_M16N8K16_BF16", "MMA_M16N8K16_F16", "MMA_M16N8K32_E4M3", "WGMMA_BF16", "WGMMA_COMMIT",
            "WGMMA_E4M3", "WGMMA_FENCE", "WGMMA_N", "decode_smem_descriptor", "kmajor_interleave",
            "smem_descriptor", "wgmma_bf16", "wgmma_e4m3", "wgmma_wait"]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from ..atoms.base import DESC_FIELD_MASK, DESC_SHIFT
 from ..ir import Kernel
-from ..types import DType, bf16, f32, fp8e4m3fn
+from ..types import DType, bf16, f16, f32, fp8e4m3fn
 from .llvm_common import TargetHooks, BackendError, Emitter, lower
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -55,6 +55,9 @@ PTX_SCOPES = {"wave": "cta", "cta": "cta", "device": "gpu", "system": "sys"}
 FULL_MASK = -1
 WARP = 32  # threads a warp (a named barrier counts threads)
 SHFL_CLAMP = 0x1F  # shfl `c` operand: clamp 31, segment mask 0 (the whole warp)
+# mma.sync forms LLVM 22 has no intrinsic for, emitted as inline PTX: (m, n, k), input type
+MMA_SYNC_PTX = {((16, 8, 16), f16): "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                ((16, 8, 32), fp8e4m3fn): "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"}
 BACKOFF_NS = 64  # nanosleep between polls: off the memory path, still prompt
 BARRIER_FENCES = False  # explicit CTA fences around bar.sync (see barrier()): off, measured
 # slower on the H200 (front 13.21 -> 12.39 us at 2 rows, index_scoring 512K x 8 85.4 -> 83.4
@@ -490,9 +493,9 @@ class NVPTXHooks(TargetHooks):
         if shape == (16, 8, 16) and atom.a_dtype == bf16 and atom.b_dtype == bf16:
             args = ", ".join([f"i32 {x}" for x in aw + bw] + [f"float {x}" for x in cf])
             s = e.call(st, "llvm.nvvm.mma.m16n8k16.row.col.bf16", args)
-        elif shape == (16, 8, 32) and atom.a_dtype == fp8e4m3fn and atom.b_dtype == fp8e4m3fn:
-            asm = ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
-                   "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+        elif (shape, atom.a_dtype) in MMA_SYNC_PTX and atom.b_dtype == atom.a_dtype:
+            asm = (MMA_SYNC_PTX[shape, atom.a_dtype] +
+                   " {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
             cons = ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4)
             args = ", ".join([f"i32 {x}" for x in aw + bw] + [f"float {x}" for x in cf])
             s = e.fresh("mma")
