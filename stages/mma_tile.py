@@ -360,8 +360,10 @@ def _pack_weights(k, f):
 def load_activations(k, T: ProjTiling, chunk: int, load8):
     """Phase 1 of staging the job's activations: issue the loads. `load8(r, kk, mask)` loads
     what row r's values k0 + kk .. + 8 of the job's chunk are made of (any values); returns
-    the pending pieces for `store_activations`. Issued BEFORE the weight loads: AMD counts
-    outstanding loads in order, so waiting for these does not wait for the weights."""
+    the pending pieces for `store_activations`. On AMD issued BEFORE the weight loads (it
+    counts outstanding loads in order, so waiting for these does not wait for the weights);
+    on NVIDIA after them (`project`: ptxas hoists the staging's arithmetic above later
+    loads, which would hold the weights back until the activations arrive)."""
     R = T.rows
     if chunk % 8:
         raise ValueError(f"mma_tile: a chunk of {chunk} k is not a whole number of 8-k pieces")
@@ -648,7 +650,12 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     for j in range(sp.per_wave):
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W
         mrow0 = row0 + mt * M
-        finish = stage() if j == 0 else None
+        # NVIDIA: the weights' first loads in program order before the activations' (ptxas
+        # hoists the staging's arithmetic above later loads, so a warp would wait for its
+        # activations before requesting any weight: bench/NOTES.md v21); AMD: after them
+        # (its loads retire in order: a wait for the activations would wait for the weights)
+        weights_first = k.target.vendor == "nvidia" and async_slots is None
+        finish = stage() if j == 0 and not weights_first else None
         if async_slots is not None:
             # (a wave of several m-tiles copies each one's blocks when it starts it, into
             # the same slots: their earlier bytes were read, and their groups retired)
@@ -669,6 +676,8 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
             pre = {i: loads(mrow0, k.const(i, i32), masked=masked) for i in range(min(nbw, depth))}
         else:
             ring = [[k.lane_var(x) for x in loads(mrow0, k.const(d, i32))] for d in range(depth)]
+        if j == 0 and weights_first:
+            finish = stage()
         if finish:
             # an empty side-effecting asm: LLVM's machine scheduler may not sink the weight
             # loads below it (into the staging's waits) nor hoist the LDS stores above it
