@@ -531,7 +531,8 @@ class FrontProj(Stage):
                          blocks=KC // BLOCK, tile_m=TILE_N, lds=act, chunk=KC, stage=stage,
                          emit=emit, red=red,
                          loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT,
-                         straight=self.straight, async_slots=slots, rng=rng)
+                         straight=self.straight, async_slots=slots, rng=rng,
+                         weights_first=k.target.vendor == "nvidia")
         io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)

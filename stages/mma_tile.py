@@ -360,10 +360,9 @@ def _pack_weights(k, f):
 def load_activations(k, T: ProjTiling, chunk: int, load8):
     """Phase 1 of staging the job's activations: issue the loads. `load8(r, kk, mask)` loads
     what row r's values k0 + kk .. + 8 of the job's chunk are made of (any values); returns
-    the pending pieces for `store_activations`. On AMD issued BEFORE the weight loads (it
+    the pending pieces for `store_activations`. Issued BEFORE the weight loads on AMD (it
     counts outstanding loads in order, so waiting for these does not wait for the weights);
-    on NVIDIA after them (`project`: ptxas hoists the staging's arithmetic above later
-    loads, which would hold the weights back until the activations arrive)."""
+    after them where `project(weights_first=True)` (the sm_90a front)."""
     R = T.rows
     if chunk % 8:
         raise ValueError(f"mma_tile: a chunk of {chunk} k is not a whole number of 8-k pieces")
@@ -483,7 +482,7 @@ class WaveSplit:
 def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride: int, row0, k0,
             kb0, blocks: int, tile_m: int, lds, chunk: int, stage, emit, red=None,
             w_rows: int | None = None, loads_in_flight: int = LOADS_IN_FLIGHT,
-            straight: bool = False, async_slots=None, rng=None):
+            straight: bool = False, async_slots=None, rng=None, weights_first: bool = False):
     """The tile's partial sums (module doc).
 
     w, scale      weight and block-scale pointers; w_stride = K (elements a weight row),
@@ -519,6 +518,11 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                   weight stream, latency-bound at 4 blocks a warp, bench/NOTES.md v21);
                   copies hold no registers, so the whole job's bytes are requested at once.
                   At most MAX_ASYNC_BLOCKS blocks a wave (the wait's 3-bit count)
+    weights_first the first weight loads issued before stage()'s activation loads (NVIDIA:
+                  ptxas hoists the staging's arithmetic above later loads, which holds the
+                  weights back until the activations arrive; AMD retires loads in order, so
+                  there the activations go first; in 16-warp builds the longer live ranges
+                  spill: the front kind asks for it, bench/NOTES.md v21)
     rng           the f16 path's range table (range_lds_words; the caller's staging calls
                   clear_range in phase 1 and passes it to store_activations): each row's
                   sums are multiplied by its scale's inverse before `emit`
@@ -650,11 +654,7 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     for j in range(sp.per_wave):
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W
         mrow0 = row0 + mt * M
-        # NVIDIA: the weights' first loads in program order before the activations' (ptxas
-        # hoists the staging's arithmetic above later loads, so a warp would wait for its
-        # activations before requesting any weight: bench/NOTES.md v21); AMD: after them
-        # (its loads retire in order: a wait for the activations would wait for the weights)
-        weights_first = k.target.vendor == "nvidia" and async_slots is None
+        weights_first = weights_first and async_slots is None
         finish = stage() if j == 0 and not weights_first else None
         if async_slots is not None:
             # (a wave of several m-tiles copies each one's blocks when it starts it, into
