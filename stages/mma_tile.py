@@ -53,6 +53,7 @@ BLOCK = FP8_SCALE_BLOCK  # K per weight scale block (and rows per scale block)
 LOAD_BYTES = 16  # one weight load per lane: 16 fp8
 LOADS_IN_FLIGHT = 16  # 16-byte weight loads a lane keeps in flight (the ring's depth)
 MAX_ASYNC_BLOCKS = 8  # blocks a wave may have in async copy groups (async_wait counts 0..7)
+PIECE_K = 8  # activations a staging thread loads and converts at once (a row's 8 k)
 ACT_PAD_WORDS = 4  # LDS row padding of the staged activations (spreads rows over banks)
 HI_MASK = 0xFFFF0000  # the bf16 part of an f32's bits
 
@@ -63,8 +64,11 @@ PROJ_ATOMS = {"gfx950": "gfx950_mfma_f32_16x16x32_bf16",
 # the f16 form where a chip has it (FrontProj.half = "f16": weights decoded in one unpack a
 # pair; activations under a range scale, module doc)
 PROJ_ATOMS_F16 = {"sm_90a": "sm90_mma_m16n8k16_f16"}
-RANGE_EXP_BIAS = 268  # f32 exponent field of the range scale: 268 - e(max) puts max in [2^14, 2^15)
-RANGE_EXP_MIN, RANGE_EXP_MAX = 1, 253  # the scale and its inverse normal f32 powers of two
+F32_MANTISSA_BITS, F32_EXP_MASK, F32_EXP_BIAS = 23, 0xFF, 127
+# the f16 path's range scale puts a row's largest |a| in [2^RANGE_TOP, 2^(RANGE_TOP + 1)):
+# below f16's 65504 with one binade to spare, so hi never overflows
+RANGE_TOP = 14
+RANGE_EXP_MIN, RANGE_EXP_MAX = 1, 2 * F32_EXP_BIAS - 1  # scale and inverse: normal f32
 INTERP_CHIP = {64: "gfx950", 32: "sm_90a"}
 
 
@@ -364,16 +368,16 @@ def load_activations(k, T: ProjTiling, chunk: int, load8):
     counts outstanding loads in order, so waiting for these does not wait for the weights);
     after them where `project(weights_first=True)` (the sm_90a front)."""
     R = T.rows
-    if chunk % 8:
+    if chunk % PIECE_K:
         raise ValueError(f"mma_tile: a chunk of {chunk} k is not a whole number of 8-k pieces")
-    nvec, nthr = R * chunk // 8, k.W * k.L
+    nvec, nthr = R * chunk // PIECE_K, k.W * k.L
     tid = k.wave_id() * k.L + k.lane_id()
     out = []
     for it in range(-(-nvec // nthr)):
         v = it * nthr + tid
         m = v < nvec if nvec % nthr else None
-        r = v / (chunk // 8)
-        kk = (v % (chunk // 8)) * 8
+        r = v / (chunk // PIECE_K)
+        kk = (v % (chunk // PIECE_K)) * PIECE_K
         out.append((r, kk, m, load8(r, kk, m)))
     return out
 
@@ -391,14 +395,15 @@ def clear_range(k, T: ProjTiling, rng):
 
 
 def range_scales(k, max_bits):
-    """(2^-e... the scale, its inverse) of a row from its max |a| bits: powers of two that put
-    the row's largest |a| * scale in [2^14, 2^15) (f16's hi never overflows, its lo is exact
-    for every |a| * scale >= 2^-9), clamped to normal f32 powers (zero rows: any scale)."""
-    e = (max_bits >> 23) & 0xFF
-    x = k.max(k.min(k.const(RANGE_EXP_BIAS, i32) - k.bitcast(e, i32), RANGE_EXP_MAX),
-              RANGE_EXP_MIN)
-    scale = k.bitcast(k.bitcast(x, u32) << 23, f32)
-    inv = k.bitcast(k.bitcast(254 - x, u32) << 23, f32)
+    """(scale, its inverse) of a row from its max |a| bits: powers of two that put the row's
+    largest |a| * scale in [2^RANGE_TOP, 2^(RANGE_TOP + 1)) (f16's hi never overflows, its
+    lo is exact for every |a| * scale >= 2^-9), clamped to normal f32 powers (zero rows: any
+    scale). Exponent fields: e(scale) = 2 bias + RANGE_TOP - e(max), e(inv) = 2 bias - e(scale)."""
+    e = (max_bits >> F32_MANTISSA_BITS) & F32_EXP_MASK
+    x = k.max(k.min(k.const(2 * F32_EXP_BIAS + RANGE_TOP, i32) - k.bitcast(e, i32),
+                    RANGE_EXP_MAX), RANGE_EXP_MIN)
+    scale = k.bitcast(k.bitcast(x, u32) << F32_MANTISSA_BITS, f32)
+    inv = k.bitcast(k.bitcast(2 * F32_EXP_BIAS - x, u32) << F32_MANTISSA_BITS, f32)
     return scale, inv
 
 
@@ -410,7 +415,7 @@ def store_activations(k, T: ProjTiling, lds, chunk: int, pending, value8, rng=No
     are done; after: the stores are visible to every wave)."""
     R, stride = T.rows, act_row_words(chunk)
     if T.atom.a_dtype == f16:
-        _store_f16(k, T, lds, stride, [(r, kk, m, value8(p)) for r, kk, m, p in pending], rng)
+        _store_f16(k, T, lds, chunk, [(r, kk, m, value8(p)) for r, kk, m, p in pending], rng)
         return
     for r, kk, m, pieces in pending:
         a = value8(pieces)
@@ -428,16 +433,16 @@ def store_activations(k, T: ProjTiling, lds, chunk: int, pending, value8, rng=No
         k.store(lds, (R + r) * stride + kk / 2, k.vec(*_pack_bf16_exact(k, lo)), mask=m)
 
 
-def _store_f16(k, T, lds, stride, vals, rng):
+def _store_f16(k, T, lds, chunk, vals, rng):
     """f16 hi / lo halves of a * 2^-e, e per row from the chunk's max |a| (range_scales):
     hi = f16(a s), lo = f16(a s - hi), both exact where |a s| >= 2^-9; the MMA sums are
     multiplied by the inverse at emission (_emit)."""
-    R = T.rows
+    R, stride = T.rows, act_row_words(chunk)
     k.barrier()  # clear_range's zeros before any row's maximum
     # where a wave's pieces of a round lie in one row (a row's pieces a multiple of the wave:
     # the front's chunks), the wave's maximum first, one atomic a wave instead of one a
     # thread on the row's word (the H200 staging was no faster for it: bench/NOTES.md v21)
-    one_row = (stride - ACT_PAD_WORDS) * 2 // 8 % k.L == 0
+    one_row = chunk // PIECE_K % k.L == 0
     for r, kk, m, a in vals:
         mx = k.abs(a[0])
         for j in range(1, a.n):
@@ -568,48 +573,51 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
     def block_of(i):  # the job's block index of a wave's i-th block
         return i if KP == 1 else kp + i * KP
 
+    def block_base(i):  # the lane's first k of block i
+        return k0 + block_of(i) * BLOCK + win
+
+    def weight_at(mrow0, base, h, u):
+        """Element index of the lane's u-th 16-byte weight load of its row h from `base`."""
+        row = row0 + k.min(mrow0 - row0 + rows_l[h], w_rows - 1) if clamp else mrow0 + rows_l[h]
+        return row * w_stride + base + u * epl
+
+    def scale_load(mrow0, i, m=None):
+        return k.load(scale, (mrow0 / BLOCK) * scale_stride + kb0 + block_of(i), f32, mask=m)
+
     def loads(mrow0, i, masked=True):
         """The lane's 16-byte weight loads of its i-th block and the block's scale (per lane:
         masked like the weights), none past the wave's last block: issued `depth` blocks
         ahead, so neither the weights nor the scale is waited on in the block's own turn."""
         m = i < count if masked else None
-        base = k0 + block_of(i) * BLOCK + win
-
-        def row(h):
-            if clamp:
-                return row0 + k.min(mrow0 - row0 + rows_l[h], w_rows - 1)
-            return mrow0 + rows_l[h]
-        ws = [k.bitcast(k.load(w, row(h) * w_stride + base + u * epl,
-                               w_dtype, epl, nontemporal=True, mask=m), u32)
+        base = block_base(i)
+        ws = [k.bitcast(k.load(w, weight_at(mrow0, base, h, u), w_dtype, epl, nontemporal=True,
+                               mask=m), u32)
               for h in range(len(rows_l)) for u in range(nl)]
-        if scale is None:
-            return ws
-        sc = k.load(scale, (mrow0 / BLOCK) * scale_stride + kb0 + block_of(i), f32, mask=m)
-        return ws + [sc]
+        return ws if scale is None else ws + [scale_load(mrow0, i, m)]
 
     nloads = len(rows_l) * nl  # 16-byte weight loads a lane a block
 
+    load_words = LOAD_BYTES // u32.bytes
+
     def slot(i, q):  # u32 word of the lane's q-th 16-byte weight load of block i (async)
-        return ((wave * nbw + i) * nloads + q) * k.L * 4 + lane * 4
+        return ((wave * nbw + i) * nloads + q) * k.L * load_words + lane * load_words
 
     def copies(mrow0, i):
         """Async mode: block i's weight bytes into the lane's slots (one copy group), and its
         scale as a register load (a word, issued with them)."""
-        base = k0 + block_of(i) * BLOCK + win
+        base = block_base(i)
         for h in range(len(rows_l)):
-            r = row0 + k.min(mrow0 - row0 + rows_l[h], w_rows - 1) if clamp else mrow0 + rows_l[h]
             for u in range(nl):
-                k.async_copy(async_slots, slot(i, h * nl + u) * 4, w,
-                             r * w_stride + base + u * epl, u8, LOAD_BYTES)
+                k.async_copy(async_slots, slot(i, h * nl + u) * u32.bytes, w,
+                             weight_at(mrow0, base, h, u), u8, LOAD_BYTES)
         k.async_commit()
-        return [k.load(scale, (mrow0 / BLOCK) * scale_stride + kb0 + block_of(i), f32)]
+        return [scale_load(mrow0, i)]
 
     def landed(i, sc):
         """Async mode: block i's weight words once its group has landed (the lane's own
         copies: no barrier), then its scale."""
         k.async_wait(nbw - 1 - i)
-        return [k.load(async_slots, slot(i, q), u32, LOAD_BYTES // 4)
-                for q in range(nloads)] + sc
+        return [k.load(async_slots, slot(i, q), u32, load_words) for q in range(nloads)] + sc
 
     def bwords(i):  # B: the lane's 16 words of its column in each pass, from LDS
         b = block_of(i)
@@ -651,10 +659,10 @@ def project(k, T: ProjTiling, *, w, w_stride: int, w_dtype, scale, scale_stride:
                 acc = k.mma(at, A, B, acc)
         return acc + total if scale is None else k.fma(acc, cur[-1], total)
 
+    weights_first = weights_first and async_slots is None
     for j in range(sp.per_wave):
         mt = wave % sp.mtiles if sp.per_wave == 1 else wave + j * k.W
         mrow0 = row0 + mt * M
-        weights_first = weights_first and async_slots is None
         finish = stage() if j == 0 and not weights_first else None
         if async_slots is not None:
             # (a wave of several m-tiles copies each one's blocks when it starts it, into

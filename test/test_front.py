@@ -115,6 +115,17 @@ def check_front(L, inp, res):
 # ------------------------------------------------------------------------------ correctness
 
 # each mode sees rows 2 and 4, kv fp8 and bf16, wave64 and wave32 (and rows 8 twice)
+def front_with(rows, **projection):
+    """A tiny fp8 front launch of its own (`launch` is cached and shared) with FrontProj's
+    tunables set as given."""
+    L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
+    for st in L.stages:
+        if isinstance(st, F.FrontProj):
+            for name, value in projection.items():
+                setattr(st, name, value)
+    return L
+
+
 CASES = [("inorder", 2, "fp8", 64), ("inorder", 4, "bf16", 32), ("inorder", 8, "bf16", 64),
          ("random", 2, "bf16", 64), ("random", 4, "fp8", 32), ("random", 8, "fp8", 64),
          ("relaxed", 4, "fp8", 64), ("relaxed", 2, "bf16", 32)]
@@ -449,11 +460,7 @@ def test_unrolled_weight_ring_gives_the_same_bits(rows, mode):
     kind's default): the partial sums and qr bit for bit those of the runtime ring."""
     outs = []
     for straight in (False, True):
-        # a launch of its own: `launch` is cached, and its stages must keep their defaults
-        L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
-        for st in L.stages:
-            if isinstance(st, F.FrontProj):
-                st.straight = straight
+        L = front_with(rows, straight=straight)
         inp = inputs(L, seed=rows + 40)
         res = L.run_interp(fresh(inp), step=0, mode=mode, seed=4)
         check_front(L, inp, res)
@@ -471,10 +478,7 @@ def test_async_weight_slots_give_the_same_bits(rows, mode, wave):
     read of a slot before its group's wait (a wrong wait count cannot pass)."""
     outs = []
     for use_async in (False, True):
-        L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
-        for st in L.stages:
-            if isinstance(st, F.FrontProj):
-                st.async_weights = use_async
+        L = front_with(rows, async_weights=use_async)
         inp = inputs(L, seed=rows + 50)
         res = L.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=wave)
         check_front(L, inp, res)
@@ -506,10 +510,7 @@ def test_f16_projection_matches_the_reference(rows, mode, wave):
     activations f16 hi + lo under a power-of-two range scale a row, undone at emission):
     within the same 1e-5 of the float64 reference as the bf16 form, on activations spanning
     many binades (the inputs are scaled as real data)."""
-    L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv="fp8", target="interp"))
-    for st in L.stages:
-        if isinstance(st, F.FrontProj):
-            st.half = "f16"
+    L = front_with(rows, half="f16")
     inp = inputs(L, seed=rows + 60)
     res = L.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=wave)
     check_front(L, inp, res)
@@ -522,10 +523,7 @@ def test_f16_projection_range_scale_is_checked(monkeypatch):
     orig = mma_tile.range_scales
     monkeypatch.setattr(mma_tile, "range_scales",
                         lambda k, b: (lambda s, i: (s, i * 1.0001))(*orig(k, b)))
-    L = F.front_launch(BuildSpec.make("tiny", rows=2, kv="fp8", target="interp"))
-    for st in L.stages:
-        if isinstance(st, F.FrontProj):
-            st.half = "f16"
+    L = front_with(2, half="f16")
     inp = inputs(L, seed=62)
     res = L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=32)
     with pytest.raises(AssertionError):
