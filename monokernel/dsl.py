@@ -177,8 +177,8 @@ class KernelBuilder:
             raise DSLError(f"{opcode} on {a.dtype}: cast to f32 first")
         if opcode in ("exp2", "log2", "sqrt", "rsqrt", "sin", "cos") and not a.dtype.is_float:
             raise DSLError(f"{opcode} needs a float, got {a.dtype}")
-        if opcode == "not" and a.dtype.is_float:
-            raise DSLError(f"not needs an integer, got {a.dtype}")
+        if opcode in ("not", "popc", "ctz") and a.dtype.is_float:
+            raise DSLError(f"{opcode} needs an integer, got {a.dtype}")
         return self._v(opcode, (a,), a.type)
 
     def fma(self, a, b, c) -> Value:
@@ -221,6 +221,8 @@ class KernelBuilder:
     def sin(self, a): return self.unary("sin", a)
     def cos(self, a): return self.unary("cos", a)
     def abs(self, a): return self.unary("abs", a)
+    def popc(self, a): return self.unary("popc", a)
+    def ctz(self, a): return self.unary("ctz", a)
 
     def cast(self, v: Value, dt) -> Value:
         dt = as_dtype(dt)
@@ -388,6 +390,12 @@ class KernelBuilder:
         self._emit("while", (), (), {}, (cond_blk, body))
 
     # ------------------------------------------------------------------ memory
+    def lds_left(self, align: int = 16) -> int:
+        """Bytes of LDS a next allocation at `align` could still take (the chip's per-CTA
+        budget less what the kernel has declared so far): for a stage choosing between an
+        LDS and a register form of the same work."""
+        return self.target.lds_bytes - (self._lds_top + align - 1) // align * align
+
     def lds(self, name: str, dt, count: int, align: int = 16) -> Value:
         """`count` elements of dt in the CTA's LDS, at a multiple of `align` bytes (16, the
         widest LDS access, or more: 1024 for a 128B-swizzled TMA box or wgmma operand)."""

@@ -278,6 +278,13 @@ class Wave:
     def op_neg(self, op): self._un(op, np.negative)
     def op_abs(self, op): self._un(op, np.abs)
     def op_not(self, op): self._un(op, np.invert)
+    def op_popc(self, op): self._un(op, lambda a: _bit_count(a))
+    def op_ctz(self, op):
+        a = self.get(op.args[0])
+        if np.any(np.asarray(a) == 0):
+            raise InterpError(f"ctz of 0 (undefined: the backends assume a nonzero operand) "
+                              f"in {op.result!r}")
+        self._un(op, _trailing_zeros)
     def op_exp2(self, op): self._un(op, np.exp2)
     def op_log2(self, op): self._un(op, np.log2)
     def op_sqrt(self, op): self._un(op, np.sqrt)
@@ -934,6 +941,27 @@ class Wave:
                         self.put(dest, group.done[seq][w])
                 self.wg_retired.add(seq)
         self.wg_groups = committed[len(finish):] + [self.wg_groups[-1]]
+
+
+def _bit_count(a: np.ndarray) -> np.ndarray:
+    """Set bits of each integer (as its unsigned bit pattern)."""
+    u = np.asarray(a).astype(np.uint64) & np.uint64((1 << (8 * np.asarray(a).dtype.itemsize)) - 1)
+    n = np.zeros(u.shape, np.uint64)
+    while np.any(u):
+        n += u & np.uint64(1)
+        u >>= np.uint64(1)
+    return n
+
+
+def _trailing_zeros(a: np.ndarray) -> np.ndarray:
+    """Trailing zero bits of each integer (its width for 0; op ctz refuses 0)."""
+    bits = 8 * np.asarray(a).dtype.itemsize
+    u = np.asarray(a).astype(np.uint64) & np.uint64((1 << bits) - 1)
+    low = u & (~u + np.uint64(1))  # the lowest set bit
+    out = np.full(u.shape, bits, np.uint64)
+    nz = low != 0
+    out[nz] = np.log2(low[nz].astype(np.float64)).astype(np.uint64)
+    return out
 
 
 def _decode(x: np.ndarray, dt: DType) -> np.ndarray:

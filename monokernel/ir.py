@@ -62,6 +62,8 @@ OPCODES: dict[str, str] = {
     "min": "min(a, b) (floats: the non-NaN one)", "max": "max(a, b) (floats: the non-NaN one)",
     "and": "a & b", "or": "a | b", "xor": "a ^ b",
     "shl": "a << b (b < bits)", "shr": "a >> b (arithmetic for signed, logical for unsigned)",
+    "popc": "number of set bits of integer a", "ctz": "trailing zero bits of integer a, which "
+    "must not be 0 on any lane (an error in the interpreter)",
     "neg": "-a", "abs": "|a|", "not": "~a", "exp2": "2**a", "log2": "log2 a", "sqrt": "sqrt a",
     "rsqrt": "1/sqrt a", "sin": "sin a", "cos": "cos a", "fma": "a*b + c, rounded once",
     "cmp": "a <pred> b -> i1", "select": "c ? a : b",

@@ -45,7 +45,10 @@ equal: every key a candidate) is exact; nothing is dropped or rescanned. The lis
 data: every wave of sel_h1 releases its stores before wave 0 announces message 1, and the
 readers acquire after polling (the same chain as the messages). With count_from_list (NVIDIA)
 sel_h1's scan only keeps (one compare a key) and the next digit is counted afterwards from the
-list just written, read back after a CTA barrier: every candidate is in it.
+list just written, read back after a CTA barrier: every candidate is in it. With lean_scan
+(NVIDIA) the listing is `_lean_scan`: a lane's 16 consecutive keys an iteration kept by one
+float compare against `score_floor` of the threshold prefix, ballot-counted offsets, and
+store rounds over the kept keys only (the same list, bit for bit).
 
 Deferred lists (SelectConfig.defer_fat_bins, NVIDIA). The first digit is the sign and five
 exponent bits: scores from the indexer put 3-66% of a row in the threshold's bin (H200, 512K
@@ -180,6 +183,12 @@ SEGMENT_UNROLL = 8  # segment histograms a thread loads at once in sel_h0's sum:
 
 SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
 # one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
+SCAN_AHEAD = 1  # iterations of a pass over the scores whose loads are in flight while it
+# works on one (SelectConfig.prefetch: a ring of SCAN_AHEAD iterations' registers)
+LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.lean_scan): the
+# scan starts on a slice's first quarter while the rest is still in flight
+LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
+LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one
 SCORE_PREFETCH_PIECE = 256  # bytes of one L2 prefetch of a slice's scores (SelectConfig.
 # l2_prefetch): one page of f32 scores, so a row's end (whole pages) is a piece boundary
 LIST_UNROLL = 4  # the same for a pass over a candidate list (SelectConfig.prefetch): lists
@@ -360,6 +369,25 @@ class SelectConfig:
     # 27.07 -> 26.50 us, 512K x 2 22.74 -> 21.88; exact 44 of 44); the fused index, whose
     # rows mostly defer, keeps it off (unmeasured there), as AMD
     lean_lists: bool = False
+    # sel_h1 of a listed row (and sel_h2 re-listing a deferred one) lists with the lean loop
+    # (`_lean_scan`): a lane's 16
+    # consecutive keys an iteration, the keep test one float compare a key against the
+    # threshold prefix's least score, the keeps packed into a 16-bit mask, the lanes'
+    # offsets from one ballot a count bit (not four chains of lane swaps), and store rounds
+    # over the kept keys only (a round a kept key of the wave's busiest lane) instead of two
+    # predicated stores for every key. Lists, messages and selections bit-identical to the
+    # default scan. H200, same call (bench/NOTES.md v22): select_hist 512K x 8 26.55 / 26.41
+    # -> 24.83 / 25.21 us, 64K x 8 19.0 -> 18.7; fused index r8 W1 123.3 / 122.4 -> 120.7 /
+    # 120.2, W2 155.0 / 154.7 -> 150.9 / 150.4. On off AMD (MEASURED_ON_NVIDIA; AMD
+    # unmeasured); the old loop: --tune sel_h1.lean_scan=0,sel_h2.lean_scan=0
+    lean_scan: bool = False
+    # with lean_scan and scores from an input buffer (the select kinds): the slice copied
+    # into LDS by per-lane async copies (cp.async, LEAN_GROUPS commit groups) issued before
+    # the wait for message 0. Measured SLOWER on the H200 (bench/NOTES.md v22: select_hist
+    # 512K x 8 32.4-32.9 vs 26.3 us; the acquire fence after the wait for message 0 waits
+    # for wave 0's copies: message 0 seen 9.0 us into sel_h1's job against 1.5), exact
+    # (check_topk 55 of 55): off, a tunable (--tune sel_h1.lean_scan=1,sel_h1.lean_copies=1)
+    lean_copies: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -741,6 +769,7 @@ def _flipped(k, bits):
 
 # the ordered keys of the selectable scores other than -0.0: -FLT_MAX .. +inf
 NORMAL_KEY_LO, NORMAL_KEY_HI = 0x00800000, 0xFF800000
+F32_QNAN_BITS, F32_NEG_INF_BITS = 0x7FC00000, 0xFF800000
 
 
 def keys_and_specials(k, bits):
@@ -751,6 +780,26 @@ def keys_and_specials(k, bits):
     is not bad."""
     key = _flipped(k, bits)[2]
     return key, (key - NORMAL_KEY_LO) > (NORMAL_KEY_HI - NORMAL_KEY_LO)
+
+
+def score_floor(k, key_lo):
+    """The least selectable score whose ordered key is >= key_lo (uniform u32 >= 1), as f32:
+    score >= it <=> ordered key >= key_lo for every score (keys below NORMAL_KEY_LO are
+    -inf's and the NaNs', mapped to 0; -0.0 has +0.0's key and compares equal to it; NaN
+    compares false). Past +inf's key nothing is selectable: NaN, which no score reaches."""
+    tk = k.max(key_lo, NORMAL_KEY_LO)
+    bits = k.select(tk < 0x80000000, ~tk, tk ^ 0x80000000)  # sign_flip's inverse
+    return k.bitcast(k.select(tk > NORMAL_KEY_HI, k.const(F32_QNAN_BITS, u32), bits), f32)
+
+
+def _pick16(k, raws, it, jj):
+    """Key jj (per lane, 0..15) of a lane's four 4-key vectors, by a tree of selects on
+    jj's bits (no LDS; `it` unused: the registers are the iteration's)."""
+    def bit(b):
+        return ((jj >> b) & 1).ne(0)
+    v = k.select(bit(3), k.select(bit(2), raws[3], raws[2]), k.select(bit(2), raws[1], raws[0]))
+    e = [k.extract(v, i) for i in range(4)]
+    return k.select(bit(1), k.select(bit(0), e[3], e[2]), k.select(bit(0), e[1], e[0]))
 
 
 def _pos(k, p, e):
@@ -891,12 +940,14 @@ class SelectPass(Stage):
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
-                "segment_unroll", "scan_unroll")
+                "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
     scan_unroll = SCAN_UNROLL
-
+    # iterations of score loads in flight ahead of the one a pass over the scores works on
+    # (SCAN_AHEAD; with SelectConfig.prefetch)
+    scan_ahead = SCAN_AHEAD
     def _count_tunable(self, attr: str) -> int:
         """Tunable `attr`, checked: a positive integer (an error naming it otherwise)."""
         U = getattr(self, attr)
@@ -947,6 +998,8 @@ class SelectPass(Stage):
         self.list_bases = cfg.list_bases
         self.grouped_counts = cfg.grouped_counts
         self.one_wait = cfg.one_wait
+        self.lean_scan = cfg.lean_scan
+        self.lean_copies = cfg.lean_copies
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1100,6 +1153,8 @@ class SelectPass(Stage):
             if not self.solo_check:
                 if self._scans_lds:
                     self._copy_slice(k, io, sl, lds)
+                elif self._lean_copies:
+                    self._lean_copy(k, io, sl, lds)
                 elif self._loads_early:
                     sl.early = self._scan_loads(k, io, sl, sl.lo)
                 self._round(k, io, sl, lds)
@@ -1149,6 +1204,25 @@ class SelectPass(Stage):
         scores from an input buffer, which no stage of the launch writes."""
         return (self.early_loads and self.compacts and self.cfg.prefetch
                 and not self.scores.in_region)
+
+    @property
+    def _lean(self) -> bool:
+        """sel_h1 lists with the lean loop (SelectConfig.lean_scan), with the batched appends
+        through the lists' bases and the next digit counted from the list, whose stores and
+        count the loop replaces."""
+        c = self.cfg
+        return (self.lean_scan and (self.compacts or self.defers) and c.batched_append
+                and self.list_bases and self.count_from_list and not self._scans_lds)
+
+    @property
+    def _lean_copies(self) -> bool:
+        """... from its slice copied into LDS (SelectConfig.lean_copies): scores from an input
+        buffer only (the copies start before the wait for message 0)."""
+        return self._lean and self.lean_copies and not self.scores.in_region
+
+    def _lean_iterations(self, k) -> int:
+        """Iterations of the lean scan over the longest slice."""
+        return -(-self.cfg.max_slice_keys() // (LEAN_LANE_KEYS * k.W * k.L))
 
     @property
     def _scans_lds(self) -> bool:
@@ -1229,6 +1303,8 @@ class SelectPass(Stage):
         # final (the emit reads that list)
         with contextlib.nullcontext() if self.defers else k.if_(~st.done):
             self._histogram(k, io, sl, lds, first=False)
+        if self._lean_copies:  # a deferred row's count-only scan left the copies unread
+            k.async_wait(0)
         _barrier(k)
         io.env.phase(3)  # the next digit is counted (sel_h1: the scan and the lists)
         self._publish(k, io, sl, lds)
@@ -1251,6 +1327,14 @@ class SelectPass(Stage):
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if (self.compacts or self.defers) and c.batched_append and self.list_bases:
             out["list_at"] = k.lds(f"{nm}_list_at", i64, 2)
+        if self._lean:
+            if self._lean_copies:
+                out["lean"] = k.lds(f"{nm}_lean", u32,
+                                    self._lean_iterations(k) * LEAN_LANE_KEYS * k.W * k.L)
+            elif k.lds_left() >= LEAN_LANE_KEYS * k.W * k.L * u32.bits // 8:
+                # each lane's keys of an iteration, for its store rounds to pick from (where
+                # the kernel's LDS has room: else they pick from registers, `_lean_scan`)
+                out["lean_stage"] = k.lds(f"{nm}_lean_stage", u32, LEAN_LANE_KEYS * k.W * k.L)
         if self._scans_lds:
             step = _scan_step(k, self.scan_rounds)  # the scan reads whole iterations
             out["scan"] = k.lds(f"{nm}_scan", u32, -(-c.max_slice_keys() // step) * step)
@@ -1357,8 +1441,6 @@ class SelectPass(Stage):
         a deferred row's list (sel_h1 counted the NaNs)."""
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
-        T = k.W * k.L
-        U = self.scan_rounds
         self.scores.prepare(k, io)
         nan_acc = k.lane_var(0, i32)
         run = k.uniform_var(0, i32)  # list length so far
@@ -1370,10 +1452,35 @@ class SelectPass(Stage):
             self.count_from_list
         if later_count:  # prefix(key) >= Q and key != 0  <=>  key >= max(Q << (32 - d), 1)
             key_lo = k.max(_prefix_floor(k, Q, d), k.const(1, u32))
+        from_lds = self._scans_lds
+        if self._lean and later_count:
+            self._lean_scan(k, io, sl, lds, key_lo, run, nan_acc if nans else None)
+        else:
+            self._scan_body(k, io, sl, lds, first, append, nans, later_count,
+                            key_lo if later_count else None, run, nan_acc, gated, Q, d)
+        if from_lds:
+            self._release_slice(k, lds)
+        if first:
+            return
+        if nans:  # a lane counts <= 512K / 64 keys: no carry between its halves
+            acc = nan_acc.get()
+            k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
+            k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
+        with _wave0(k):
+            k.store(lds["state"], X_NLIST, _u(k, run.get()))
+        if later_count:
+            _barrier(k)  # every wave's list stores, before any wave reads the list back
+            self._scan_list(k, io, sl, lds, own=run.get())
+        if self.release:  # every wave's list stores, before wave 0 announces the message
+            k.fence("release", "device")
+
+    def _scan_body(self, k, io, sl, lds, first, append, nans, later_count, key_lo, run,
+                   nan_acc, gated, Q, d):
+        """The default pass over the scores (`_scan_scores`): SCAN_UNROLL rounds of 4 keys a
+        lane an iteration, lanes then waves then rounds in position order."""
+        U = self.scan_rounds
         step = _scan_step(k, U)
-
         positions = functools.partial(self._scan_positions, k, unroll=U)
-
         from_lds = self._scans_lds
 
         def load(ps):  # from the slice's copy in LDS (offsets from lo) or from memory
@@ -1382,16 +1489,23 @@ class SelectPass(Stage):
             return self._scan_loads(k, io, sl, None, ps)
         with k.if_(sl.lo < sl.hi):
             if self.cfg.prefetch and not from_lds:
+                ahead = self._count_tunable("scan_ahead")
                 first_loads = sl.early or load(positions(sl.lo))
-                ring = [k.lane_var(x) for x in first_loads]
+                # ring[j]: the loads of the iteration j ahead of the current one
+                ring = [[k.lane_var(x) for x in first_loads]] + \
+                    [[k.lane_var(x) for x in load(positions(sl.lo + j * step))]
+                     for j in range(1, ahead)]
             for base in k.range(sl.lo, sl.hi, step):
                 ps = positions(base)
                 if from_lds:
                     self._wait_segments(k, sl, lds, base - sl.lo)
                     raws = load(ps)
-                elif self.cfg.prefetch:  # the next iteration's loads go out first
-                    raws = [v.get() for v in ring]
-                    for v, x in zip(ring, load(positions(base + step))):
+                elif self.cfg.prefetch:  # the loads `ahead` iterations on go out first
+                    raws = [v.get() for v in ring[0]]
+                    for near, far in zip(ring, ring[1:]):
+                        for v, w in zip(near, far):
+                            v.set(w.get())
+                    for v, x in zip(ring[-1], load(positions(base + ahead * step))):
                         v.set(x)
                 else:
                     raws = load(ps)
@@ -1425,21 +1539,161 @@ class SelectPass(Stage):
                 if not first and append and self.cfg.batched_append:
                     par = ((base - sl.lo) / step) & 1
                     self._append(k, io, sl, lds, kept, run, par)
-        if from_lds:
-            self._release_slice(k, lds)
-        if first:
+
+    # -- the lean scan (SelectConfig.lean_scan) ---------------------------------------------
+    def _lean_groups(self, k):
+        """[(first, end)) iterations of each commit group of the lean copies."""
+        n = self._lean_iterations(k)
+        g = min(LEAN_GROUPS, n)
+        return [(i * n // g, (i + 1) * n // g) for i in range(g)]
+
+    def _lean_piece(self, k, it, j):
+        """LDS word of iteration `it`'s 16-byte piece j (keys 4j .. 4j + 3 of the lane's 16)
+        of this thread: the pieces j of a wave's lanes side by side, so a wave's LDS read of
+        one piece is 512 contiguous bytes (no bank conflict)."""
+        T = k.W * k.L
+        return ((it * (LEAN_LANE_KEYS // 4) + j) * T + k.thread_id()) * 4
+
+    def _lean_copy(self, k, io, sl, lds):
+        """Every lane starts the async copies of its keys of the slice (16 consecutive keys
+        an iteration, positions lo + it * 16T + 16 * thread), LEAN_GROUPS commit groups, all
+        before the wait for message 0: the slice streams into LDS under the exchange.
+        Iterations past the slice's end copy nothing (a group may be empty); a piece past
+        the row's end is read at the row's last 4 keys (never counted)."""
+        c = self.cfg
+        T = k.W * k.L
+        it_keys = LEAN_LANE_KEYS * T
+        n_it = (sl.hi - sl.lo + (it_keys - 1)) / it_keys
+        src = getattr(io.args, self.scores.name)
+        last = c.capacity - 4
+        for lo, hi in self._lean_groups(k):
+            for it in k.range(lo, k.min(n_it, hi)):
+                p0 = sl.lo + it * it_keys + LEAN_LANE_KEYS * k.thread_id()
+                for j in range(LEAN_LANE_KEYS // 4):
+                    k.async_copy(lds["lean"], self._lean_piece(k, it, j), src,
+                                 sl.r * c.capacity + k.min(p0 + 4 * j, last), u32, 4)
+            k.async_commit()
+
+    def _lean_scan(self, k, io, sl, lds, key_lo, run, nan_acc):
+        """sel_h1's listing pass with the lean loop (SelectConfig.lean_scan): the list of
+        `_append` (every selectable key >= key_lo, in position order) with far fewer
+        instructions a key and shorter dependency chains. A lane's 16 consecutive keys an
+        iteration, waves then lanes in position order, from registers loaded an iteration
+        ahead (or, with lean_copies, from the lane's own async copies in LDS); keep =
+        score >= t_lo, the least score whose key is >= key_lo (one float compare: the keys'
+        order is the scores' order, NaN never compares true, -0.0 >= +0.0 as their one key
+        says; sm_90a compares keep subnormals); the keeps as a 16-bit mask; the lanes'
+        exclusive prefix of the masks' counts from one ballot a count bit (independent
+        steps, not a chain of lane swaps); the waves' counts through LDS (one CTA barrier an
+        iteration, buffers by parity); then rounds over the kept keys only, each lane
+        storing its lowest remaining one (its raw score read back from the lane's own LDS
+        words). nan_acc (None: no counts) gets the NaN / unselectable counts, taken only in
+        a wave-uniform branch where a lane of the wave holds -inf or NaN."""
+        c = self.cfg
+        W, L, T = k.W, k.L, k.W * k.L
+        it_keys = LEAN_LANE_KEYS * T
+        w = k.wave_id()
+        n_it = (sl.hi - sl.lo + (it_keys - 1)) / it_keys
+        lk = c.max_slice_keys()
+        last = c.capacity - 4
+        pieces = LEAN_LANE_KEYS // 4
+        t_lo = score_floor(k, key_lo)
+        neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
+        offs = k.load(lds["list_at"], 0, i64, 2)
+        keys_at, pos_at = [k.ptr_add(io.env.arena, k.extract(offs, e)) for e in range(2)]
+        em = lds.get("emit")
+        count_bits = LEAN_LANE_KEYS.bit_length()  # a lane's count is 0 .. 16
+
+        def first_position(it):
+            return sl.lo + it * it_keys + LEAN_LANE_KEYS * k.thread_id()
+
+        def iteration(it, raws, pick):
+            p0 = first_position(it)
+            nv = k.max(k.min(sl.hi - p0, LEAN_LANE_KEYS), 0)
+            valid = _u(k, (k.const(1, i32) << nv) - 1)  # nv <= 16: no shift past 31
+            mask = k.const(0, u32)
+            special = k.const(0, u32)
+            for j, raw in enumerate(raws):
+                f = k.bitcast(raw, f32)
+                keep = k.cast(f >= t_lo, u32)
+                for e in range(4):
+                    mask = mask | (k.extract(keep, e) << (4 * j + e))
+                if nan_acc is not None:
+                    unsel = k.cast(~(f > neg_inf), u32)
+                    for e in range(4):
+                        special = special | (k.extract(unsel, e) << (4 * j + e))
+            mask = mask & valid
+            if nan_acc is not None:
+                with k.if_(k.ballot((special & valid).ne(0)).ne(0)):
+                    for j, raw in enumerate(raws):
+                        pv = p0 + 4 * j
+                        key, _ = ordered_keys(k, raw)
+                        nan_acc.set(nan_acc.get() + self._nan_counts(
+                            k, raw, key, k.vec(pv, pv + 1, pv + 2, pv + 3), sl.hi))
+            own = _i(k, k.popc(mask))
+            excl, tot = k.const(0, i32), k.const(0, i32)
+            for b in range(count_bits):  # bit b of every lane's count: independent ballots
+                bit = ((own >> b) & 1).ne(0)
+                excl = excl + (k.prefix_count(bit) << b)
+                tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+            if W > 1:
+                par = it & 1
+                k.store(em, par * W + w, tot)
+                k.barrier()
+                woff, rtot = k.const(0, i32), k.const(0, i32)
+                for w2 in range(W):
+                    x = k.load(em, par * W + w2, i32)
+                    woff = woff + k.select(w > w2, x, 0)
+                    rtot = rtot + x
+            else:
+                woff, rtot = k.const(0, i32), tot
+            at = k.lane_var(run.get() + woff + excl)
+            rest = k.lane_var(mask)
+            with k.while_(lambda: k.ballot(rest.get().ne(0)).ne(0)):
+                m = rest.get()
+                has = m.ne(0)
+                jj = k.min(_i(k, k.ctz(m | LEAN_SENTINEL)), LEAN_LANE_KEYS - 1)
+                rest.set(m & (m - 1))
+                raw = pick(it, jj)
+                i = k.min(at.get(), lk - 1)
+                k.store(keys_at, i, _flipped(k, raw)[2], mask=has & io.ok)
+                k.store(pos_at, i, p0 + jj, mask=has & io.ok)
+                at.set(at.get() + k.cast(has, i32))
+            run.set(run.get() + rtot)
+
+        if self._lean_copies:
+            def pick(it, jj):  # the lane's own copy
+                return k.load(lds["lean"], self._lean_piece(k, it, jj >> 2) + (jj & 3), u32)
+            groups = self._lean_groups(k)
+            for g, (lo, hi) in enumerate(groups):
+                k.async_wait(len(groups) - 1 - g)
+                for it in k.range(lo, k.min(n_it, hi)):
+                    iteration(it, [k.load(lds["lean"], self._lean_piece(k, it, j), u32, 4)
+                                   for j in range(pieces)], pick)
             return
-        if nans:  # a lane counts <= 512K / 64 keys: no carry between its halves
-            acc = nan_acc.get()
-            k.atomic("add", lds["cnt"], 0, _u(k, k.wave_sum(acc & 0xFFFF)), scope="cta")
-            k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
-        with _wave0(k):
-            k.store(lds["state"], X_NLIST, _u(k, run.get()))
-        if later_count:
-            _barrier(k)  # every wave's list stores, before any wave reads the list back
-            self._scan_list(k, io, sl, lds, own=run.get())
-        if self.release:  # every wave's list stores, before wave 0 announces the message
-            k.fence("release", "device")
+
+        stage = lds.get("lean_stage")
+        slot = k.thread_id() * LEAN_LANE_KEYS
+        if stage is not None:
+            def pick(it, jj):  # the lane's own keys, put in LDS by this iteration
+                return k.load(stage, slot + jj, u32)
+        else:
+            pick = None  # below: from the iteration's registers
+
+        def load(it):
+            p0 = first_position(it)
+            return [self.scores.load4(k, io, sl.r, k.min(p0 + 4 * j, last), None)
+                    for j in range(pieces)]
+        with k.if_(sl.lo < sl.hi):
+            ring = [k.lane_var(x) for x in load(0)]
+            for it in k.range(0, n_it):
+                raws = [v.get() for v in ring]
+                for v, x in zip(ring, load(it + 1)):  # the next iteration's loads go out first
+                    v.set(x)
+                if stage is not None:
+                    for j, raw in enumerate(raws):
+                        k.store(stage, slot + 4 * j, raw)
+                iteration(it, raws, pick or functools.partial(_pick16, k, raws))
 
     @staticmethod
     def _scan_positions(k, base, unroll: int = SCAN_UNROLL):
@@ -2530,7 +2784,7 @@ def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.nda
 # unmeasured: every builder of a config sets them through measured_options
 MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
                       "count_from_list", "early_loads", "wide_segment_sums", "list_bases",
-                      "one_wait")
+                      "one_wait", "lean_scan")
 
 
 def measured_options(on: bool) -> dict:

@@ -48,10 +48,12 @@ def ptxas_report(ptx: str, arch: str = "sm_90a"):
     return out.stderr
 
 
-# local memory an sm_90a rows-8 index build may hold in its persistent job loop
-# (IndexScore.narrow_prefetch: ptxas keeps one value there, reloaded once a job); a key loop
-# holds none (tools.sass.inner_loop_spills, where nvdisasm is installed)
-JOB_LOOP_SPILL_BYTES = 4
+# local memory an sm_90a rows-8 index build may hold in its persistent job loop, outside
+# every inner loop (IndexScore.narrow_prefetch: 4 bytes, reloaded once a job; the selection's
+# lean listing loop, SelectConfig.lean_scan: 16 more, measured faster with them, bench/
+# NOTES.md v22); a key or scan loop holds none (tools.sass.inner_loop_spills, where nvdisasm
+# is installed)
+JOB_LOOP_SPILL_BYTES = 20
 
 
 def check_job_loop_spills(report: str, ptx: str):

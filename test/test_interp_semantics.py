@@ -161,3 +161,39 @@ def test_lds_read_before_any_write_shows_the_poison():
         interp.run(kern, dict(out=out), grid=1, mode=mode, seed=1)
         assert (out[:32] == np.uint32(int.from_bytes(bytes([interp.LDS_POISON] * 4), "little"))).all()
         assert np.array_equal(out[32:], np.arange(32, dtype=np.uint32) + 7)
+
+
+def test_bit_counts_and_trailing_zeros():
+    """popc / ctz (the lean scan's keep masks): set bits and trailing zero bits of u32 and
+    i32 lanes; ctz of 0 is undefined (the backends assume a nonzero operand): an error here;
+    LLVM accepts both on both vendors, branch-free on NVPTX."""
+    def body(k):
+        a = k.load(k.args.x, k.lane_id(), u32)
+        k.store(k.args.pc, k.lane_id(), k.popc(a))
+        k.store(k.args.tz, k.lane_id(), k.ctz(k.bitcast(a | k.args.nz, i32)))
+    abi = ABI(x=Ptr(u32), pc=Ptr(u32), tz=Ptr(i32), nz=Scalar(u32))
+    kern = build_kernel("bits", body, abi=abi, target="interp")
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    x[:4] = [0, 1, 0x80000000, 0xFFFFFFFF]
+    pc, tz = np.zeros(64, np.uint32), np.zeros(64, np.int32)
+    x[0] = 1 << 20  # nz = 0 below: no lane's ctz operand is 0
+    interp.run(kern, dict(x=x, pc=pc, tz=tz, nz=0))
+    assert pc.tolist() == [bin(int(v)).count("1") for v in x]
+    assert tz.tolist() == [(int(v) & -int(v)).bit_length() - 1 for v in x]
+    x[5] = 0
+    with pytest.raises(InterpError, match="ctz of 0"):
+        interp.run(kern, dict(x=x, pc=pc, tz=tz, nz=0))
+    interp.run(kern, dict(x=x, pc=pc, tz=tz, nz=1 << 31))  # a sentinel bit: defined
+    assert tz[5] == 31 and tz[0] == 20
+    with pytest.raises(DSLError, match="popc needs an integer"):
+        build_kernel("bad", lambda k: k.popc(k.load(k.args.f, 0, f32)), abi=ABI(f=Ptr(f32)),
+                     target="interp")
+    from monokernel.backend import amdgcn, nvptx, toolchain
+    ptx = toolchain.compile_ptx(nvptx.emit_llvm(build_kernel("bits", body, abi=abi,
+                                                             target="sm_90a"), "sm_90a"))
+    assert ptx.count("popc.b32") == 2 and " bra" not in ptx  # ctz: popc((a - 1) & ~a)
+    co = toolchain.compile_amdgcn(amdgcn.emit_llvm(build_kernel("bits", body, abi=abi,
+                                                                target="gfx950"), "gfx950"),
+                                  "gfx950")
+    assert co[:4] == b"\x7fELF"

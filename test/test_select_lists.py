@@ -7,6 +7,8 @@ when all are equal), a crowded row's lists come from sel_h2 at the 13-bit prefix
 lists), and only sel_h0 / sel_h1 (and sel_h2, with deferral) read the scores."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -310,6 +312,35 @@ def test_only_the_first_two_passes_read_the_scores(solo, defer):
     assert spans == [(j * lk, (j + 1) * lk) for j in range(CFG.rows * CFG.max_slices)]
 
 
+def _same_lists_and_messages(dist, seed, variants, *, waves=3, mode="relaxed", hist=None):
+    """Run the selection on one set of `dist` scores once per variant (a function of the
+    launch: sets stage attributes, or a config given as `cfg`), each exact, and assert every
+    message, list, output and diagnostic row the same bit for bit."""
+    rng = np.random.default_rng(seed)
+    n = request_positions(12000, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    out = []
+    for cfg, tweak in variants:
+        L = select_launch(cfg, grid=3, waves=waves, hist=hist)
+        for st in L.stages:
+            if isinstance(st, sel.SelectPass):
+                tweak(st)
+        r = L.run_interp(make_inputs(cfg, s, n, bt, hist=hist), step=0, mode=mode, seed=4)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+        out.append(r)
+    a, b = out
+    for name in [CFG.msg(q) for q in range(CFG.passes)] + [CFG.list_keys, CFG.list_pos,
+                                                           CFG.list2_keys, CFG.list2_pos]:
+        assert np.array_equal(a.regions[name], b.regions[name]), name
+    assert np.array_equal(a.outputs["topk"], b.outputs["topk"])
+    assert np.array_equal(a.outputs["topk_diag"], b.outputs["topk_diag"])
+
+
+DEFERRING = dataclasses.replace(CFG, defer_fat_bins=True)
+DISTS = ["normal", "allequal", "zeros", "extreme", "nan", "few"]
+
+
 @pytest.mark.parametrize("dist,unroll", [("normal", 1), ("allequal", 3), ("nan", 1)])
 def test_scan_unroll_writes_the_same_lists_and_messages(dist, unroll):
     """A pass over the scores reading `scan_unroll` rounds of 4 keys a lane an iteration
@@ -317,44 +348,105 @@ def test_scan_unroll_writes_the_same_lists_and_messages(dist, unroll):
     deferred row; measured slower than 4 on the H200, bench/NOTES.md v19) publishes every
     message and writes every list of the default 4, in the relaxed memory mode (3 waves: an
     iteration's rounds do not fill the slice's last one); the selections are exact."""
-    import dataclasses
-    rng = np.random.default_rng([27, ["normal", "allequal", "nan"].index(dist), unroll])
-    n = request_positions(12000, CFG.rows)
-    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
-    bt = random_block_table(CFG, rng)
-    cfg = dataclasses.replace(CFG, defer_fat_bins=True)
-    out = []
-    for u in (unroll, sel.SCAN_UNROLL):
-        L = select_launch(cfg, grid=3, waves=3)
-        for st in L.stages:
-            if isinstance(st, sel.SelectPass):
-                st.scan_unroll = u
-        r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode="relaxed", seed=4)
-        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
-        out.append(r)
-    a, b = out
-    for name in [cfg.msg(q) for q in range(cfg.passes)] + [cfg.list_keys, cfg.list_pos,
-                                                           cfg.list2_keys, cfg.list2_pos]:
-        assert np.array_equal(a.regions[name], b.regions[name]), name
-    assert np.array_equal(a.outputs["topk"], b.outputs["topk"])
-    assert np.array_equal(a.outputs["topk_diag"], b.outputs["topk_diag"])
+    _same_lists_and_messages(dist, [27, DISTS.index(dist), unroll], [
+        (DEFERRING, lambda st: setattr(st, "scan_unroll", unroll)),
+        (DEFERRING, lambda st: setattr(st, "scan_unroll", sel.SCAN_UNROLL))])
 
 
-def test_scan_unroll_must_be_a_positive_integer():
-    """--tune sel_h1.scan_unroll=0 fails the build with an error naming the value."""
-    L = select_launch(CFG, grid=3, waves=2)
-    h1 = next(st for st in L.stages if st.name == "sel_h1")
-    h1.scan_unroll = 0
-    with pytest.raises(ValueError, match="scan_unroll = 0 must be a positive integer"):
-        L.kernel("interp", 32)
+@pytest.mark.parametrize("dist,ahead", [("normal", 2), ("allequal", 3), ("nan", 2)])
+def test_scan_ahead_writes_the_same_lists_and_messages(dist, ahead):
+    """A pass over the scores with `scan_ahead` iterations of loads in flight (a ring of
+    that many iterations' registers: SelectPass.scan_ahead; sel_h1's scan, sel_h2's re-scan
+    of a deferred row; measured no faster on the H200, bench/NOTES.md v22) publishes every
+    message and writes every list of the default one ahead, in the relaxed memory mode, with
+    a slice of fewer iterations than the ring holds (its loads past the slice read within
+    the row and are never counted); exact."""
+    _same_lists_and_messages(dist, [29, DISTS.index(dist), ahead], [
+        (DEFERRING, lambda st: setattr(st, "scan_ahead", ahead)),
+        (DEFERRING, lambda st: setattr(st, "scan_ahead", sel.SCAN_AHEAD))])
 
 
-def test_segment_unroll_must_be_a_positive_integer():
-    """--tune sel_h0.segment_unroll=0 fails the build with an error naming the value."""
-    L = select_launch(CFG, grid=3, waves=2, hist="buffer")
-    h0 = next(st for st in L.stages if st.name == "sel_h0")
-    h0.segment_unroll = 0
-    with pytest.raises(ValueError, match="segment_unroll = 0 must be a positive integer"):
+@pytest.mark.parametrize("dist,waves,mode,copies", [
+    ("normal", 3, "relaxed", False), ("allequal", 3, "relaxed", False),
+    ("zeros", 2, "random", False), ("extreme", 3, "inorder", False), ("nan", 1, "random", False),
+    ("few", 3, "relaxed", False), ("normal", 3, "relaxed", True), ("nan", 2, "random", True)])
+def test_lean_scan_writes_the_same_lists_and_messages(dist, waves, mode, copies):
+    """The lean listing loop (SelectConfig.lean_scan: sel_h1's lists, and sel_h2's of a
+    deferred row; with lean_copies from the lane's own async copies in LDS) writes every
+    list and message of the default scan, bit for bit: its float keep test against the
+    threshold's least score agrees with the ordered keys on +-0.0, subnormals, infinities
+    and NaN (zeros, extreme), the ballot offsets and the store rounds keep position order
+    across lanes and waves (3 waves: an iteration's keys do not fill the slice's last one),
+    crowded rows take sel_h2's re-listing (allequal, few); exact selections."""
+    lean = dataclasses.replace(DEFERRING, lean_scan=True, lean_copies=copies)
+    _same_lists_and_messages(dist, [37, DISTS.index(dist), waves], [
+        (lean, lambda st: None), (DEFERRING, lambda st: None)],
+        waves=waves, mode=mode, hist="buffer")
+
+
+@pytest.mark.parametrize("dist", ["normal", "extreme"])
+def test_lean_scan_picks_from_registers_where_lds_is_short(dist, monkeypatch):
+    """Where the kernel's LDS has no room for the lean loop's staging (e.g. the fused index
+    with keys in shared memory), its store rounds pick each kept key from the iteration's
+    registers by a tree of selects: the same lists and messages."""
+    from monokernel.dsl import KernelBuilder
+    real = KernelBuilder.lds_left
+    seen = []
+
+    def short(self, align=16):
+        seen.append(1)
+        return 0
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+    monkeypatch.setattr(KernelBuilder, "lds_left", short)
+    L = select_launch(lean, grid=3, waves=3, hist="buffer")
+    assert not any(a.name.endswith("lean_stage") for a in L.kernel("interp", 64).lds)
+    _same_lists_and_messages(dist, [41, DISTS.index(dist)], [
+        (lean, lambda st: None), (DEFERRING, lambda st: None)], hist="buffer")
+    assert seen
+    monkeypatch.setattr(KernelBuilder, "lds_left", real)
+
+
+def test_lean_scan_threshold_is_the_least_score_of_the_prefix():
+    """The lean keep test's threshold (select.score_floor: score >= it <=> ordered key >=
+    key_lo) at the boundaries: the keys of -0.0 / +0.0, the smallest subnormals of each sign, -FLT_MAX,
+    +inf, and key_lo past +inf (nothing kept), every key_lo checked against every score."""
+    from layouts.scores import ordered_key
+    from monokernel import interp
+    from monokernel.dsl import ABI, Ptr, build_kernel
+    from monokernel.types import f32, u32
+    from stages.select import NORMAL_KEY_HI, NORMAL_KEY_LO, score_floor
+
+    def body(k):
+        key_lo = k.load(k.args.klo, k.lane_id(), u32)
+        x = k.load(k.args.x, 0, f32)
+        k.store(k.args.keep, k.lane_id(), k.cast(x >= score_floor(k, key_lo), u32))
+    kern = build_kernel("tlo", body, abi=ABI(klo=Ptr(u32), x=Ptr(f32), keep=Ptr(u32)),
+                        target="interp")
+    scores = np.array([0.0, -0.0, 1e-45, -1e-45, 2e-45, 1.17549435e-38, -3.4028235e38,
+                       3.4028235e38, np.inf, -np.inf, np.nan, 1.0, -1.0], np.float32)
+    key_los = sorted({1, 0x7FFFFFFF, 0x80000000, 0x80000001, 0x7FFFFFFE, NORMAL_KEY_LO,
+                      NORMAL_KEY_LO + 1, NORMAL_KEY_HI, NORMAL_KEY_HI + 1, 0xFFFFFFFF} |
+                     {int(ordered_key(np.float32(v))) for v in scores if np.isfinite(v)})
+    klo = np.zeros(64, np.uint32)
+    klo[:len(key_los)] = key_los
+    klo[len(key_los):] = key_los[-1]
+    for x in scores:
+        keep = np.zeros(64, np.uint32)
+        interp.run(kern, dict(klo=klo, x=np.array([x], np.float32), keep=keep))
+        want = [int(ordered_key(x)) >= kl for kl in klo]
+        assert keep.astype(bool).tolist() == want, x
+
+
+@pytest.mark.parametrize("stage,attr,hist", [("sel_h2", "scan_ahead", None),
+                                             ("sel_h1", "scan_unroll", None),
+                                             ("sel_h0", "segment_unroll", "buffer")])
+def test_count_tunables_must_be_positive_integers(stage, attr, hist):
+    """--tune sel_h2.scan_ahead=0 (sel_h1.scan_unroll, sel_h0.segment_unroll) fails the
+    build with an error naming the value."""
+    L = select_launch(CFG, grid=3, waves=2, hist=hist)
+    st = next(st for st in L.stages if st.name == stage)
+    setattr(st, attr, 0)
+    with pytest.raises(ValueError, match=f"{attr} = 0 must be a positive integer"):
         L.kernel("interp", 32)
 
 

@@ -434,6 +434,15 @@ class Emitter:
         t = self.ty(r.type)
         self.alias(r, self.call(t, f"llvm.abs.{self.suffix(r.type)}", f"{t} {self.val(op.args[0])}, i1 false"))
 
+    def op_popc(self, op): self._unary_intrinsic(op, "ctpop")
+
+    def op_ctz(self, op):  # i1 true: a is never 0 (the interpreter checks; a cttz defined
+        # at 0 is expanded around a branch on NVPTX)
+        r = op.result
+        t = self.ty(r.type)
+        self.alias(r, self.call(t, f"llvm.cttz.{self.suffix(r.type)}",
+                                f"{t} {self.val(op.args[0])}, i1 true"))
+
     def op_exp2(self, op): self._unary_intrinsic(op, "exp2")
     def op_log2(self, op): self._unary_intrinsic(op, "log2")
     def op_sqrt(self, op): self._unary_intrinsic(op, "sqrt")
