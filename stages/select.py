@@ -1623,13 +1623,17 @@ class SelectPass(Stage):
                     for e in range(4):
                         special = special | (k.extract(unsel, e) << (4 * j + e))
             mask = mask & valid
-            if nan_acc is not None:
-                with k.if_(k.ballot((special & valid).ne(0)).ne(0)):
+            if nan_acc is not None:  # the counts from masks too, where a wave holds one
+                special = special & valid
+                with k.if_(k.ballot(special.ne(0)).ne(0)):
+                    nan = k.const(0, u32)
                     for j, raw in enumerate(raws):
-                        pv = p0 + 4 * j
-                        key, _ = ordered_keys(k, raw)
-                        nan_acc.set(nan_acc.get() + self._nan_counts(
-                            k, raw, key, k.vec(pv, pv + 1, pv + 2, pv + 3), sl.hi))
+                        f = k.bitcast(raw, f32)
+                        isnan = k.cast(f.ne(f), u32)  # unordered: NaN only
+                        for e in range(4):
+                            nan = nan | (k.extract(isnan, e) << (4 * j + e))
+                    counts = k.popc(nan & valid) | (k.popc(special) << 16)
+                    nan_acc.set(nan_acc.get() + _i(k, counts))
             own = _i(k, k.popc(mask))
             excl, tot = k.const(0, i32), k.const(0, i32)
             for b in range(count_bits):  # bit b of every lane's count: independent ballots
