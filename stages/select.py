@@ -188,6 +188,8 @@ SCAN_AHEAD = 1  # iterations of a pass over the scores whose loads are in flight
 LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.lean_scan): the
 # scan starts on a slice's first quarter while the rest is still in flight
 LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
+LOAD_KEYS = 4  # keys of one 16-byte load
+LEAN_PIECES = LEAN_LANE_KEYS // LOAD_KEYS  # a lane's 16-byte loads (or copies) an iteration
 LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one
 SCORE_PREFETCH_PIECE = 256  # bytes of one L2 prefetch of a slice's scores (SelectConfig.
 # l2_prefetch): one page of f32 scores, so a row's end (whole pages) is a piece boundary
@@ -792,6 +794,20 @@ def score_floor(k, key_lo):
     return k.bitcast(k.select(tk > NORMAL_KEY_HI, k.const(F32_QNAN_BITS, u32), bits), f32)
 
 
+def _lane_masks(k, raws, tests):
+    """One 16-bit mask per test (a function of a 4-vector of f32 scores, giving i1s) over a
+    lane's LEAN_PIECES 4-vectors of raw scores: bit 4j + e for vector j's entry e, i.e. the
+    lane's keys in position order."""
+    masks = [k.const(0, u32) for _ in tests]
+    for j, raw in enumerate(raws):
+        f = k.bitcast(raw, f32)
+        for t, test in enumerate(tests):
+            bits = k.cast(test(f), u32)
+            for e in range(LOAD_KEYS):
+                masks[t] = masks[t] | (k.extract(bits, e) << (LOAD_KEYS * j + e))
+    return masks
+
+
 def _pick16(k, raws, it, jj):
     """Key jj (per lane, 0..15) of a lane's four 4-key vectors, by a tree of selects on
     jj's bits (no LDS; `it` unused: the registers are the iteration's)."""
@@ -1207,7 +1223,8 @@ class SelectPass(Stage):
 
     @property
     def _lean(self) -> bool:
-        """sel_h1 lists with the lean loop (SelectConfig.lean_scan), with the batched appends
+        """sel_h1 (and sel_h2 re-listing a deferred row) lists with the lean loop
+        (SelectConfig.lean_scan), with the batched appends
         through the lists' bases and the next digit counted from the list, whose stores and
         count the loop replaces."""
         c = self.cfg
@@ -1552,7 +1569,18 @@ class SelectPass(Stage):
         of this thread: the pieces j of a wave's lanes side by side, so a wave's LDS read of
         one piece is 512 contiguous bytes (no bank conflict)."""
         T = k.W * k.L
-        return ((it * (LEAN_LANE_KEYS // 4) + j) * T + k.thread_id()) * 4
+        return ((it * LEAN_PIECES + j) * T + k.thread_id()) * LOAD_KEYS
+
+    @staticmethod
+    def _lean_first_position(k, sl, it):
+        """The first of this thread's 16 consecutive positions in lean iteration `it`."""
+        return sl.lo + it * (LEAN_LANE_KEYS * k.W * k.L) + LEAN_LANE_KEYS * k.thread_id()
+
+    @staticmethod
+    def _lean_count(k, sl):
+        """Lean iterations over this slice (runtime)."""
+        it_keys = LEAN_LANE_KEYS * k.W * k.L
+        return (sl.hi - sl.lo + (it_keys - 1)) / it_keys
 
     def _lean_copy(self, k, io, sl, lds):
         """Every lane starts the async copies of its keys of the slice (16 consecutive keys
@@ -1561,17 +1589,16 @@ class SelectPass(Stage):
         Iterations past the slice's end copy nothing (a group may be empty); a piece past
         the row's end is read at the row's last 4 keys (never counted)."""
         c = self.cfg
-        T = k.W * k.L
-        it_keys = LEAN_LANE_KEYS * T
-        n_it = (sl.hi - sl.lo + (it_keys - 1)) / it_keys
+        n_it = self._lean_count(k, sl)
         src = getattr(io.args, self.scores.name)
-        last = c.capacity - 4
+        last = c.capacity - LOAD_KEYS
         for lo, hi in self._lean_groups(k):
             for it in k.range(lo, k.min(n_it, hi)):
-                p0 = sl.lo + it * it_keys + LEAN_LANE_KEYS * k.thread_id()
-                for j in range(LEAN_LANE_KEYS // 4):
+                p0 = self._lean_first_position(k, sl, it)
+                for j in range(LEAN_PIECES):
                     k.async_copy(lds["lean"], self._lean_piece(k, it, j), src,
-                                 sl.r * c.capacity + k.min(p0 + 4 * j, last), u32, 4)
+                                 sl.r * c.capacity + k.min(p0 + LOAD_KEYS * j, last), u32,
+                                 LOAD_KEYS)
             k.async_commit()
 
     def _lean_scan(self, k, io, sl, lds, key_lo, run, nan_acc):
@@ -1590,13 +1617,11 @@ class SelectPass(Stage):
         words). nan_acc (None: no counts) gets the NaN / unselectable counts, taken only in
         a wave-uniform branch where a lane of the wave holds -inf or NaN."""
         c = self.cfg
-        W, L, T = k.W, k.L, k.W * k.L
-        it_keys = LEAN_LANE_KEYS * T
+        W, L = k.W, k.L
         w = k.wave_id()
-        n_it = (sl.hi - sl.lo + (it_keys - 1)) / it_keys
+        n_it = self._lean_count(k, sl)
         lk = c.max_slice_keys()
-        last = c.capacity - 4
-        pieces = LEAN_LANE_KEYS // 4
+        last = c.capacity - LOAD_KEYS
         t_lo = score_floor(k, key_lo)
         neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
         offs = k.load(lds["list_at"], 0, i64, 2)
@@ -1604,34 +1629,24 @@ class SelectPass(Stage):
         em = lds.get("emit")
         count_bits = LEAN_LANE_KEYS.bit_length()  # a lane's count is 0 .. 16
 
-        def first_position(it):
-            return sl.lo + it * it_keys + LEAN_LANE_KEYS * k.thread_id()
-
         def iteration(it, raws, pick):
-            p0 = first_position(it)
+            p0 = self._lean_first_position(k, sl, it)
             nv = k.max(k.min(sl.hi - p0, LEAN_LANE_KEYS), 0)
             valid = _u(k, (k.const(1, i32) << nv) - 1)  # nv <= 16: no shift past 31
-            mask = k.const(0, u32)
-            special = k.const(0, u32)
-            for j, raw in enumerate(raws):
-                f = k.bitcast(raw, f32)
-                keep = k.cast(f >= t_lo, u32)
-                for e in range(4):
-                    mask = mask | (k.extract(keep, e) << (4 * j + e))
-                if nan_acc is not None:
-                    unsel = k.cast(~(f > neg_inf), u32)
-                    for e in range(4):
-                        special = special | (k.extract(unsel, e) << (4 * j + e))
+            def keep(f):
+                return f >= t_lo
+
+            def unselectable(f):  # -inf and NaN
+                return ~(f > neg_inf)
+            if nan_acc is None:
+                mask, = _lane_masks(k, raws, [keep])
+            else:
+                mask, special = _lane_masks(k, raws, [keep, unselectable])
             mask = mask & valid
             if nan_acc is not None:  # the counts from masks too, where a wave holds one
                 special = special & valid
                 with k.if_(k.ballot(special.ne(0)).ne(0)):
-                    nan = k.const(0, u32)
-                    for j, raw in enumerate(raws):
-                        f = k.bitcast(raw, f32)
-                        isnan = k.cast(f.ne(f), u32)  # unordered: NaN only
-                        for e in range(4):
-                            nan = nan | (k.extract(isnan, e) << (4 * j + e))
+                    nan, = _lane_masks(k, raws, [lambda f: f.ne(f)])  # unordered: NaN only
                     counts = k.popc(nan & valid) | (k.popc(special) << 16)
                     nan_acc.set(nan_acc.get() + _i(k, counts))
             own = _i(k, k.popc(mask))
@@ -1672,8 +1687,8 @@ class SelectPass(Stage):
             for g, (lo, hi) in enumerate(groups):
                 k.async_wait(len(groups) - 1 - g)
                 for it in k.range(lo, k.min(n_it, hi)):
-                    iteration(it, [k.load(lds["lean"], self._lean_piece(k, it, j), u32, 4)
-                                   for j in range(pieces)], pick)
+                    iteration(it, [k.load(lds["lean"], self._lean_piece(k, it, j), u32,
+                                          LOAD_KEYS) for j in range(LEAN_PIECES)], pick)
             return
 
         stage = lds.get("lean_stage")
@@ -1685,9 +1700,9 @@ class SelectPass(Stage):
             pick = None  # below: from the iteration's registers
 
         def load(it):
-            p0 = first_position(it)
-            return [self.scores.load4(k, io, sl.r, k.min(p0 + 4 * j, last), None)
-                    for j in range(pieces)]
+            p0 = self._lean_first_position(k, sl, it)
+            return [self.scores.load4(k, io, sl.r, k.min(p0 + LOAD_KEYS * j, last), None)
+                    for j in range(LEAN_PIECES)]
         with k.if_(sl.lo < sl.hi):
             ring = [k.lane_var(x) for x in load(0)]
             for it in k.range(0, n_it):
@@ -1696,7 +1711,7 @@ class SelectPass(Stage):
                     v.set(x)
                 if stage is not None:
                     for j, raw in enumerate(raws):
-                        k.store(stage, slot + 4 * j, raw)
+                        k.store(stage, slot + LOAD_KEYS * j, raw)
                 iteration(it, raws, pick or functools.partial(_pick16, k, raws))
 
     @staticmethod

@@ -390,20 +390,12 @@ def test_lean_scan_picks_from_registers_where_lds_is_short(dist, monkeypatch):
     with keys in shared memory), its store rounds pick each kept key from the iteration's
     registers by a tree of selects: the same lists and messages."""
     from monokernel.dsl import KernelBuilder
-    real = KernelBuilder.lds_left
-    seen = []
-
-    def short(self, align=16):
-        seen.append(1)
-        return 0
     lean = dataclasses.replace(DEFERRING, lean_scan=True)
-    monkeypatch.setattr(KernelBuilder, "lds_left", short)
+    monkeypatch.setattr(KernelBuilder, "lds_left", lambda self, align=16: 0)
     L = select_launch(lean, grid=3, waves=3, hist="buffer")
     assert not any(a.name.endswith("lean_stage") for a in L.kernel("interp", 64).lds)
     _same_lists_and_messages(dist, [41, DISTS.index(dist)], [
         (lean, lambda st: None), (DEFERRING, lambda st: None)], hist="buffer")
-    assert seen
-    monkeypatch.setattr(KernelBuilder, "lds_left", real)
 
 
 def test_lean_scan_threshold_is_the_least_score_of_the_prefix():
