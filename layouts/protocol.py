@@ -223,6 +223,14 @@ class Mailbox:
         return load_data(self.k, self.env.arena, self.arena, name, index, n, mask=mask,
                          flat=self.flat)
 
+    def prefetch_line(self, name, index, nbytes, *, mask=None):
+        """A hint (prefetch_l2 line=True): the L2 line holding data elements index .. of
+        region `name` (`nbytes` from there, within the line)."""
+        p = _placement(self.arena, name, (BulkBuffer, PlainBuffer), "prefetch")
+        ptr, index = _element(self.k, self.env.arena, self.arena, name, index,
+                              p.region.dtype.bytes, self.flat)
+        self.k.prefetch_l2(ptr, index * p.region.dtype.bytes, nbytes, mask=mask, line=True)
+
     def release(self, name, *, fence=True):
         """This job's release of bulk region `name`: once per job, after all its stores,
         from every wave (with several waves: a CTA barrier, then wave 0 releases)."""

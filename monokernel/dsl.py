@@ -504,18 +504,25 @@ class KernelBuilder:
             raise DSLError(f"{what}: nbytes {nbytes!r} must be a positive multiple of "
                            f"{ir.BULK_ALIGN} up to {limit}")
 
-    def prefetch_l2(self, p, byte_offset, nbytes: int, *, mask=None):
+    def prefetch_l2(self, p, byte_offset, nbytes: int, *, mask=None, line: bool = False):
         """A hint that bytes [p + byte_offset, + nbytes) of a global buffer will be read soon:
         the L2 starts fetching them while this lane goes on (no register holds them, so a
         stream can have far more bytes in flight than its loads' registers allow). Values are
         never affected; a lane under `mask` = false issues nothing. Address and size
-        16-byte multiples; the interpreter faults on a range outside one buffer."""
-        self._bulk_size(nbytes, "prefetch_l2", ir.MAX_PREFETCH_BYTES)
+        16-byte multiples; the interpreter faults on a range outside one buffer.
+        line=True: the range lies within one L2 line (ir.L2_LINE_BYTES), asked for by the
+        load unit (sm_90a `prefetch.global.L2`, one instruction for a wave's lanes) rather
+        than by a bulk prefetch (a TMA request each, v13: 512 of them took a CTA ~2.4 us to
+        issue); the interpreter faults on a range that crosses a line."""
+        self._bulk_size(nbytes, "prefetch_l2", ir.L2_LINE_BYTES if line else ir.MAX_PREFETCH_BYTES)
         if isinstance(p, Value) and p.dtype == ptr_lds:
             raise DSLError(f"prefetch_l2: {p!r} points to LDS; only global memory goes to the L2")
         idx = self._addr(p, byte_offset, u8, 1, "prefetch_l2")
         margs = self._mask(mask, "prefetch_l2")
-        self._emit("prefetch_l2", (p, idx) + margs, (), dict(nbytes=nbytes, masked=bool(margs)))
+        attrs = dict(nbytes=nbytes, masked=bool(margs))
+        if line:
+            attrs["line"] = True
+        self._emit("prefetch_l2", (p, idx) + margs, (), attrs)
 
     def prefetch_rows_l2(self, p, base, rows: int, row_bytes: int, stride: int, piece: int):
         """prefetch_l2 of a 2-D block: `rows` ranges of `row_bytes` bytes, `stride` bytes

@@ -20,8 +20,8 @@ import numpy as np
 
 from . import numerics
 from .atoms.base import SW128_ATOM_BYTES, swizzled
-from .ir import (MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES, Kernel, Ptr, access_alignment,
-                 derived_args)
+from .ir import (L2_LINE_BYTES, MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES, Kernel, Ptr,
+                 access_alignment, derived_args)
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
@@ -547,6 +547,13 @@ class Wave:
         addr = addr if mask is None else addr[mask]
         if len(addr):
             b, idx = self.run.mem.locate(np.unique(addr), nbytes, "prefetch_l2")
+            if op.attrs.get("line"):
+                first, end = idx[:, 0] // L2_LINE_BYTES, idx[:, -1] // L2_LINE_BYTES
+                if (first != end).any():
+                    bad = int(idx[first != end][0, 0])
+                    raise MemoryFault(f"prefetch_l2 line: bytes {bad} .. +{nbytes} of "
+                                      f"{self.run.mem.names[b]!r} cross an "
+                                      f"{L2_LINE_BYTES}-byte L2 line")
             self._dep_check(b, "prefetch_l2", write=False)  # before a wait: constants only
             if self.run.prefetched is not None:
                 counts = self.run.prefetched.setdefault(b, np.zeros(self.run.mem.buffers[b].size,

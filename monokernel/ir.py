@@ -28,6 +28,7 @@ TMA_SWIZZLES = (0, TMA_SWIZZLE_128B)  # the swizzle modes the tensor copies take
 MAX_BULK_BYTES = 1 << 20  # one bulk copy's bytes at most (PTX takes a u32; LDS is far smaller)
 MAX_PREFETCH_BYTES = 1 << 20  # one prefetch op's bytes at most (PTX takes a u32; a bound
 # that keeps a typo from becoming a gigabyte of traffic, and the interpreter's check cheap)
+L2_LINE_BYTES = 128  # an L2 cache line (sm_90a): the unit of a line prefetch (prefetch_l2 line=True)
 DEFAULT_POLL_BOUND = 1 << 20  # polls (each with a short back-off) before a wait gives up
 
 
@@ -85,8 +86,10 @@ OPCODES: dict[str, str] = {
     "atomic": "read-modify-write attrs.op at ptr + idx*size, returns the old value",
     "prefetch_l2": "a hint, no effect on any value: start bringing the attrs.nbytes global bytes "
                    "at ptr + byte offset (16-byte aligned, a multiple of 16) into the L2 cache, so "
-                   "later loads of them are L2 hits (sm_90a: cp.async.bulk.prefetch.L2; AMD: "
-                   "dropped); the interpreter checks the range lies in one buffer",
+                   "later loads of them are L2 hits (sm_90a: cp.async.bulk.prefetch.L2; with attrs.line, "
+                   "the range within one L2 line: prefetch.global.L2, a load-unit instruction "
+                   "with no TMA round trip; AMD: dropped); the interpreter checks the range lies "
+                   "in one buffer (and, with line, in one line)",
     "mbar_init": "lane 0 sets up the 8-byte LDS mbarrier at args[0]: phase 0, attrs.count "
                  "arrivals a phase (sm_90a: mbarrier.init + fence.mbarrier_init)",
     "mbar_arrive_tx": "lane 0 arrives once at mbarrier args[0] and adds attrs.nbytes to the bytes "

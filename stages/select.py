@@ -155,7 +155,7 @@ from layouts.protocol import Mailbox
 from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, MAX_KEYS,
                             MAX_SLICES, TOPK, ScoresLayout, exact_topk_positions, ordered_key)
-from monokernel.ir import MBARRIER_BYTES
+from monokernel.ir import L2_LINE_BYTES, MBARRIER_BYTES
 from monokernel.types import f32, i32, i64, u32
 from spec.config import KEY_PAGE_TOKENS
 
@@ -552,6 +552,11 @@ class BufferScores:
     def load4(self, k, io, r, p, mask):
         return k.load(getattr(io.args, self.name), r * self.cfg.capacity + p, u32, 4, mask=mask)
 
+    def prefetch_line(self, k, io, r, p, nbytes, mask):
+        """A hint: the L2 line of scores p .. (nbytes from there) of row r."""
+        k.prefetch_l2(getattr(io.args, self.name), (r * self.cfg.capacity + p) * 4, nbytes,
+                      mask=mask, line=True)
+
 
 class RegionScores:
     """Scores from an arena region [rows, capacity] f32 written by an earlier stage of the
@@ -578,6 +583,9 @@ class RegionScores:
     def load4(self, k, io, r, p, mask):
         v = io.load(self.name, r * self.cfg.capacity + p, 4, mask=mask)
         return k.bitcast(v, u32)
+
+    def prefetch_line(self, k, io, r, p, nbytes, mask):
+        io.prefetch_line(self.name, r * self.cfg.capacity + p, nbytes, mask=mask)
 
 
 class HistBuffer:
@@ -956,7 +964,8 @@ class SelectPass(Stage):
     # sel_out: early_emit): SelectConfig's options, per run
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
-                "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies")
+                "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
+                "lean_prefetch_early", "lean_early_loads")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
@@ -964,11 +973,24 @@ class SelectPass(Stage):
     # iterations of score loads in flight ahead of the one a pass over the scores works on
     # (SCAN_AHEAD; with SelectConfig.prefetch)
     scan_ahead = SCAN_AHEAD
-    def _count_tunable(self, attr: str) -> int:
-        """Tunable `attr`, checked: a positive integer (an error naming it otherwise)."""
+    # the lean scan (SelectConfig.lean_scan) asks the L2 for the lines of the iteration this
+    # many ahead of the one it works on (a line prefetch a lane: no registers held, unlike
+    # its loads one iteration ahead); 0: none
+    lean_prefetch_ahead = 0
+    # 1: sel_h1's lean scan of scores from an input buffer has the waves other than wave 0
+    # (which alone waits for message 0: its acquire fence would wait for them) ask the L2
+    # for every line of the slice before that wait, so the slice streams in under the
+    # exchange; 0: none
+    lean_prefetch_early = 0
+    # 1: ... and its first iteration's loads go out before that wait (early_loads for the
+    # lean loop's lane-major positions); 0: after it
+    lean_early_loads = 0
+
+    def _count_tunable(self, attr: str, least: int = 1) -> int:
+        """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
         U = getattr(self, attr)
-        if isinstance(U, bool) or not isinstance(U, int) or U < 1:
-            raise ValueError(f"{self.name}: {attr} = {U!r} must be a positive integer")
+        if isinstance(U, bool) or not isinstance(U, int) or U < least:
+            raise ValueError(f"{self.name}: {attr} = {U!r} must be an integer >= {least}")
         return U
 
     @property
@@ -1171,6 +1193,11 @@ class SelectPass(Stage):
                     self._copy_slice(k, io, sl, lds)
                 elif self._lean_copies:
                     self._lean_copy(k, io, sl, lds)
+                elif self._lean and self._loads_early:
+                    if self.lean_early_loads:
+                        sl.early = self._lean_loads(k, io, sl, 0)
+                    if self._count_tunable("lean_prefetch_early", 0) and k.W > 1:
+                        self._prefetch_slice_lines(k, io, sl)
                 elif self._loads_early:
                     sl.early = self._scan_loads(k, io, sl, sl.lo)
                 self._round(k, io, sl, lds)
@@ -1699,20 +1726,46 @@ class SelectPass(Stage):
         else:
             pick = None  # below: from the iteration's registers
 
-        def load(it):
-            p0 = self._lean_first_position(k, sl, it)
-            return [self.scores.load4(k, io, sl.r, k.min(p0 + LOAD_KEYS * j, last), None)
-                    for j in range(LEAN_PIECES)]
+        ahead = self._count_tunable("lean_prefetch_ahead", 0)
         with k.if_(sl.lo < sl.hi):
-            ring = [k.lane_var(x) for x in load(0)]
+            ring = [k.lane_var(x) for x in (sl.early or self._lean_loads(k, io, sl, 0))]
             for it in k.range(0, n_it):
                 raws = [v.get() for v in ring]
-                for v, x in zip(ring, load(it + 1)):  # the next iteration's loads go out first
+                # the next iteration's loads go out first
+                for v, x in zip(ring, self._lean_loads(k, io, sl, it + 1)):
                     v.set(x)
+                if ahead:
+                    pa = self._lean_first_position(k, sl, it + ahead)
+                    self.scores.prefetch_line(k, io, sl.r, k.min(pa, last),
+                                              LEAN_LANE_KEYS * 4, pa < sl.hi)
                 if stage is not None:
                     for j, raw in enumerate(raws):
                         k.store(stage, slot + LOAD_KEYS * j, raw)
                 iteration(it, raws, pick or functools.partial(_pick16, k, raws))
+
+    def _lean_loads(self, k, io, sl, it):
+        """Lean iteration `it`'s score loads of this lane (4-vectors at clamped positions:
+        entries past hi are read, never counted)."""
+        p0 = self._lean_first_position(k, sl, it)
+        last = self.cfg.capacity - LOAD_KEYS
+        return [self.scores.load4(k, io, sl.r, k.min(p0 + LOAD_KEYS * j, last), None)
+                for j in range(LEAN_PIECES)]
+
+    def _prefetch_slice_lines(self, k, io, sl):
+        """lean_prefetch_early: the waves but wave 0 ask the L2 for every line of the slice
+        [lo, hi), lines spread over their threads (lo is whole segments, so whole lines)."""
+        c, L = self.cfg, k.L
+        keys = L2_LINE_BYTES // 4
+        if c.segment % keys:
+            raise ValueError(f"segment {c.segment} is not whole {L2_LINE_BYTES}-byte lines")
+        T = (k.W - 1) * L
+        u = k.thread_id() - L
+        lines = (sl.hi - sl.lo + (keys - 1)) / keys
+        with k.if_(k.wave_id() > 0):
+            for j in range(-(-c.max_slice_keys() // (keys * T))):
+                line = u + j * T
+                self.scores.prefetch_line(k, io, sl.r, sl.lo + k.min(line, lines - 1) * keys,
+                                          L2_LINE_BYTES, line < lines)
 
     @staticmethod
     def _scan_positions(k, base, unroll: int = SCAN_UNROLL):

@@ -1,6 +1,7 @@
 """The DSL's `prefetch_l2` op: a hint that never changes a value, checked by the interpreter
 for the faults the hardware would take (a range outside one buffer, a misaligned address),
-lowered to one `cp.async.bulk.prefetch.L2.global` per lane on sm_90a and dropped on AMD."""
+lowered to one `cp.async.bulk.prefetch.L2.global` per lane on sm_90a (a line prefetch,
+`line=True`: one `prefetch.global.L2`) and dropped on AMD."""
 from __future__ import annotations
 
 import re
@@ -11,7 +12,7 @@ from conftest import ptxas_report
 
 from monokernel import interp
 from monokernel.dsl import ABI, DSLError, Ptr, build_kernel
-from monokernel.ir import BULK_ALIGN, MAX_PREFETCH_BYTES
+from monokernel.ir import BULK_ALIGN, L2_LINE_BYTES, MAX_PREFETCH_BYTES
 from monokernel.memory import MemoryFault
 from monokernel.types import u32
 
@@ -19,7 +20,7 @@ WORDS = 1024  # the source buffer: 4 KB
 PIECE = 64  # bytes a lane prefetches
 
 
-def _copy(prefetch, piece=PIECE, offset=0, masked=False):
+def _copy(prefetch, piece=PIECE, offset=0, masked=False, line=False):
     """out[i] = src[i] * 3 for every word, each lane first prefetching its own `piece` bytes
     at byte `offset + lane * piece` (masked: only lanes whose piece lies inside src)."""
     def body(k):
@@ -28,7 +29,7 @@ def _copy(prefetch, piece=PIECE, offset=0, masked=False):
         if prefetch:
             start = lane * piece + offset
             mask = (start + piece <= WORDS * 4) if masked else None
-            k.prefetch_l2(a.src, start, piece, mask=mask)
+            k.prefetch_l2(a.src, start, piece, mask=mask, line=line)
         for w0 in range(0, WORDS, k.W * k.L):
             i = lane + w0
             k.store(a.out, i, k.load(a.src, i, u32) * 3, mask=i < WORDS)
@@ -100,3 +101,27 @@ def test_amd_drops_the_hint(chip):
     with_hint = build(_kernel(chip, masked=True)).data
     without = build(_kernel(chip, prefetch=False)).data
     assert with_hint == without
+
+
+def test_line_prefetch_keeps_values_and_lowers_to_one_instruction():
+    """line=True: the same values; sm_90a asks the load unit for the line (one
+    `prefetch.global.L2` a lane, no bulk prefetch), and ptxas takes it."""
+    from monokernel.backend import nvptx
+    src, out = _run(_kernel("interp", masked=True, line=True))
+    assert np.array_equal(out, src * np.uint32(3))
+    ptx = nvptx.build_ptx(_kernel("sm_90a", masked=True, line=True))
+    assert len(re.findall(r"prefetch\.global\.L2 \[%rd\d+\];", ptx)) == 1, ptx
+    assert "cp.async.bulk.prefetch" not in ptx
+    if ptxas_report(ptx) is None:
+        pytest.skip("no ptxas here: the PTX text was checked, not assembled")
+
+
+def test_line_prefetch_faults_on_a_range_across_lines():
+    """A lane's 64 bytes at offset 96 + 64 * lane: lane 0's run past its 128-byte line."""
+    with pytest.raises(MemoryFault, match="cross"):
+        _run(_kernel("interp", offset=96, masked=True, line=True))
+
+
+def test_line_prefetch_size_is_at_most_a_line():
+    with pytest.raises(DSLError, match="nbytes"):
+        _kernel("interp", piece=L2_LINE_BYTES + BULK_ALIGN, line=True)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from layouts.scores import FIRST_DIGIT_SHIFT, ScoresLayout, ordered_key
+from monokernel.ir import L2_LINE_BYTES
 from stages import select as sel
 from stages.select import (SelectConfig, make_inputs, random_block_table, request_positions,
                            select_launch, slice_bounds)
@@ -566,3 +567,45 @@ def test_sm90a_lds_scan_ptx():
     rep = ptxas_report(ptx)
     if rep is not None:
         assert "0 bytes spill stores" in rep, rep
+
+
+@pytest.mark.parametrize("dist,waves,tunes", [
+    ("normal", 3, dict(lean_prefetch_ahead=2)), ("nan", 2, dict(lean_prefetch_ahead=1)),
+    ("normal", 3, dict(lean_prefetch_early=1, lean_early_loads=1)),
+    ("allequal", 2, dict(lean_prefetch_early=1, lean_early_loads=1, lean_prefetch_ahead=3))])
+def test_lean_scan_prefetches_and_early_loads_change_no_bit(dist, waves, tunes):
+    """The lean loop's L2 line prefetches (an iteration's lines `lean_prefetch_ahead`
+    iterations ahead; the whole slice's from the waves but wave 0 before the wait for
+    message 0) and its first loads before that wait (lean_early_loads) are hints and an
+    earlier issue: the same lists and messages as the plain lean loop in the relaxed memory
+    mode (the interpreter faults on a prefetch outside the scores or across a line)."""
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+
+    def tweak(st):
+        for attr, value in tunes.items():
+            setattr(st, attr, value)
+    _same_lists_and_messages(dist, [43, DISTS.index(dist), waves], [
+        (lean, tweak), (lean, lambda st: None)], waves=waves, hist="buffer")
+
+
+def test_lean_early_prefetch_asks_for_every_score_of_every_slice():
+    """lean_prefetch_early: every byte of each row's scores up to its key count is asked of
+    the L2 (by sel_h1's waves but wave 0), none past the row's slices' lines."""
+    rng = np.random.default_rng(47)
+    cfg = dataclasses.replace(DEFERRING, lean_scan=True)
+    n = request_positions(12000, cfg.rows)
+    s = scores_for("normal", rng, n, cfg.capacity, cfg.topk)
+    bt = random_block_table(cfg, rng)
+    L = select_launch(cfg, grid=3, waves=3, hist="buffer")
+    for st in L.stages:
+        if isinstance(st, sel.SelectPass):
+            st.lean_prefetch_early = 1
+    counts = {}
+    r = L.run_interp(make_inputs(cfg, s, n, bt, hist="buffer"), step=0, prefetched=counts)
+    assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+    asked = counts[cfg.names.scores].reshape(cfg.rows, cfg.capacity * 4)
+    line = L2_LINE_BYTES
+    for row, keys in enumerate(cfg.n_of(n)):
+        end = -(-int(keys) * 4 // line) * line
+        assert (asked[row, :keys * 4] >= 1).all(), row
+        assert not asked[row, end:].any(), row

@@ -102,7 +102,7 @@ class TargetHooks:
         """op grid_dep_wait: nothing by default: where launches never overlap, stream order
         already is the wait (the AMD code objects do not change)."""
 
-    def prefetch_l2(self, e: "Emitter", addr: str, nbytes: int):
+    def prefetch_l2(self, e: "Emitter", addr: str, nbytes: int, line: bool = False):
         """op prefetch_l2 (a hint): nothing by default. gfx942 / gfx950 have no instruction
         that fills the L2 without a register destination, so on AMD the hint is dropped
         (their code objects do not change); a target with one overrides this."""
@@ -755,7 +755,8 @@ class Emitter:
         p, idx = op.args[:2]
         mask = self._mask(op, 2)
         self.guarded(mask, lambda: self.h.prefetch_l2(self, self.address(p, idx, u8),
-                                                      op.attrs["nbytes"]), None, None)
+                                                      op.attrs["nbytes"],
+                                                      op.attrs.get("line", False)), None, None)
 
     def op_grid_dep_launch(self, op):
         self.h.grid_dep_launch(self)

@@ -321,9 +321,14 @@ class NVPTXHooks(TargetHooks):
         memory is visible; the memory clobber keeps every later access after it."""
         e.emit('call void asm sideeffect "griddepcontrol.wait;", "~{memory}"()')
 
-    def prefetch_l2(self, e: Emitter, addr: str, nbytes: int):
+    def prefetch_l2(self, e: Emitter, addr: str, nbytes: int, line: bool = False):
         """One bulk prefetch into the L2 (sm_90, the TMA unit: no registers, no completion to
-        wait for). No memory clobber: it orders nothing, so LLVM may move loads across it."""
+        wait for); `line`: the L2 line holding addr, by the load unit (`prefetch.global.L2`).
+        No memory clobber: it orders nothing, so LLVM may move loads across it."""
+        if line:
+            e.emit(f'call void asm sideeffect "prefetch.global.L2 [$0];", '
+                   f'"l"(ptr addrspace(1) {addr})')
+            return
         e.emit(f'call void asm sideeffect "cp.async.bulk.prefetch.L2.global [$0], $1;", '
                f'"l,r"(ptr addrspace(1) {addr}, i32 {nbytes})')
 
