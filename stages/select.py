@@ -188,8 +188,8 @@ SCAN_AHEAD = 1  # iterations of a pass over the scores whose loads are in flight
 LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.lean_scan): the
 # scan starts on a slice's first quarter while the rest is still in flight
 LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
+LEAN_WIDE_KEYS = 32  # ... with SelectPass.lean_lane_keys = 32: a 32-bit mask, half the iterations
 LOAD_KEYS = 4  # keys of one 16-byte load
-LEAN_PIECES = LEAN_LANE_KEYS // LOAD_KEYS  # a lane's 16-byte loads (or copies) an iteration
 LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one
 SCORE_PREFETCH_PIECE = 256  # bytes of one L2 prefetch of a slice's scores (SelectConfig.
 # l2_prefetch): one page of f32 scores, so a row's end (whole pages) is a piece boundary
@@ -803,9 +803,9 @@ def score_floor(k, key_lo):
 
 
 def _lane_masks(k, raws, tests):
-    """One 16-bit mask per test (a function of a 4-vector of f32 scores, giving i1s) over a
-    lane's LEAN_PIECES 4-vectors of raw scores: bit 4j + e for vector j's entry e, i.e. the
-    lane's keys in position order."""
+    """One mask per test (a function of a 4-vector of f32 scores, giving i1s) over a lane's
+    4-vectors of raw scores (4 or 8: a 16- or 32-bit mask): bit 4j + e for vector j's entry
+    e, i.e. the lane's keys in position order."""
     masks = [k.const(0, u32) for _ in tests]
     for j, raw in enumerate(raws):
         f = k.bitcast(raw, f32)
@@ -817,11 +817,17 @@ def _lane_masks(k, raws, tests):
 
 
 def _pick16(k, raws, it, jj):
-    """Key jj (per lane, 0..15) of a lane's four 4-key vectors, by a tree of selects on
-    jj's bits (no LDS; `it` unused: the registers are the iteration's)."""
+    """Key jj (per lane, 0 .. 4 len(raws) - 1) of a lane's 4-key vectors (4 or 8), by a tree
+    of selects on jj's bits (no LDS; `it` unused: the registers are the iteration's)."""
     def bit(b):
         return ((jj >> b) & 1).ne(0)
-    v = k.select(bit(3), k.select(bit(2), raws[3], raws[2]), k.select(bit(2), raws[1], raws[0]))
+
+    def tree(vs, b):  # vs: 2**(b - 1) candidates, chosen by bits b - 1 .. LOAD_KEYS' bits
+        if len(vs) == 1:
+            return vs[0]
+        half = len(vs) // 2
+        return k.select(bit(b - 1), tree(vs[half:], b - 1), tree(vs[:half], b - 1))
+    v = tree(list(raws), (len(raws) * LOAD_KEYS).bit_length() - 1)
     e = [k.extract(v, i) for i in range(4)]
     return k.select(bit(1), k.select(bit(0), e[3], e[2]), k.select(bit(0), e[1], e[0]))
 
@@ -965,7 +971,7 @@ class SelectPass(Stage):
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
-                "lean_prefetch_early", "lean_early_loads")
+                "lean_prefetch_early", "lean_early_loads", "lean_lane_keys")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
@@ -985,6 +991,10 @@ class SelectPass(Stage):
     # 1: ... and its first iteration's loads go out before that wait (early_loads for the
     # lean loop's lane-major positions); 0: after it
     lean_early_loads = 0
+    # a lane's consecutive keys an iteration of the lean scan: LEAN_LANE_KEYS (a 16-bit
+    # mask) or LEAN_WIDE_KEYS (32: half the iterations, so half the per-iteration chain of
+    # ballots, CTA barrier and count exchange, and twice the independent compares a lane)
+    lean_lane_keys = LEAN_LANE_KEYS
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
@@ -1264,9 +1274,22 @@ class SelectPass(Stage):
         buffer only (the copies start before the wait for message 0)."""
         return self._lean and self.lean_copies and not self.scores.in_region
 
+    @property
+    def _lane_keys(self) -> int:
+        """lean_lane_keys, checked."""
+        if self.lean_lane_keys not in (LEAN_LANE_KEYS, LEAN_WIDE_KEYS):
+            raise ValueError(f"{self.name}: lean_lane_keys = {self.lean_lane_keys!r} must be "
+                             f"{LEAN_LANE_KEYS} or {LEAN_WIDE_KEYS}")
+        return self.lean_lane_keys
+
+    @property
+    def _lean_pieces(self) -> int:
+        """A lane's 16-byte loads (or copies) an iteration."""
+        return self._lane_keys // LOAD_KEYS
+
     def _lean_iterations(self, k) -> int:
         """Iterations of the lean scan over the longest slice."""
-        return -(-self.cfg.max_slice_keys() // (LEAN_LANE_KEYS * k.W * k.L))
+        return -(-self.cfg.max_slice_keys() // (self._lane_keys * k.W * k.L))
 
     @property
     def _scans_lds(self) -> bool:
@@ -1374,11 +1397,12 @@ class SelectPass(Stage):
         if self._lean:
             if self._lean_copies:
                 out["lean"] = k.lds(f"{nm}_lean", u32,
-                                    self._lean_iterations(k) * LEAN_LANE_KEYS * k.W * k.L)
-            elif k.lds_left() >= LEAN_LANE_KEYS * k.W * k.L * u32.bits // 8:
+                                    self._lean_iterations(k) * self._lane_keys * k.W * k.L)
+            elif k.lds_left() >= self._lane_keys * k.W * k.L * u32.bits // 8:
                 # each lane's keys of an iteration, for its store rounds to pick from (where
                 # the kernel's LDS has room: else they pick from registers, `_lean_scan`)
-                out["lean_stage"] = k.lds(f"{nm}_lean_stage", u32, LEAN_LANE_KEYS * k.W * k.L)
+                out["lean_stage"] = k.lds(f"{nm}_lean_stage", u32,
+                                          self._lane_keys * k.W * k.L)
         if self._scans_lds:
             step = _scan_step(k, self.scan_rounds)  # the scan reads whole iterations
             out["scan"] = k.lds(f"{nm}_scan", u32, -(-c.max_slice_keys() // step) * step)
@@ -1596,17 +1620,16 @@ class SelectPass(Stage):
         of this thread: the pieces j of a wave's lanes side by side, so a wave's LDS read of
         one piece is 512 contiguous bytes (no bank conflict)."""
         T = k.W * k.L
-        return ((it * LEAN_PIECES + j) * T + k.thread_id()) * LOAD_KEYS
+        return ((it * self._lean_pieces + j) * T + k.thread_id()) * LOAD_KEYS
 
-    @staticmethod
-    def _lean_first_position(k, sl, it):
-        """The first of this thread's 16 consecutive positions in lean iteration `it`."""
-        return sl.lo + it * (LEAN_LANE_KEYS * k.W * k.L) + LEAN_LANE_KEYS * k.thread_id()
+    def _lean_first_position(self, k, sl, it):
+        """The first of this thread's consecutive positions in lean iteration `it`."""
+        n = self._lane_keys
+        return sl.lo + it * (n * k.W * k.L) + n * k.thread_id()
 
-    @staticmethod
-    def _lean_count(k, sl):
+    def _lean_count(self, k, sl):
         """Lean iterations over this slice (runtime)."""
-        it_keys = LEAN_LANE_KEYS * k.W * k.L
+        it_keys = self._lane_keys * k.W * k.L
         return (sl.hi - sl.lo + (it_keys - 1)) / it_keys
 
     def _lean_copy(self, k, io, sl, lds):
@@ -1622,7 +1645,7 @@ class SelectPass(Stage):
         for lo, hi in self._lean_groups(k):
             for it in k.range(lo, k.min(n_it, hi)):
                 p0 = self._lean_first_position(k, sl, it)
-                for j in range(LEAN_PIECES):
+                for j in range(self._lean_pieces):
                     k.async_copy(lds["lean"], self._lean_piece(k, it, j), src,
                                  sl.r * c.capacity + k.min(p0 + LOAD_KEYS * j, last), u32,
                                  LOAD_KEYS)
@@ -1654,12 +1677,17 @@ class SelectPass(Stage):
         offs = k.load(lds["list_at"], 0, i64, 2)
         keys_at, pos_at = [k.ptr_add(io.env.arena, k.extract(offs, e)) for e in range(2)]
         em = lds.get("emit")
-        count_bits = LEAN_LANE_KEYS.bit_length()  # a lane's count is 0 .. 16
+        n_lane = self._lane_keys
+        count_bits = n_lane.bit_length()  # a lane's count is 0 .. n_lane
 
         def iteration(it, raws, pick):
             p0 = self._lean_first_position(k, sl, it)
-            nv = k.max(k.min(sl.hi - p0, LEAN_LANE_KEYS), 0)
-            valid = _u(k, (k.const(1, i32) << nv) - 1)  # nv <= 16: no shift past 31
+            nv = k.max(k.min(sl.hi - p0, n_lane), 0)
+            if n_lane < 32:  # nv <= 16: no shift past 31
+                valid = _u(k, (k.const(1, i32) << nv) - 1)
+            else:
+                valid = _u(k, k.select(nv >= 32, k.const(-1, i32),
+                                       (k.const(1, i32) << k.min(nv, 31)) - 1))
             def keep(f):
                 return f >= t_lo
 
@@ -1698,7 +1726,10 @@ class SelectPass(Stage):
             with k.while_(lambda: k.ballot(rest.get().ne(0)).ne(0)):
                 m = rest.get()
                 has = m.ne(0)
-                jj = k.min(_i(k, k.ctz(m | LEAN_SENTINEL)), LEAN_LANE_KEYS - 1)
+                if n_lane < 32:
+                    jj = k.min(_i(k, k.ctz(m | LEAN_SENTINEL)), n_lane - 1)
+                else:  # no bit above a 32-bit mask: an empty one's ctz asked of 1 instead
+                    jj = _i(k, k.ctz(k.select(has, m, k.const(1, u32))))
                 rest.set(m & (m - 1))
                 raw = pick(it, jj)
                 i = k.min(at.get(), lk - 1)
@@ -1715,11 +1746,12 @@ class SelectPass(Stage):
                 k.async_wait(len(groups) - 1 - g)
                 for it in k.range(lo, k.min(n_it, hi)):
                     iteration(it, [k.load(lds["lean"], self._lean_piece(k, it, j), u32,
-                                          LOAD_KEYS) for j in range(LEAN_PIECES)], pick)
+                                          LOAD_KEYS) for j in range(self._lean_pieces)],
+                              pick)
             return
 
         stage = lds.get("lean_stage")
-        slot = k.thread_id() * LEAN_LANE_KEYS
+        slot = k.thread_id() * n_lane
         if stage is not None:
             def pick(it, jj):  # the lane's own keys, put in LDS by this iteration
                 return k.load(stage, slot + jj, u32)
@@ -1737,7 +1769,7 @@ class SelectPass(Stage):
                 if ahead:
                     pa = self._lean_first_position(k, sl, it + ahead)
                     self.scores.prefetch_line(k, io, sl.r, k.min(pa, last),
-                                              LEAN_LANE_KEYS * 4, pa < sl.hi)
+                                              n_lane * 4, pa < sl.hi)
                 if stage is not None:
                     for j, raw in enumerate(raws):
                         k.store(stage, slot + LOAD_KEYS * j, raw)
@@ -1749,7 +1781,7 @@ class SelectPass(Stage):
         p0 = self._lean_first_position(k, sl, it)
         last = self.cfg.capacity - LOAD_KEYS
         return [self.scores.load4(k, io, sl.r, k.min(p0 + LOAD_KEYS * j, last), None)
-                for j in range(LEAN_PIECES)]
+                for j in range(self._lean_pieces)]
 
     def _prefetch_slice_lines(self, k, io, sl):
         """lean_prefetch_early: the waves but wave 0 ask the L2 for every line of the slice

@@ -609,3 +609,36 @@ def test_lean_early_prefetch_asks_for_every_score_of_every_slice():
         end = -(-int(keys) * 4 // line) * line
         assert (asked[row, :keys * 4] >= 1).all(), row
         assert not asked[row, end:].any(), row
+
+
+@pytest.mark.parametrize("dist,waves,mode,where", [
+    ("normal", 3, "relaxed", "lds"), ("allequal", 2, "random", "lds"),
+    ("extreme", 3, "inorder", "lds"), ("nan", 1, "random", "lds"),
+    ("few", 3, "relaxed", "registers"), ("nan", 2, "relaxed", "registers"),
+    ("normal", 2, "relaxed", "copies")])
+def test_wide_lean_scan_writes_the_same_lists_and_messages(dist, waves, mode, where,
+                                                           monkeypatch):
+    """lean_lane_keys = 32 (a lane's 32 consecutive keys an iteration, a 32-bit mask, counts
+    of six bits, an iteration's valid keys up to all 32): the default scan's lists and
+    messages bit for bit, with the store rounds picking from the LDS staging, from the
+    registers (an 8-vector select tree) or from the lane's async copies; slices that end
+    inside an iteration (3 waves) and rows of every special value; exact."""
+    from monokernel.dsl import KernelBuilder
+    lean = dataclasses.replace(DEFERRING, lean_scan=True, lean_copies=where == "copies")
+    if where == "registers":
+        monkeypatch.setattr(KernelBuilder, "lds_left", lambda self, align=16: 0)
+
+    def wide(st):
+        st.lean_lane_keys = sel.LEAN_WIDE_KEYS
+    _same_lists_and_messages(dist, [53, DISTS.index(dist), waves], [
+        (lean, wide), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
+
+
+def test_lean_lane_keys_other_than_16_or_32_is_refused():
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+    L = select_launch(lean, grid=3, waves=2, hist="buffer")
+    for st in L.stages:
+        if isinstance(st, sel.SelectPass):
+            st.lean_lane_keys = 24
+    with pytest.raises(ValueError, match="lean_lane_keys = 24"):
+        L.kernel("interp", 32)
