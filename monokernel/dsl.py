@@ -733,6 +733,13 @@ class KernelBuilder:
             pass
         self._emit("barrier", attrs={"async_proxy": True} if self._async_proxy else None)
 
+    def wave_sync(self):
+        """The wave's lanes meet, their LDS (and global) accesses before it visible to one
+        another after it: what a lane needs before it reads LDS words another lane of its
+        wave wrote (or overwrites words another lane reads) on NVIDIA, whose lanes are
+        scheduled independently."""
+        self._emit("wave_sync")
+
     def named_barrier(self, bid, waves: int, *, arrive: bool = False):
         """Named barrier `bid` (uniform i32, 1 .. NAMED_BARRIERS-1) of `waves` waves: with
         arrive=False this wave waits until `waves` waves have reached it (by arriving or

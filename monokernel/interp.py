@@ -785,6 +785,9 @@ class Wave:
         yield "barrier"
         self.wait_addr = None
 
+    def op_wave_sync(self, op):
+        """No effect here: a wave's lanes run each op together (in lockstep, as on AMD)."""
+
     def op_named_barrier(self, op):
         bid = int(self.get(op.args[0])[0, 0])
         if not 0 < bid < NAMED_BARRIERS:

@@ -129,6 +129,11 @@ OPCODES: dict[str, str] = {
                      "launched with pdl). sm_90a: griddepcontrol.wait; AMD: nothing (its "
                      "launches never overlap: stream order already is the wait)",
     "barrier": "CTA barrier, with a CTA-scope acq_rel fence (LDS and global)",
+    "wave_sync": "the wave's lanes meet: each lane's LDS and global accesses before it are "
+                 "visible to the wave's other lanes after it (a lane reading LDS words another "
+                 "lane of its wave wrote). sm_90a: bar.warp.sync (lanes are scheduled "
+                 "independently); AMD: nothing (a wave's lanes run in lockstep and its LDS "
+                 "accesses in order); the interpreter runs a wave's lanes in lockstep",
     "named_barrier": "named barrier args[0] (uniform i32, 1..NAMED_BARRIERS-1; 0 is the CTA "
                      "barrier's) completing when attrs.waves waves of the CTA have reached it; "
                      "attrs.arrive: this wave counts itself and goes on, else it waits for the "

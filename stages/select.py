@@ -874,6 +874,7 @@ class _Slice:
         self.sc = k.max(k.min(self.nseg, S), 1)
         self.active = self.s < self.sc
         self.early = None  # sel_h1's first score loads, when issued before its wait
+        self.lean_early = None  # ... those of the lean scan (SelectPass.lean_early_loads)
 
     def bounds(self):
         k, seg, sc, nseg = self.k, self.cfg.segment, self.sc, self.nseg
@@ -971,7 +972,8 @@ class SelectPass(Stage):
     TUNABLES = ("count_from_list", "early_loads", "wide_segment_sums", "early_emit",
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
-                "lean_prefetch_early", "lean_early_loads", "lean_lane_keys")
+                "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
+                "lean_coalesced")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
@@ -995,6 +997,11 @@ class SelectPass(Stage):
     # mask) or LEAN_WIDE_KEYS (32: half the iterations, so half the per-iteration chain of
     # ballots, CTA barrier and count exchange, and twice the independent compares a lane)
     lean_lane_keys = LEAN_LANE_KEYS
+    # 1: the lean scan loads the wave's keys in whole 16-byte pieces side by side (a load
+    # instruction 4 L2 lines, not the 16 of a lane's 64 consecutive bytes each) and hands
+    # each lane its consecutive keys through its LDS staging (two wave syncs an iteration);
+    # where there is no staging (LDS short) the lanes load their own keys as with 0
+    lean_coalesced = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
@@ -1203,13 +1210,12 @@ class SelectPass(Stage):
                     self._copy_slice(k, io, sl, lds)
                 elif self._lean_copies:
                     self._lean_copy(k, io, sl, lds)
-                elif self._lean and self._loads_early:
-                    if self.lean_early_loads:
-                        sl.early = self._lean_loads(k, io, sl, 0)
-                    if self._count_tunable("lean_prefetch_early", 0) and k.W > 1:
-                        self._prefetch_slice_lines(k, io, sl)
-                elif self._loads_early:
+                elif self._loads_early:  # (the default scan's: a deferred row's count)
                     sl.early = self._scan_loads(k, io, sl, sl.lo)
+                    if self._lean and self.lean_early_loads:
+                        sl.lean_early = self._lean_loads(k, io, sl, 0, lds)
+                    if self._lean and self._count_tunable("lean_prefetch_early", 0) and k.W > 1:
+                        self._prefetch_slice_lines(k, io, sl)
                 self._round(k, io, sl, lds)
                 return
             solo = self._row_is_solo(k, io, sl, lds)
@@ -1759,28 +1765,59 @@ class SelectPass(Stage):
             pick = None  # below: from the iteration's registers
 
         ahead = self._count_tunable("lean_prefetch_ahead", 0)
+        coalesced = self._coalesced(lds)
         with k.if_(sl.lo < sl.hi):
-            ring = [k.lane_var(x) for x in (sl.early or self._lean_loads(k, io, sl, 0))]
+            first = sl.lean_early or self._lean_loads(k, io, sl, 0, lds)
+            ring = [k.lane_var(x) for x in first]
             for it in k.range(0, n_it):
                 raws = [v.get() for v in ring]
                 # the next iteration's loads go out first
-                for v, x in zip(ring, self._lean_loads(k, io, sl, it + 1)):
+                for v, x in zip(ring, self._lean_loads(k, io, sl, it + 1, lds)):
                     v.set(x)
                 if ahead:
                     pa = self._lean_first_position(k, sl, it + ahead)
                     self.scores.prefetch_line(k, io, sl.r, k.min(pa, last),
                                               n_lane * 4, pa < sl.hi)
-                if stage is not None:
+                if coalesced:  # the wave's keys through LDS: a lane's consecutive keys
+                    k.wave_sync()  # the last iteration's store rounds have read their words
+                    for j, raw in enumerate(raws):
+                        k.store(stage, self._coalesced_word(k, j), raw)
+                    k.wave_sync()
+                    raws = [k.load(stage, slot + LOAD_KEYS * j, u32, LOAD_KEYS)
+                            for j in range(self._lean_pieces)]
+                elif stage is not None:
                     for j, raw in enumerate(raws):
                         k.store(stage, slot + LOAD_KEYS * j, raw)
                 iteration(it, raws, pick or functools.partial(_pick16, k, raws))
 
-    def _lean_loads(self, k, io, sl, it):
+    def _coalesced(self, lds) -> bool:
+        """lean_coalesced, where the loop has its LDS staging to pass the keys through."""
+        return bool(self._count_tunable("lean_coalesced", 0)) and "lean_stage" in lds
+
+    def _coalesced_word(self, k, j):
+        """Word of the LDS staging for this lane's coalesced load j: the key's offset in the
+        iteration (the wave's block of lane_keys * L keys, load j's 4 L of them, the lane's
+        4), so that lane t's consecutive keys are words t * lane_keys .. of its wave's block."""
+        n, L = self._lane_keys, k.L
+        return k.wave_id() * (n * L) + j * (LOAD_KEYS * L) + LOAD_KEYS * k.lane_id()
+
+    def _lean_loads(self, k, io, sl, it, lds):
         """Lean iteration `it`'s score loads of this lane (4-vectors at clamped positions:
-        entries past hi are read, never counted)."""
-        p0 = self._lean_first_position(k, sl, it)
+        entries past hi are read, never counted): its consecutive keys, or with
+        lean_coalesced the wave's keys in whole 16-byte pieces side by side (load j of lane
+        t: the iteration's keys at `_coalesced_word`)."""
         last = self.cfg.capacity - LOAD_KEYS
-        return [self.scores.load4(k, io, sl.r, k.min(p0 + LOAD_KEYS * j, last), None)
+        if self._coalesced(lds):
+            it0 = sl.lo + it * (self._lane_keys * k.W * k.L)
+
+            def position(j):
+                return it0 + self._coalesced_word(k, j)
+        else:
+            p0 = self._lean_first_position(k, sl, it)
+
+            def position(j):
+                return p0 + LOAD_KEYS * j
+        return [self.scores.load4(k, io, sl.r, k.min(position(j), last), None)
                 for j in range(self._lean_pieces)]
 
     def _prefetch_slice_lines(self, k, io, sl):

@@ -572,6 +572,8 @@ def test_sm90a_lds_scan_ptx():
 @pytest.mark.parametrize("dist,waves,tunes", [
     ("normal", 3, dict(lean_prefetch_ahead=2)), ("nan", 2, dict(lean_prefetch_ahead=1)),
     ("normal", 3, dict(lean_prefetch_early=1, lean_early_loads=1)),
+    # a deferred row's count (the default scan) must still get its own early loads
+    ("extreme", 3, dict(lean_early_loads=1)),
     ("allequal", 2, dict(lean_prefetch_early=1, lean_early_loads=1, lean_prefetch_ahead=3))])
 def test_lean_scan_prefetches_and_early_loads_change_no_bit(dist, waves, tunes):
     """The lean loop's L2 line prefetches (an iteration's lines `lean_prefetch_ahead`
@@ -642,3 +644,36 @@ def test_lean_lane_keys_other_than_16_or_32_is_refused():
             st.lean_lane_keys = 24
     with pytest.raises(ValueError, match="lean_lane_keys = 24"):
         L.kernel("interp", 32)
+
+
+@pytest.mark.parametrize("dist,waves,mode,lane_keys", [
+    ("normal", 3, "relaxed", 16), ("nan", 2, "random", 16), ("extreme", 3, "inorder", 16),
+    ("allequal", 3, "relaxed", 32), ("few", 1, "random", 32)])
+def test_coalesced_lean_loads_write_the_same_lists_and_messages(dist, waves, mode, lane_keys):
+    """lean_coalesced: the wave's keys loaded as whole 16-byte pieces side by side and handed
+    to each lane through the LDS staging give the default scan's lists and messages bit for
+    bit (early loads and prefetches included), 16 or 32 keys a lane; exact."""
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+
+    def tweak(st):
+        st.lean_coalesced, st.lean_lane_keys, st.lean_early_loads = 1, lane_keys, 1
+        st.lean_prefetch_ahead = 1
+    _same_lists_and_messages(dist, [59, DISTS.index(dist), waves], [
+        (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
+
+
+def test_coalesced_lean_loads_sync_the_wave_around_the_staging():
+    """On sm_90a the lanes of a warp are scheduled independently: a lane reads staging words
+    other lanes stored only after a bar.warp.sync, and stores the next iteration's only
+    after another (the store rounds read other lanes' words); the default loop has none."""
+    from monokernel.backend import nvptx
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+
+    def ptx(coalesced):
+        L = select_launch(lean, grid=3, waves=2, hist="buffer")
+        for st in L.stages:
+            if isinstance(st, sel.SelectPass):
+                st.lean_coalesced = coalesced
+        return nvptx.build_ptx(L.kernel("sm_90a", 32))
+    with_sync = ptx(1).count("bar.warp.sync")
+    assert with_sync >= 2 and ptx(0).count("bar.warp.sync") == 0

@@ -94,6 +94,10 @@ class TargetHooks:
     def async_wait(self, e: "Emitter", pending: int):
         self._no_async("async_wait")
 
+    def wave_sync(self, e: "Emitter"):
+        """op wave_sync: nothing by default: a wave's lanes run in lockstep and its LDS
+        accesses complete in order (AMD), so its lanes already see one another's."""
+
     def grid_dep_launch(self, e: "Emitter"):
         """op grid_dep_launch: nothing by default. AMD's queues start a launch only after the
         one before it (no programmatic dependent launch), so there is nothing to allow early."""
@@ -769,6 +773,9 @@ class Emitter:
 
     def op_barrier(self, op):
         self.h.barrier(self, async_proxy=bool(op.attrs.get("async_proxy")))
+
+    def op_wave_sync(self, op):
+        self.h.wave_sync(self)
 
     def op_named_barrier(self, op):
         self.h.named_barrier(self, self.val(op.args[0]), op.attrs["waves"], op.attrs["arrive"])

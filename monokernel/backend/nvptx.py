@@ -311,6 +311,11 @@ class NVPTXHooks(TargetHooks):
     def async_wait(self, e: Emitter, pending: int):
         e.call("void", "llvm.nvvm.cp.async.wait.group", f"i32 {int(pending)}")
 
+    def wave_sync(self, e: Emitter):
+        """bar.warp.sync of the full warp: its lanes meet and their memory accesses before
+        it are ordered before those after it (CUDA's __syncwarp)."""
+        e.call("void", "llvm.nvvm.bar.warp.sync", f"i32 {FULL_MASK}")
+
     def grid_dep_launch(self, e: Emitter):
         """griddepcontrol.launch_dependents: the next launch (made with the programmatic
         stream serialization attribute) may start its CTAs; a hint, so no memory clobber."""
