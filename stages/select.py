@@ -188,6 +188,7 @@ SCAN_AHEAD = 1  # iterations of a pass over the scores whose loads are in flight
 LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.lean_scan): the
 # scan starts on a slice's first quarter while the rest is still in flight
 LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
+LEAN_REFILL_TURNS = 2  # SelectPass.lean_refill's two register sets taking turns
 LEAN_WIDE_KEYS = 32  # ... with SelectPass.lean_lane_keys = 32: a 32-bit mask, half the iterations
 LOAD_KEYS = 4  # keys of one 16-byte load
 LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one
@@ -973,7 +974,7 @@ class SelectPass(Stage):
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
-                "lean_coalesced")
+                "lean_coalesced", "lean_refill")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
@@ -1002,6 +1003,14 @@ class SelectPass(Stage):
     # each lane its consecutive keys through its LDS staging (two wave syncs an iteration);
     # where there is no staging (LDS short) the lanes load their own keys as with 0
     lean_coalesced = 0
+    # where the lean scan's next score loads go out. 0: the next iteration's at the top of
+    # each iteration, into registers the current keys still hold, so ptxas carries them
+    # around the loop by register copies at its end, which wait for those loads (a whole load
+    # latency an iteration: "one ahead" is none ahead; SASS of select_hist 512K x 8). 1: into
+    # the one register set once the iteration's keys are dead there (after its masks and
+    # counts, before its CTA barrier: ptxas keeps a load above a barrier), no copy. 2
+    # (LEAN_REFILL_TURNS): two sets taking turns, each refilled with the keys two iterations on
+    lean_refill = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
@@ -1686,7 +1695,7 @@ class SelectPass(Stage):
         n_lane = self._lane_keys
         count_bits = n_lane.bit_length()  # a lane's count is 0 .. n_lane
 
-        def iteration(it, raws, pick):
+        def iteration(it, raws, pick, refill=None, refill_late=False):
             p0 = self._lean_first_position(k, sl, it)
             nv = k.max(k.min(sl.hi - p0, n_lane), 0)
             if n_lane < 32:  # nv <= 16: no shift past 31
@@ -1716,6 +1725,8 @@ class SelectPass(Stage):
                 bit = ((own >> b) & 1).ne(0)
                 excl = excl + (k.prefix_count(bit) << b)
                 tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+            if refill is not None and not refill_late:  # the raws are dead from here on
+                refill()
             if W > 1:
                 par = it & 1
                 k.store(em, par * W + w, tot)
@@ -1743,6 +1754,8 @@ class SelectPass(Stage):
                 k.store(pos_at, i, p0 + jj, mask=has & io.ok)
                 at.set(at.get() + k.cast(has, i32))
             run.set(run.get() + rtot)
+            if refill is not None and refill_late:  # (the store rounds read the raws)
+                refill()
 
         if self._lean_copies:
             def pick(it, jj):  # the lane's own copy
@@ -1766,29 +1779,54 @@ class SelectPass(Stage):
 
         ahead = self._count_tunable("lean_prefetch_ahead", 0)
         coalesced = self._coalesced(lds)
+        refill_mode = self._count_tunable("lean_refill", 0)
+        if refill_mode > LEAN_REFILL_TURNS:
+            raise ValueError(f"{self.name}: lean_refill = {refill_mode} must be 0, 1 or 2")
+
+        def step(it, cur, nxt):
+            """Iteration `it` on the keys in register set `cur`; the loads of iteration
+            `nxt` into `cur` (lean_refill) or, with nxt None, iteration it + 1's into the
+            one set, first (lean_refill 0)."""
+            raws = [v.get() for v in cur]
+            refill = None
+            if nxt is None:
+                for v, x in zip(cur, self._lean_loads(k, io, sl, it + 1, lds)):
+                    v.set(x)
+            else:
+                def refill():
+                    for v, x in zip(cur, self._lean_loads(k, io, sl, nxt, lds)):
+                        v.set(x)
+            if ahead:
+                pa = self._lean_first_position(k, sl, it + ahead)
+                self.scores.prefetch_line(k, io, sl.r, k.min(pa, last),
+                                          n_lane * 4, pa < sl.hi)
+            if coalesced:  # the wave's keys through LDS: a lane's consecutive keys
+                k.wave_sync()  # the last iteration's store rounds have read their words
+                for j, raw in enumerate(raws):
+                    k.store(stage, self._coalesced_word(k, j), raw)
+                k.wave_sync()
+                raws = [k.load(stage, slot + LOAD_KEYS * j, u32, LOAD_KEYS)
+                        for j in range(self._lean_pieces)]
+            elif stage is not None:
+                for j, raw in enumerate(raws):
+                    k.store(stage, slot + LOAD_KEYS * j, raw)
+            iteration(it, raws, pick or functools.partial(_pick16, k, raws), refill,
+                      refill_late=pick is None and not coalesced)
+
         with k.if_(sl.lo < sl.hi):
             first = sl.lean_early or self._lean_loads(k, io, sl, 0, lds)
             ring = [k.lane_var(x) for x in first]
-            for it in k.range(0, n_it):
-                raws = [v.get() for v in ring]
-                # the next iteration's loads go out first
-                for v, x in zip(ring, self._lean_loads(k, io, sl, it + 1, lds)):
-                    v.set(x)
-                if ahead:
-                    pa = self._lean_first_position(k, sl, it + ahead)
-                    self.scores.prefetch_line(k, io, sl.r, k.min(pa, last),
-                                              n_lane * 4, pa < sl.hi)
-                if coalesced:  # the wave's keys through LDS: a lane's consecutive keys
-                    k.wave_sync()  # the last iteration's store rounds have read their words
-                    for j, raw in enumerate(raws):
-                        k.store(stage, self._coalesced_word(k, j), raw)
-                    k.wave_sync()
-                    raws = [k.load(stage, slot + LOAD_KEYS * j, u32, LOAD_KEYS)
-                            for j in range(self._lean_pieces)]
-                elif stage is not None:
-                    for j, raw in enumerate(raws):
-                        k.store(stage, slot + LOAD_KEYS * j, raw)
-                iteration(it, raws, pick or functools.partial(_pick16, k, raws))
+            if refill_mode < LEAN_REFILL_TURNS:
+                for it in k.range(0, n_it):
+                    step(it, ring, it + 1 if refill_mode else None)
+                return
+            # two register sets taking turns, each refilled with the keys two iterations on
+            # (an odd count gets one iteration past the slice: no key valid, nothing listed
+            # or counted; a conditional second turn let ptxas sink its loads to its end)
+            other = [k.lane_var(x) for x in self._lean_loads(k, io, sl, 1, lds)]
+            for it in k.range(0, n_it + (n_it & 1), 2):
+                step(it, ring, it + 2)
+                step(it + 1, other, it + 3)
 
     def _coalesced(self, lds) -> bool:
         """lean_coalesced, where the loop has its LDS staging to pass the keys through."""

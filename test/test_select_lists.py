@@ -677,3 +677,36 @@ def test_coalesced_lean_loads_sync_the_wave_around_the_staging():
         return nvptx.build_ptx(L.kernel("sm_90a", 32))
     with_sync = ptx(1).count("bar.warp.sync")
     assert with_sync >= 2 and ptx(0).count("bar.warp.sync") == 0
+
+
+@pytest.mark.parametrize("dist,waves,mode,refill,where", [
+    ("normal", 3, "relaxed", 1, "lds"), ("nan", 2, "random", 1, "registers"),
+    ("normal", 3, "relaxed", 2, "lds"), ("extreme", 1, "inorder", 2, "lds"),
+    ("allequal", 2, "random", 2, "registers"), ("few", 3, "relaxed", 2, "coalesced")])
+def test_lean_refills_write_the_same_lists_and_messages(dist, waves, mode, refill, where,
+                                                        monkeypatch):
+    """lean_refill 1 (the one register set reloaded once an iteration's keys are dead) and
+    2 (two sets taking turns, reloaded two iterations ahead; an odd iteration count runs one
+    empty iteration past the slice): the default scan's lists and messages bit for bit, with
+    the store rounds' picks from LDS, from registers (reloaded only after them) or through
+    the coalesced staging; 1 to 3 waves give odd and even iteration counts; exact."""
+    from monokernel.dsl import KernelBuilder
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+    if where == "registers":
+        monkeypatch.setattr(KernelBuilder, "lds_left", lambda self, align=16: 0)
+
+    def tweak(st):
+        st.lean_refill = refill
+        st.lean_coalesced = int(where == "coalesced")
+    _same_lists_and_messages(dist, [61, DISTS.index(dist), waves, refill], [
+        (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
+
+
+def test_lean_refill_past_two_is_refused():
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+    L = select_launch(lean, grid=3, waves=2, hist="buffer")
+    for st in L.stages:
+        if isinstance(st, sel.SelectPass):
+            st.lean_refill = 3
+    with pytest.raises(ValueError, match="lean_refill = 3"):
+        L.kernel("interp", 32)
