@@ -982,34 +982,43 @@ class SelectPass(Stage):
     # iterations of score loads in flight ahead of the one a pass over the scores works on
     # (SCAN_AHEAD; with SelectConfig.prefetch)
     scan_ahead = SCAN_AHEAD
-    # the lean scan (SelectConfig.lean_scan) asks the L2 for the lines of the iteration this
-    # many ahead of the one it works on (a line prefetch a lane: no registers held, unlike
-    # its loads one iteration ahead); 0: none
+    # The lean scan's tunables below were each measured on the H200 against the default in
+    # the same call (bench/NOTES.md v23, select_hist 512K x 8 at 24.6-25.1 us) and are off:
+    # sel_h1's scan (~8.5 us) is not waiting on its loads (from the L2: -0.65 us), their
+    # pattern or their ring; Nsight Compute spreads its stalls over fixed-latency waits,
+    # instruction fetch, the CTA barrier and the picks' LDS round trips.
+    # The L2 lines of the iteration this many ahead (a line prefetch a lane, no registers
+    # held); 0: none. 2 / 4: 25.11 / 25.30 us
     lean_prefetch_ahead = 0
-    # 1: sel_h1's lean scan of scores from an input buffer has the waves other than wave 0
-    # (which alone waits for message 0: its acquire fence would wait for them) ask the L2
-    # for every line of the slice before that wait, so the slice streams in under the
-    # exchange; 0: none
+    # 1: sel_h1 of scores from an input buffer has the waves but wave 0 (which alone waits
+    # for message 0: its acquire fence would wait for its own requests) ask the L2 for every
+    # line of the slice before that wait. SLOWER, 26.72 us: message 0 is seen 3.1 us into
+    # the job instead of 1.0 (the slice's HBM traffic delays the exchange's loads)
     lean_prefetch_early = 0
-    # 1: ... and its first iteration's loads go out before that wait (early_loads for the
-    # lean loop's lane-major positions); 0: after it
+    # 1: the lean loop's first loads go out before the wait for message 0 (as early_loads
+    # does for the default scan, whose own early loads a deferred row's count still reads):
+    # 24.59 us, no gain
     lean_early_loads = 0
-    # a lane's consecutive keys an iteration of the lean scan: LEAN_LANE_KEYS (a 16-bit
-    # mask) or LEAN_WIDE_KEYS (32: half the iterations, so half the per-iteration chain of
-    # ballots, CTA barrier and count exchange, and twice the independent compares a lane)
+    # a lane's consecutive keys an iteration: LEAN_LANE_KEYS (a 16-bit mask) or
+    # LEAN_WIDE_KEYS (32: half the iterations and their ballots, barriers and count
+    # exchanges). SLOWER, 29.5-29.6 us (sel_h1's scan 13.0 us against 9.1; fused index r8 W1
+    # 138.2 against 118.8)
     lean_lane_keys = LEAN_LANE_KEYS
-    # 1: the lean scan loads the wave's keys in whole 16-byte pieces side by side (a load
-    # instruction 4 L2 lines, not the 16 of a lane's 64 consecutive bytes each) and hands
-    # each lane its consecutive keys through its LDS staging (two wave syncs an iteration);
-    # where there is no staging (LDS short) the lanes load their own keys as with 0
+    # 1: the wave's keys loaded in whole 16-byte pieces side by side (a load instruction 4 L2
+    # lines, not the 16 of a lane's 64 consecutive bytes each), each lane's consecutive keys
+    # handed to it through its LDS staging (two wave syncs an iteration); with no staging
+    # (LDS short) the lanes load their own keys as with 0. 24.66-24.67 against 24.91-24.97
+    # (the scan 8.20 against 8.67 us), fused index unchanged (W1 120.4 / 119.5): within the
+    # spread between calls, off
     lean_coalesced = 0
-    # where the lean scan's next score loads go out. 0: the next iteration's at the top of
-    # each iteration, into registers the current keys still hold, so ptxas carries them
-    # around the loop by register copies at its end, which wait for those loads (a whole load
-    # latency an iteration: "one ahead" is none ahead; SASS of select_hist 512K x 8). 1: into
-    # the one register set once the iteration's keys are dead there (after its masks and
-    # counts, before its CTA barrier: ptxas keeps a load above a barrier), no copy. 2
-    # (LEAN_REFILL_TURNS): two sets taking turns, each refilled with the keys two iterations on
+    # where the next score loads go out. 0: the next iteration's at the top of each iteration
+    # into registers the current keys still hold, so ptxas carries them around the loop by
+    # register copies at its end, which wait for those loads (SASS). 1: into the one set once
+    # the iteration's keys are dead there (after its masks and counts, before its CTA
+    # barrier: ptxas keeps a load above a barrier), no copy (the loop 282 -> 263
+    # instructions). 2 (LEAN_REFILL_TURNS): two sets taking turns, each refilled with the keys
+    # two iterations on. No gain: 25.27 (1), 25.36-25.49 (2) against 24.81-25.08 us, the scan
+    # unchanged (the copies' wait was off the critical path)
     lean_refill = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
