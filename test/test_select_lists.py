@@ -636,13 +636,15 @@ def test_wide_lean_scan_writes_the_same_lists_and_messages(dist, waves, mode, wh
         (lean, wide), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
 
 
-def test_lean_lane_keys_other_than_16_or_32_is_refused():
+@pytest.mark.parametrize("attr,value", [("lean_lane_keys", 24), ("lean_refill", 3),
+                                        ("lean_prefetch_ahead", -1)])
+def test_bad_lean_tunables_are_refused_by_name(attr, value):
     lean = dataclasses.replace(DEFERRING, lean_scan=True)
     L = select_launch(lean, grid=3, waves=2, hist="buffer")
     for st in L.stages:
         if isinstance(st, sel.SelectPass):
-            st.lean_lane_keys = 24
-    with pytest.raises(ValueError, match="lean_lane_keys = 24"):
+            setattr(st, attr, value)
+    with pytest.raises(ValueError, match=f"{attr} = {value}"):
         L.kernel("interp", 32)
 
 
@@ -700,13 +702,3 @@ def test_lean_refills_write_the_same_lists_and_messages(dist, waves, mode, refil
         st.lean_coalesced = int(where == "coalesced")
     _same_lists_and_messages(dist, [61, DISTS.index(dist), waves, refill], [
         (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
-
-
-def test_lean_refill_past_two_is_refused():
-    lean = dataclasses.replace(DEFERRING, lean_scan=True)
-    L = select_launch(lean, grid=3, waves=2, hist="buffer")
-    for st in L.stages:
-        if isinstance(st, sel.SelectPass):
-            st.lean_refill = 3
-    with pytest.raises(ValueError, match="lean_refill = 3"):
-        L.kernel("interp", 32)
