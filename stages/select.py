@@ -1025,7 +1025,8 @@ class SelectPass(Stage):
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
         U = getattr(self, attr)
         if isinstance(U, bool) or not isinstance(U, int) or U < least:
-            raise ValueError(f"{self.name}: {attr} = {U!r} must be an integer >= {least}")
+            what = "a positive integer" if least == 1 else f"an integer >= {least}"
+            raise ValueError(f"{self.name}: {attr} = {U!r} must be {what}")
         return U
 
     @property
