@@ -222,6 +222,10 @@ SOLO_UNROLL = 4  # 4-key groups a lane loads at once in a solo histogram pass (t
 # cheaper to list.
 DEFER_SHIFT = 4
 DEFER_MIN_TOPKS = 4
+FINISH_MAX_LIMIT = 4096  # SelectConfig.finish_max's ceiling: a key and a slice index a
+# candidate in LDS (32 KB at the ceiling)
+FINISH_UNROLL = 4  # 4-entry groups of the row's lists a lane loads at once in a row finish's
+# gather (16 keys a lane: a row's ~10K list entries at 512K x 8 in ~3 rounds of 256 lanes)
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
@@ -234,6 +238,11 @@ RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo 
 X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
     X_UNSELS, X_NLIST, X_SOLO, X_DEFER, X_EMITTED = range(16)
 NEXTRA = 16
+# a row finish's LDS words (SelectPass._finish_row): whether this job finishes its row (set by
+# the decision), the gather's append count, and the decision's threshold digit b and whether a
+# bin lies above it (the slices' counts above the new prefix: cum[b + 1] of message q-1)
+FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI = range(4)
+FIN_WORDS = 4
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
 INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
@@ -391,9 +400,24 @@ class SelectConfig:
     # for wave 0's copies: message 0 seen 9.0 us into sel_h1's job against 1.5), exact
     # (check_topk 55 of 55): off, a tunable (--tune sel_h1.lean_scan=1,sel_h1.lean_copies=1)
     lean_copies: bool = False
+    # a histogram pass from sel_h2 on whose decision leaves at most this many keys of the row
+    # with the prefix found (the row's candidates: for normal scores at 512K keys a few dozen
+    # after 15 bits) finishes the row itself (module doc, "Row finish"): every slice's CTA
+    # gathers the row's candidates from every slice's list into LDS, decides the remaining
+    # digits locally (the same digits and counts the rounds would exchange), places its own
+    # slice and emits it, so the later rounds pass the row through. None: never (the rounds).
+    # At most FINISH_MAX_LIMIT (its LDS)
+    finish_max: int | None = None
 
     def __post_init__(self):
         lay = self.layout
+        if self.finish_max is not None:
+            if not 1 <= self.finish_max <= FINISH_MAX_LIMIT:
+                raise ValueError(f"finish_max = {self.finish_max} must be None or in "
+                                 f"1..{FINISH_MAX_LIMIT}")
+            if self.solo_max_candidates is not None:
+                raise ValueError("finish_max and solo_max_candidates exclude each other (both "
+                                 "finish a row from every slice's list)")
         if self.solo_max_candidates is not None and \
                 not 0 <= self.solo_max_candidates <= MAX_KEYS:
             raise ValueError(f"solo_max_candidates = {self.solo_max_candidates} must be None "
@@ -1074,6 +1098,8 @@ class SelectPass(Stage):
         self.one_wait = cfg.one_wait
         self.lean_scan = cfg.lean_scan
         self.lean_copies = cfg.lean_copies
+        # this pass may finish a row from every slice's list (SelectConfig.finish_max)
+        self.finishes = cfg.finish_max is not None and 2 <= q < cfg.passes
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -1111,7 +1137,8 @@ class SelectPass(Stage):
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
                 out.update(self.hist.buffers())
-        if self.is_out or self.solo_runs or self.emits_early:  # (sel_h2: the solo rows)
+        # (sel_h2: the solo rows; a pass finishing a row emits it)
+        if self.is_out or self.solo_runs or self.emits_early or self.finishes:
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             out[nm.out] = Buffer(i32, (c.rows, c.topk), output=True)
             out[nm.diag] = Buffer(u32, (c.rows, DIAG_WORDS), output=True)
@@ -1155,10 +1182,13 @@ class SelectPass(Stage):
             lk = c.max_slice_keys() * c.max_slices
             out += [Use(n, r * lk, (r + 1) * lk) for n in (c.list_keys, c.list_pos)]
         elif self.from_list:  # (sel_h2 with cfg.defers copies positions into its lists)
-            both = self.is_out or self.defers or self.emits_early
+            both = self.is_out or self.defers or self.emits_early or self.finishes
             lists = [self.list_in] + ([self.first_list] if self._reads_either else [])
             for keys, pos in lists:
                 out += self._list_uses(j, [keys] + ([pos] if both else []))
+                if self.finishes:  # a row finish gathers every slice's list keys
+                    lk = c.max_slice_keys() * c.max_slices
+                    out.append(Use(keys, r * lk, (r + 1) * lk))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -1374,12 +1404,26 @@ class SelectPass(Stage):
         self._consume(k, io, sl, lds)
         io.env.phase(2)  # decided (phases 0 and 1 in _consume)
         if self.is_out:
-            if self.early_emit:  # the last histogram pass may have emitted the row
+            if self.early_emit or self.cfg.finish_max is not None:  # an earlier pass may
+                # have emitted the row
                 with k.if_(_State.load(k, lds["state"], 0)[X_EMITTED].eq(0)):
                     self._emit(k, io, sl, lds)
             else:
                 self._emit(k, io, sl, lds)
             return
+        if self.finishes:
+            with k.if_else(k.load(lds["fin"], FIN_GO, i32).ne(0)) as (alone, rounds):
+                with alone:
+                    self._finish_row(k, io, sl, lds)
+                    self._publish(k, io, sl, lds)
+                with rounds:
+                    self._round_on(k, io, sl, lds)
+            return
+        self._round_on(k, io, sl, lds)
+
+    def _round_on(self, k, io, sl, lds):
+        """The round after the decision: the last histogram pass's early emit, then the
+        next digit counted and published."""
         if self.emits_early:
             with k.if_(_State.load(k, lds["state"], 0).done):
                 self._emit(k, io, sl, lds)
@@ -1410,13 +1454,28 @@ class SelectPass(Stage):
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
-        if (self.is_out or self.solo_runs or self.emits_early) and k.W > 1:
-            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * 2 * k.W)
-        if (self.compacts or self.defers) and k.W > 1:  # the appends' wave counts
-            out["emit"] = k.lds(f"{nm}_emit", i32, 2 * (max(self.scan_rounds, LIST_UNROLL)
-                                                        if c.batched_append else 1) * k.W)
+        appends = (self.compacts or self.defers) and k.W > 1  # the appends' wave counts
+        append_words = 2 * (max(self.scan_rounds, LIST_UNROLL) if c.batched_append else 1) * k.W
+        if (self.is_out or self.solo_runs or self.emits_early or self.finishes) and k.W > 1:
+            # (sel_h2 finishing a row: the appends' room serves the emit too)
+            out["emit"] = k.lds(f"{nm}_emit", i32,
+                                max(2 * 2 * k.W, append_words if appends else 0))
+        if appends and "emit" not in out:
+            out["emit"] = k.lds(f"{nm}_emit", i32, append_words)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
+        if self.finishes:
+            S, F = c.max_slices, c.finish_max
+            out["fin"] = k.lds(f"{nm}_fin", i32, FIN_WORDS)
+            out["fin_key"] = k.lds(f"{nm}_fin_key", u32, F)
+            out["fin_slice"] = k.lds(f"{nm}_fin_slice", i32, F)
+            # the directory of the row's lists laid end to end, as the solo finish's
+            out["fin_off"] = k.lds(f"{nm}_fin_off", i32, S + 1)
+            out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
+            out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)  # per slice: candidates above,
+            out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)  # at the final prefix
+            out["fin_hist"] = k.lds(f"{nm}_fin_hist", u32,
+                                    max(4, max(c.bins(q) for q in range(self.q, c.passes))))
         if (self.compacts or self.defers) and c.batched_append and self.list_bases:
             out["list_at"] = k.lds(f"{nm}_list_at", i64, 2)
         if self._lean:
@@ -2200,6 +2259,8 @@ class SelectPass(Stage):
                 with k.if_(~st.done):
                     wait_all()
             st.store_lds(lds["state"])
+            if self.finishes:
+                k.store(lds["fin"], FIN_GO, k.const(0, i32))
             io.env.phase(0)  # the messages this decision reads are in
         _barrier(k)
         st = _State.load(k, lds["state"], 0)
@@ -2271,6 +2332,15 @@ class SelectPass(Stage):
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
+        if self.finishes:  # few candidates left in the row, every slice's list complete
+            go = ~done & ((gb - ga) <= c.finish_max)
+            if self.q == 2 and c.defers:  # a deferred row's lists are sel_h2's own
+                go = go & st[X_DEFER].eq(0)
+            fin = lds["fin"]
+            k.store(fin, FIN_GO, k.select(go, k.const(1, i32), 0))
+            k.store(fin, FIN_COUNT, k.const(0, i32))
+            k.store(fin, FIN_B, b)
+            k.store(fin, FIN_HAS_HI, k.select(has_hi, k.const(1, i32), 0))
         own = (sl.r * S + sl.s) * mw
         hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
@@ -2306,14 +2376,29 @@ class SelectPass(Stage):
         c = self.cfg
         p = self.q - 1
         Bp = c.bins(p)
+        msg = c.msg(p)
+        lo_i = k.select(takeall, 0, b)
+        hi_i = k.min(b + 1, Bp - 1)
+        use_hi = ~takeall & has_hi
+
+        def counts(s2, act, mb):  # (ties, keys above) of slice s2 from its message
+            c_lo = _i(k, io.load(msg, mb + lo_i, mask=act))
+            c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & use_hi))
+            ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
+            return c_lo - c_hi, ab0 + c_hi
+        self._place(k, io, sl, lds, st, counts)
+
+    def _place(self, k, io, sl, lds, st, counts):
+        """Wave 0: the state's base, tie base and totals (in LDS) from every slice's (ties,
+        keys above) at the final prefix, `counts(s2, act, mb)` for the lanes' slices s2 (mb:
+        the first word of s2's message q-1), and the NaN counts of message q-1."""
+        c = self.cfg
+        p = self.q - 1
         S = c.max_slices
         mw = c.msg_words(p)
         msg = c.msg(p)
         L = k.L
         need = st.i(X_NEED)
-        lo_i = k.select(takeall, 0, b)
-        hi_i = k.min(b + 1, Bp - 1)
-        use_hi = ~takeall & has_hi
         carry_eq = k.uniform_var(0, i32)
         carry_sel = k.uniform_var(0, i32)
         nans = k.uniform_var(0, i32)
@@ -2324,13 +2409,9 @@ class SelectPass(Stage):
             s2 = grp * L + k.lane_id()
             act = s2 < sl.sc
             mb = (sl.r * S + k.min(s2, S - 1)) * mw
-            c_lo = _i(k, io.load(msg, mb + lo_i, mask=act))
-            c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & use_hi))
-            ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
+            eq, above = counts(s2, act, mb)
             nan = _i(k, io.load(msg, mb + c.state_word + X_NAN, mask=act))
             uns = _i(k, io.load(msg, mb + c.state_word + X_UNSEL, mask=act))
-            eq = c_lo - c_hi
-            above = ab0 + c_hi
             incl_eq = _scan(k, eq)
             excl_eq = carry_eq.get() + incl_eq - eq
             taken = k.min(k.max(need - excl_eq, 0), eq)
@@ -2485,6 +2566,162 @@ class SelectPass(Stage):
         with _wave0(k):
             diag = k.vec(nans, _u(k, total), unsel, _u(k, sl.n))
             k.store(getattr(io.args, nm.diag), sl.r * DIAG_WORDS, diag, mask=ok)
+
+    # -- row finish (SelectConfig.finish_max) ---------------------------------------------
+    def _finish_row(self, k, io, sl, lds):
+        """All waves, after a decision on message q-1 that left at most finish_max keys of
+        the row with the prefix found (LDS state: prefix Q of d bits, `need`; fin: the
+        threshold digit b): gather those candidates from every slice's list into LDS (key,
+        slice; in any order), decide the remaining digits on them as the rounds would on the
+        slices' summed histograms (the same digits, the same counts: the same final prefix
+        and `need`), count each slice's candidates above and at the final prefix, place this
+        slice among the row's and emit it; the state is then final and flagged emitted, so
+        the later rounds pass the row through and sel_out writes nothing for it."""
+        c = self.cfg
+        S, L, T, F = c.max_slices, k.L, k.W * k.L, c.finish_max
+        p = self.q - 1
+        mw, msg, Bp = c.msg_words(p), c.msg(p), c.bins(p)
+        fin, off, length = lds["fin"], lds["fin_off"], lds["fin_len"]
+        gt_n, eq_n = lds["fin_gt"], lds["fin_eq"]
+        fkey, fslice = lds["fin_key"], lds["fin_slice"]
+        zero = k.const(0, i32)
+        with _wave0(k):  # the directory of the row's lists (their lengths: message q-1)
+            carry = k.uniform_var(0, i32)
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                act = s2 < sl.sc
+                ss = k.min(s2, S - 1)
+                mb = (sl.r * S + ss) * mw + c.state_word
+                nl = k.select(act, _i(k, io.load(msg, mb + X_NLIST, mask=act)), 0)
+                padded = (nl + 3) & ~3
+                incl = _scan(k, padded)
+                k.store(off, ss, carry.get() + incl - padded, mask=act)
+                k.store(length, ss, nl, mask=act)
+                k.store(gt_n, ss, zero, mask=act)
+                k.store(eq_n, ss, zero, mask=act)
+                carry.set(carry.get() + _last(k, incl))
+            k.store(off, S, carry.get())
+        _barrier(k)
+        nv = k.load(off, S, i32)
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+        keys_at = self._row_list_keys(k, io, lds)
+        t = k.thread_id()
+        U = FINISH_UNROLL
+        for base in k.range(0, nv, 4 * T * U):
+            got = [self._finish_fetch(k, sl, lds, keys_at, base + u * 4 * T + 4 * t, nv)
+                   for u in range(U)]
+            for key, s2, j, lim in got:
+                cand = (k.vec(j, j + 1, j + 2, j + 3) < lim) & _prefix(k, key, d).eq(Q)
+                for e in range(4):
+                    m = k.extract(cand, e)
+                    at = k.atomic("add", fin, FIN_COUNT, k.const(1, i32), mask=m, scope="cta")
+                    at = k.min(k.max(at, 0), F - 1)  # < eq_row <= F where m
+                    k.store(fkey, at, k.extract(key, e), mask=m)
+                    k.store(fslice, at, s2, mask=m)
+        _barrier(k)
+        n_c = k.load(fin, FIN_COUNT, i32)
+        for q2 in range(self.q, c.passes):
+            st = _State.load(k, lds["state"], 0)
+            with k.if_(~st.done):
+                self._finish_pass(k, lds, q2, st, n_c)
+        st = _State.load(k, lds["state"], 0)
+        Qf, df = st[X_Q], st.i(X_D)
+        for i0 in k.range(0, n_c, T):  # each slice's candidates above and at the prefix
+            i = i0 + t
+            m = i < n_c
+            key = k.load(fkey, k.min(i, F - 1), u32)
+            s2 = k.load(fslice, k.min(i, F - 1), i32)
+            pre = _prefix(k, key, df)
+            k.count(gt_n, s2, m & (pre > Qf))
+            k.count(eq_n, s2, m & pre.eq(Qf))
+        _barrier(k)
+        with _wave0(k):
+            b = k.load(fin, FIN_B, i32)
+            use_hi = k.load(fin, FIN_HAS_HI, i32).ne(0)
+            hi_i = k.min(b + 1, Bp - 1)
+
+            def counts(s2, act, mb):  # above the stage's prefix (its message), then the
+                # candidates above and at the final one
+                ss = k.min(s2, S - 1)
+                c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & use_hi))
+                ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
+                c_hi = k.select(act & use_hi, c_hi, 0)
+                ab0 = k.select(act, ab0, 0)
+                gt = k.select(act, k.load(gt_n, ss, i32), 0)
+                eq = k.select(act, k.load(eq_n, ss, i32), 0)
+                return eq, ab0 + c_hi + gt
+            self._place(k, io, sl, lds, st, counts)
+            k.store(lds["state"], X_DONE, k.const(1, u32))
+            k.store(lds["state"], X_EMITTED, k.const(1, u32))
+        _barrier(k)
+        self._emit(k, io, sl, lds)
+        _barrier(k)  # every wave has read the state and the directory before the next job
+
+    def _finish_pass(self, k, lds, q, st, n_c):
+        """Digit q of the gathered candidates with the prefix found so far, into LDS, then
+        wave 0 decides on it as sel_h(q+1) would on message q."""
+        c = self.cfg
+        B, F = c.bins(q), c.finish_max
+        hist = lds["fin_hist"]
+        fkey = lds["fin_key"]
+        t = k.thread_id()
+        T = k.W * k.L
+        for i in range((B + T - 1) // T):
+            idx = t + i * T
+            k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+        _barrier(k)
+        Q, d = st[X_Q], st.i(X_D)
+        sh_lo = k.cast(32 - d - c.digits[q], u32)
+        for i0 in k.range(0, n_c, T):
+            i = i0 + t
+            key = k.load(fkey, k.min(i, F - 1), u32)
+            digit = _i(k, (key >> sh_lo) & (B - 1))
+            k.count(hist, digit, (i < n_c) & _prefix(k, key, d).eq(Q))
+        _barrier(k)
+        with _wave0(k):
+            _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
+            takeall, b, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
+            new, _ = self._advance(k, st, q, takeall, b, gb, ga)
+            new.store_lds(lds["state"])
+        _barrier(k)
+
+    def _row_list_keys(self, k, io, lds):
+        """keys_at(i): 4 keys of the list region this pass reads from entry i (i counted from
+        the region's start, any slice of the row; the region the row's X_DEFER names with
+        lean_lists past sel_h2, as `_input_list`)."""
+        if not self._reads_either:
+            name = self.list_in[0]
+            return lambda i: io.load(name, i, 4)
+        defer = _State.load(k, lds["state"], 0)[X_DEFER].ne(0)
+        second, first = self.list_in[0], self.first_list[0]
+        at = k.select(defer, k.const(io.arena[second].data_offset, i64),
+                      k.const(io.arena[first].data_offset, i64))
+        ptr = k.ptr_add(io.env.arena, at)
+        return lambda i: k.load(ptr, i, u32, 4)
+
+    def _finish_fetch(self, k, sl, lds, keys_at, i, nv):
+        """Entries i..i+3 (i a multiple of 4, per lane) of the row's lists laid end to end in
+        slice order, each padded to whole 4-key groups (`_solo_fetch`'s directory search):
+        (keys, slice, j, lim: entry e is valid where j + e < lim). Unmasked loads at a
+        position clamped into the slice's list room: entries past nv are read, never kept."""
+        c = self.cfg
+        S = c.max_slices
+        lk = c.max_slice_keys()
+        off = lds["fin_off"]
+        s = k.const(0, i32)
+        start = k.const(0, i32)
+        step = 1 << max(0, (S - 1).bit_length() - 1) if S > 1 else 0
+        while step:
+            cand = s + step
+            at = k.load(off, k.min(cand, S - 1), i32)
+            inside = (cand < sl.sc) & (at <= i)
+            s = k.select(inside, cand, s)
+            start = k.select(inside, at, start)
+            step //= 2
+        lim = k.select(i < nv, k.load(lds["fin_len"], s, i32), 0)
+        j = k.min(i - start, lk - 4)
+        return keys_at((sl.r * S + s) * lk + j), s, j, lim
 
     # -- solo finish (sel_h2, slice 0 of a solo row) ----------------------------------------
     def _row_is_solo(self, k, io, sl, lds):
@@ -2983,12 +3220,13 @@ def measured_options(on: bool) -> dict:
 
 
 def config_for(spec, *, max_slices: int | None = None, digits=None,
-               lean_lists: bool | None = None) -> SelectConfig:
+               lean_lists: bool | None = None, finish_max: int | None = None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
     SELECT_KIND_DIGITS_WIDE past WIDE_ROW_SLICES slices a row; DEFAULT_DIGITS on AMD,
-    unmeasured there), `lean_lists` (None: on off AMD)."""
+    unmeasured there), `lean_lists` (None: on off AMD), `finish_max` (None or 0: no row
+    finish)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -3003,7 +3241,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                                           SELECT_KIND_DIGITS_WIDE if max_slices > WIDE_ROW_SLICES
                                           else SELECT_KIND_DIGITS),
                         **measured_options(not amd),
-                        lean_lists=(not amd) if lean_lists is None else bool(lean_lists))
+                        lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
+                        finish_max=finish_max or None)
 
 
 def _waves_for(spec) -> int:
@@ -3016,8 +3255,9 @@ def _grid_for(spec) -> int:
     return 8 if spec.target == "interp" else spec.target_info.num_ctas
 
 
-def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None):
-    cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists)
+def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
+                 finish_max=None):
+    cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max)
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -3036,8 +3276,8 @@ from .kinds import Kind, register  # noqa: E402
 
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
-              launch_tunables=("waves", "select_digits", "lean_lists")))
+              launch_tunables=("waves", "select_digits", "lean_lists", "finish_max")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
-              default=False, launch_tunables=("waves", "select_digits", "lean_lists")))
+              default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max")))

@@ -652,5 +652,5 @@ def test_check_topk_takes_the_selections_launch_tunables_only():
     _, cfg, _ = check_topk.build("tiny", 2, "interp", tunes=common.tune_list(
         "launch.select_digits=6-9-9-8,launch.lean_lists=0"))
     assert cfg.digits == (6, 9, 9, 8) and cfg.lean_lists is False
-    with pytest.raises(ValueError, match=r"launch.select_digits and launch.lean_lists"):
+    with pytest.raises(ValueError, match=r"launch.select_digits, launch.lean_lists"):
         check_topk.build("tiny", 2, "interp", tunes=common.tune_list("launch.q_splits=2"))

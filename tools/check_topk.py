@@ -259,13 +259,15 @@ def _parser():
 def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=None,
           waves=None, grid=None, tunes=()):
     """The selection launch of one row width; `tunes` as --tune (stage tunables,
-    launch.select_digits and launch.lean_lists; the CTA size is --waves here)."""
+    launch.select_digits, launch.lean_lists and launch.finish_max; the CTA size is --waves
+    here)."""
     from spec import BuildSpec
     from stages import select as sel
     from tools import common
     spec = BuildSpec.make(config, None, rows, kv, target)
     # the launch tunables that are config_for keywords here
-    config_kw = {"select_digits": "digits", "lean_lists": "lean_lists"}
+    config_kw = {"select_digits": "digits", "lean_lists": "lean_lists",
+                 "finish_max": "finish_max"}
     kw = {}
     stage_tunes = []
     for stage_name, attr, text in tunes:
@@ -273,7 +275,7 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
             kw[config_kw[attr]] = common.launch_tune_value(attr, text)
         elif stage_name == "launch":
             raise ValueError(f"--tune launch.{attr}: check_topk's selection launch takes "
-                             f"launch.{' and launch.'.join(config_kw)} (its CTA size is "
+                             f"launch.{', launch.'.join(config_kw)} (its CTA size is "
                              "--waves)")
         else:
             stage_tunes.append((stage_name, attr, text))
