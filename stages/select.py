@@ -2377,6 +2377,7 @@ class SelectPass(Stage):
         p = self.q - 1
         Bp = c.bins(p)
         msg = c.msg(p)
+        need = st.i(X_NEED)
         lo_i = k.select(takeall, 0, b)
         hi_i = k.min(b + 1, Bp - 1)
         use_hi = ~takeall & has_hi
@@ -2385,20 +2386,20 @@ class SelectPass(Stage):
             c_lo = _i(k, io.load(msg, mb + lo_i, mask=act))
             c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & use_hi))
             ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
-            return c_lo - c_hi, ab0 + c_hi
-        self._place(k, io, sl, lds, st, counts)
+            return lambda: (c_lo - c_hi, ab0 + c_hi)
+        self._place(k, io, sl, lds, need, counts)
 
-    def _place(self, k, io, sl, lds, st, counts):
+    def _place(self, k, io, sl, lds, need, counts):
         """Wave 0: the state's base, tie base and totals (in LDS) from every slice's (ties,
-        keys above) at the final prefix, `counts(s2, act, mb)` for the lanes' slices s2 (mb:
-        the first word of s2's message q-1), and the NaN counts of message q-1."""
+        keys above) at the final prefix, `counts(s2, act, mb)()` for the lanes' slices s2 (mb:
+        the first word of s2's message q-1; the call loads, the thunk it returns adds), the row's `need` ties at that prefix, and the
+        NaN counts of message q-1."""
         c = self.cfg
         p = self.q - 1
         S = c.max_slices
         mw = c.msg_words(p)
         msg = c.msg(p)
         L = k.L
-        need = st.i(X_NEED)
         carry_eq = k.uniform_var(0, i32)
         carry_sel = k.uniform_var(0, i32)
         nans = k.uniform_var(0, i32)
@@ -2409,9 +2410,10 @@ class SelectPass(Stage):
             s2 = grp * L + k.lane_id()
             act = s2 < sl.sc
             mb = (sl.r * S + k.min(s2, S - 1)) * mw
-            eq, above = counts(s2, act, mb)
+            got = counts(s2, act, mb)
             nan = _i(k, io.load(msg, mb + c.state_word + X_NAN, mask=act))
             uns = _i(k, io.load(msg, mb + c.state_word + X_UNSEL, mask=act))
+            eq, above = got()
             incl_eq = _scan(k, eq)
             excl_eq = carry_eq.get() + incl_eq - eq
             taken = k.min(k.max(need - excl_eq, 0), eq)
@@ -2650,8 +2652,8 @@ class SelectPass(Stage):
                 ab0 = k.select(act, ab0, 0)
                 gt = k.select(act, k.load(gt_n, ss, i32), 0)
                 eq = k.select(act, k.load(eq_n, ss, i32), 0)
-                return eq, ab0 + c_hi + gt
-            self._place(k, io, sl, lds, st, counts)
+                return lambda: (eq, ab0 + c_hi + gt)
+            self._place(k, io, sl, lds, st.i(X_NEED), counts)
             k.store(lds["state"], X_DONE, k.const(1, u32))
             k.store(lds["state"], X_EMITTED, k.const(1, u32))
         _barrier(k)
