@@ -406,7 +406,10 @@ class SelectConfig:
     # gathers the row's candidates from every slice's list into LDS, decides the remaining
     # digits locally (the same digits and counts the rounds would exchange), places its own
     # slice and emits it, so the later rounds pass the row through. None: never (the rounds).
-    # At most FINISH_MAX_LIMIT (its LDS)
+    # At most FINISH_MAX_LIMIT (its LDS). Exact on the H200 (check_topk 44 of 44, through
+    # index 2 of 2) but SLOWER as first built (bench/NOTES.md v24: select_hist 512K x 8 30.3
+    # vs 25.0 us, fused index r8 W1 130.0 vs 120): the finish took ~10 us of sel_h2's job
+    # where the two rounds it replaces take ~4.5. --tune launch.finish_max=N
     finish_max: int | None = None
 
     def __post_init__(self):
