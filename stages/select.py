@@ -224,8 +224,8 @@ DEFER_SHIFT = 4
 DEFER_MIN_TOPKS = 4
 FINISH_MAX_LIMIT = 4096  # SelectConfig.finish_max's ceiling: a key and a slice index a
 # candidate in LDS (32 KB at the ceiling)
-FINISH_UNROLL = 4  # 4-entry groups of the row's lists a lane loads at once in a row finish's
-# gather (16 keys a lane: a row's ~10K list entries at 512K x 8 in ~3 rounds of 256 lanes)
+FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a row finish's
+# gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
@@ -241,8 +241,10 @@ NEXTRA = 16
 # a row finish's LDS words (SelectPass._finish_row): whether this job finishes its row (set by
 # the decision), the gather's append count, and the decision's threshold digit b and whether a
 # bin lies above it (the slices' counts above the new prefix: cum[b + 1] of message q-1)
-FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI = range(4)
-FIN_WORDS = 4
+FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE = range(6)
+FIN_WORDS = 8
+# (FIN_T: the row's final threshold key, the candidate ranked at `need`; FIN_T_ABOVE: how
+# many candidates are larger)
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
 INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
@@ -1470,15 +1472,13 @@ class SelectPass(Stage):
         if self.finishes:
             S, F = c.max_slices, c.finish_max
             out["fin"] = k.lds(f"{nm}_fin", i32, FIN_WORDS)
-            out["fin_key"] = k.lds(f"{nm}_fin_key", u32, F)
+            out["fin_key"] = k.lds(f"{nm}_fin_key", u32, -(-F // LOAD_KEYS) * LOAD_KEYS)
             out["fin_slice"] = k.lds(f"{nm}_fin_slice", i32, F)
             # the directory of the row's lists laid end to end, as the solo finish's
             out["fin_off"] = k.lds(f"{nm}_fin_off", i32, S + 1)
             out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
             out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)  # per slice: candidates above,
-            out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)  # at the final prefix
-            out["fin_hist"] = k.lds(f"{nm}_fin_hist", u32,
-                                    max(4, max(c.bins(q) for q in range(self.q, c.passes))))
+            out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)  # at the threshold
         if (self.compacts or self.defers) and c.batched_append and self.list_bases:
             out["list_at"] = k.lds(f"{nm}_list_at", i64, 2)
         if self._lean:
@@ -2344,6 +2344,8 @@ class SelectPass(Stage):
             k.store(fin, FIN_COUNT, k.const(0, i32))
             k.store(fin, FIN_B, b)
             k.store(fin, FIN_HAS_HI, k.select(has_hi, k.const(1, i32), 0))
+            k.store(fin, FIN_T, k.const(0, i32))
+            k.store(fin, FIN_T_ABOVE, k.const(0, i32))
         own = (sl.r * S + sl.s) * mw
         hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
@@ -2577,11 +2579,13 @@ class SelectPass(Stage):
         """All waves, after a decision on message q-1 that left at most finish_max keys of
         the row with the prefix found (LDS state: prefix Q of d bits, `need`; fin: the
         threshold digit b): gather those candidates from every slice's list into LDS (key,
-        slice; in any order), decide the remaining digits on them as the rounds would on the
-        slices' summed histograms (the same digits, the same counts: the same final prefix
-        and `need`), count each slice's candidates above and at the final prefix, place this
-        slice among the row's and emit it; the state is then final and flagged emitted, so
-        the later rounds pass the row through and sel_out writes nothing for it."""
+        slice; in any order), rank each by key among them (O(n^2) compares, n <= finish_max:
+        LDS broadcasts), take as threshold T the key whose candidates span rank `need`, count
+        each slice's candidates above and at T, place this slice among the row's and emit it
+        (the keys above T and the first ties at T in position order: the exact top-k, so
+        the same keys the rounds select at their final prefix); the state is then final at
+        32 bits and flagged emitted, so the later rounds pass the row through and sel_out
+        writes nothing for it."""
         c = self.cfg
         S, L, T, F = c.max_slices, k.L, k.W * k.L, c.finish_max
         p = self.q - 1
@@ -2620,26 +2624,43 @@ class SelectPass(Stage):
                 cand = (k.vec(j, j + 1, j + 2, j + 3) < lim) & _prefix(k, key, d).eq(Q)
                 for e in range(4):
                     m = k.extract(cand, e)
-                    at = k.atomic("add", fin, FIN_COUNT, k.const(1, i32), mask=m, scope="cta")
-                    at = k.min(k.max(at, 0), F - 1)  # < eq_row <= F where m
-                    k.store(fkey, at, k.extract(key, e), mask=m)
-                    k.store(fslice, at, s2, mask=m)
+                    with k.if_(k.ballot(m).ne(0)):  # candidates are rare: a wave's appends
+                        # only where one of its lanes holds one
+                        at = k.atomic("add", fin, FIN_COUNT, k.const(1, i32), mask=m,
+                                      scope="cta")
+                        at = k.min(k.max(at, 0), F - 1)  # < eq_row <= F where m
+                        k.store(fkey, at, k.extract(key, e), mask=m)
+                        k.store(fslice, at, s2, mask=m)
         _barrier(k)
         n_c = k.load(fin, FIN_COUNT, i32)
-        for q2 in range(self.q, c.passes):
-            st = _State.load(k, lds["state"], 0)
-            with k.if_(~st.done):
-                self._finish_pass(k, lds, q2, st, n_c)
-        st = _State.load(k, lds["state"], 0)
-        Qf, df = st[X_Q], st.i(X_D)
-        for i0 in k.range(0, n_c, T):  # each slice's candidates above and at the prefix
+        need = st.i(X_NEED)
+        for i0 in k.range(0, n_c, T):  # each candidate's rank among the row's, by key
+            i = i0 + t
+            m = i < n_c
+            key = k.load(fkey, k.min(i, F - 1), u32)
+            above = k.lane_var(0, i32)
+            same = k.lane_var(0, i32)
+            for j0 in k.range(0, n_c, LOAD_KEYS):  # (uniform addresses: LDS broadcasts)
+                v = k.load(fkey, j0, u32, LOAD_KEYS)
+                for e in range(LOAD_KEYS):
+                    kj = k.extract(v, e)
+                    live = (j0 + e) < n_c
+                    above.set(above.get() + k.cast(live & (kj > key), i32))
+                    same.set(same.get() + k.cast(live & kj.eq(key), i32))
+            # the threshold: the key whose candidates span rank `need` (1 <= need < n_c: the
+            # decision was not final); its candidates all write the same two words
+            hit = m & (above.get() < need) & (need <= above.get() + same.get())
+            k.atomic("max", fin, FIN_T, key, mask=hit, scope="cta")
+            k.atomic("max", fin, FIN_T_ABOVE, above.get(), mask=hit, scope="cta")
+        _barrier(k)
+        T_key = k.load(fin, FIN_T, u32)
+        for i0 in k.range(0, n_c, T):  # each slice's candidates above and at the threshold
             i = i0 + t
             m = i < n_c
             key = k.load(fkey, k.min(i, F - 1), u32)
             s2 = k.load(fslice, k.min(i, F - 1), i32)
-            pre = _prefix(k, key, df)
-            k.count(gt_n, s2, m & (pre > Qf))
-            k.count(eq_n, s2, m & pre.eq(Qf))
+            k.count(gt_n, s2, m & (key > T_key))
+            k.count(eq_n, s2, m & key.eq(T_key))
         _barrier(k)
         with _wave0(k):
             b = k.load(fin, FIN_B, i32)
@@ -2656,40 +2677,17 @@ class SelectPass(Stage):
                 gt = k.select(act, k.load(gt_n, ss, i32), 0)
                 eq = k.select(act, k.load(eq_n, ss, i32), 0)
                 return lambda: (eq, ab0 + c_hi + gt)
-            self._place(k, io, sl, lds, st.i(X_NEED), counts)
-            k.store(lds["state"], X_DONE, k.const(1, u32))
-            k.store(lds["state"], X_EMITTED, k.const(1, u32))
+            need_t = need - k.load(fin, FIN_T_ABOVE, i32)  # the ties at T still needed
+            self._place(k, io, sl, lds, need_t, counts)
+            stp = lds["state"]
+            k.store(stp, X_Q, T_key)  # final at all 32 bits: the keys above T, the first
+            k.store(stp, X_D, k.const(32, u32))  # need_t of its ties (the same keys the
+            k.store(stp, X_NEED, _u(k, need_t))  # rounds take, at their final prefix)
+            k.store(stp, X_DONE, k.const(1, u32))
+            k.store(stp, X_EMITTED, k.const(1, u32))
         _barrier(k)
         self._emit(k, io, sl, lds)
         _barrier(k)  # every wave has read the state and the directory before the next job
-
-    def _finish_pass(self, k, lds, q, st, n_c):
-        """Digit q of the gathered candidates with the prefix found so far, into LDS, then
-        wave 0 decides on it as sel_h(q+1) would on message q."""
-        c = self.cfg
-        B, F = c.bins(q), c.finish_max
-        hist = lds["fin_hist"]
-        fkey = lds["fin_key"]
-        t = k.thread_id()
-        T = k.W * k.L
-        for i in range((B + T - 1) // T):
-            idx = t + i * T
-            k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
-        _barrier(k)
-        Q, d = st[X_Q], st.i(X_D)
-        sh_lo = k.cast(32 - d - c.digits[q], u32)
-        for i0 in k.range(0, n_c, T):
-            i = i0 + t
-            key = k.load(fkey, k.min(i, F - 1), u32)
-            digit = _i(k, (key >> sh_lo) & (B - 1))
-            k.count(hist, digit, (i < n_c) & _prefix(k, key, d).eq(Q))
-        _barrier(k)
-        with _wave0(k):
-            _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
-            takeall, b, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
-            new, _ = self._advance(k, st, q, takeall, b, gb, ga)
-            new.store_lds(lds["state"])
-        _barrier(k)
 
     def _row_list_keys(self, k, io, lds):
         """keys_at(i): 4 keys of the list region this pass reads from entry i (i counted from
