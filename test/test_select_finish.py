@@ -28,6 +28,10 @@ FINISH = 256
 def _scores(dist, rng, n):
     if dist == "binade":  # every key in the first-digit bin [1, 2): the row defers
         return rng.uniform(1.0, 2.0, (CFG.rows, CFG.capacity)).astype(np.float32)
+    if dist == "steps":  # normal scores on a grid of 1/64: ~5 keys a value at the threshold,
+        # one value a 15-bit prefix there, so the finish takes part of the threshold's ties
+        return (np.round(rng.standard_normal((CFG.rows, CFG.capacity)) * 64) / 64
+                ).astype(np.float32)
     return scores_for(dist, rng, n, CFG.capacity, CFG.topk)
 
 
@@ -39,6 +43,7 @@ def _emitted_by(cfg, r):
 
 @pytest.mark.parametrize("dist,digits,seed,finished_at", [
     ("normal", (6, 9, 9, 8), 31, 2), ("nan", (6, 9, 9, 8), 31, 2),
+    ("steps", (6, 9, 9, 8), 31, 2),
     ("above2049", (6, 7, 7, 6, 6), [31, 9, 5], 3), ("binade", (6, 7, 7, 6, 6), 3, 3),
     ("allequal", (6, 9, 9, 8), 31, None)])
 def test_row_finish_selects_what_the_rounds_select(dist, digits, seed, finished_at):
