@@ -160,6 +160,7 @@ from monokernel.types import f32, i32, i64, u32
 from spec.config import KEY_PAGE_TOKENS
 
 from .base import Buffer, Job, Stage, Use
+from .cycles import CycleTally
 from .launch import Launch
 
 PAGE = KEY_PAGE_TOKENS  # tokens per page of the key caches
@@ -224,6 +225,8 @@ DEFER_SHIFT = 4
 DEFER_MIN_TOPKS = 4
 FINISH_MAX_LIMIT = 4096  # SelectConfig.finish_max's ceiling: a key and a slice index a
 # candidate in LDS (32 KB at the ceiling)
+FINISH_TALLIES = ("gather", "rank", "place", "emit")  # a row finish's cycle accounts (a
+# wave's clocks in each part, time_layers --timeline)
 FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a row finish's
 # gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
@@ -2594,6 +2597,7 @@ class SelectPass(Stage):
         gt_n, eq_n = lds["fin_gt"], lds["fin_eq"]
         fkey, fslice = lds["fin_key"], lds["fin_slice"]
         zero = k.const(0, i32)
+        cyc = CycleTally(k, io.env, FINISH_TALLIES)  # (a timeline kernel's accounts only)
         with _wave0(k):  # the directory of the row's lists (their lengths: message q-1)
             carry = k.uniform_var(0, i32)
             for grp in range((S + L - 1) // L):
@@ -2632,6 +2636,7 @@ class SelectPass(Stage):
                         k.store(fkey, at, k.extract(key, e), mask=m)
                         k.store(fslice, at, s2, mask=m)
         _barrier(k)
+        cyc.mark("gather")
         n_c = k.load(fin, FIN_COUNT, i32)
         need = st.i(X_NEED)
         for i0 in k.range(0, n_c, T):  # each candidate's rank among the row's, by key
@@ -2653,6 +2658,7 @@ class SelectPass(Stage):
             k.atomic("max", fin, FIN_T, key, mask=hit, scope="cta")
             k.atomic("max", fin, FIN_T_ABOVE, above.get(), mask=hit, scope="cta")
         _barrier(k)
+        cyc.mark("rank")
         T_key = k.load(fin, FIN_T, u32)
         for i0 in k.range(0, n_c, T):  # each slice's candidates above and at the threshold
             i = i0 + t
@@ -2686,8 +2692,11 @@ class SelectPass(Stage):
             k.store(stp, X_DONE, k.const(1, u32))
             k.store(stp, X_EMITTED, k.const(1, u32))
         _barrier(k)
+        cyc.mark("place")
         self._emit(k, io, sl, lds)
         _barrier(k)  # every wave has read the state and the directory before the next job
+        cyc.mark("emit")
+        cyc.flush()
 
     def _row_list_keys(self, k, io, lds):
         """keys_at(i): 4 keys of the list region this pass reads from entry i (i counted from
