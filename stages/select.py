@@ -108,6 +108,18 @@ outputs and diagnostics are bit-identical to the rounds' (messages 2.. of a solo
 never written). Its reads are the lists (L2) and message 1; LDS holds histograms and the
 directory only, so any distribution within the bound is exact (all ties too).
 
+Row finish (SelectConfig.finish_max; off, measured slower on the H200). A pass from sel_h2 on
+whose decision leaves at most finish_max keys of the row with the prefix found (the same
+count on every slice), and whose lists are complete (sel_h2: not a deferred row), finishes
+the row in every slice's CTA at once: it gathers the candidates from every slice's list
+(the directory of the solo finish, a binary search a 4-entry group) into LDS, ranks each by
+key among them, takes as threshold T the key whose candidates span rank `need`, counts each
+slice's candidates above and at T, places its own slice (as `_placement`, from those counts
+and message q-1's keys above the prefix) and emits it: the keys above T and the first ties
+at T in position order, the exact top-k, so the rounds' outputs bit for bit. Its state is
+then final at 32 bits and flagged emitted (X_EMITTED): the later rounds pass it through and
+sel_out writes nothing for it.
+
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'
 before it: above(s') = its keys with prefix > Q, eq(s') = its keys with prefix == Q (one
@@ -412,9 +424,13 @@ class SelectConfig:
     # digits locally (the same digits and counts the rounds would exchange), places its own
     # slice and emits it, so the later rounds pass the row through. None: never (the rounds).
     # At most FINISH_MAX_LIMIT (its LDS). Exact on the H200 (check_topk 44 of 44, through
-    # index 2 of 2) but SLOWER as first built (bench/NOTES.md v24: select_hist 512K x 8 30.3
-    # vs 25.0 us, fused index r8 W1 130.0 vs 120): the finish took ~10 us of sel_h2's job
-    # where the two rounds it replaces take ~4.5. --tune launch.finish_max=N
+    # index 2 of 2, both forms) but SLOWER (bench/NOTES.md v24: select_hist 512K x 8 30.3
+    # with local histogram passes, 33.1-33.4 ranked, against 24.9-25.2 us; fused index r8
+    # W1 130-132 against 120): after 15 bits a 512K row still has ~200 candidates (the
+    # prefix is 6 bits of mantissa), and the finish's CTA-local work is latency-bound: its
+    # cycle accounts (timeline) gather ~5.6 us (the row's ~12K list entries), rank ~4.3,
+    # place 0.3, emit 1.1, where the two rounds it replaces end the launch ~4.6 us after
+    # sel_h2. Off; --tune launch.finish_max=N
     finish_max: int | None = None
 
     def __post_init__(self):
