@@ -223,7 +223,7 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
 
 def fused_select(p: IndexPlan, cfg) -> list:
     """The selection after the scoring: it reads the plain `scores` and `score_hist` once
-    every `score_done` pair is in (wait_scored), as stages/select.py documents."""
+    every `score_done` pair is in (wait_scored), as the stages.select package documents."""
     from . import select as sel
     ready = sel.Ready(lambda r: scored_reads(p), lambda k, io: wait_scored(k, io, p))
     return sel.select_stages(cfg, scores="plain", hist="plain", ready=ready)

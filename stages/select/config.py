@@ -1,0 +1,416 @@
+"""The selection's configuration (SelectConfig), radix plan checks, slice bounds, and the
+constants its stages share: budgets, the state words of a message, the finish's LDS words."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from layouts.scores import FIRST_DIGIT_BITS, MAX_KEYS, MAX_SLICES, ScoresLayout, TOPK
+from spec.config import KEY_PAGE_TOKENS
+
+
+
+PAGE = KEY_PAGE_TOKENS  # tokens per page of the key caches
+PAGE_SHIFT = PAGE.bit_length() - 1
+MAX_PAGE = (2**31 - 1) // PAGE  # a slot page*64 + 63 must fit int32
+DEFAULT_DIGITS = (6, 7, 7, 6, 6)
+# the select kinds' plan off AMD: one exchange round fewer for 512-bin messages (H200,
+# select_hist 512K x 8 36.2 -> 33.6 us, 64K x 8 25.1 -> 22.1; the fused index measured
+# slower with it, 132.0 -> 136.4 us, and keeps DEFAULT_DIGITS: bench/NOTES.md v12)
+SELECT_KIND_DIGITS = (6, 9, 9, 8)
+# ... and where a row has more than WIDE_ROW_SLICES slices (rows 2 on the H200: 64 slices a
+# row), whose first round sums every slice's message-1 histogram: a 256-bin second digit
+# halves that (H200, same call, select_hist rows 2: 64K 21.87 -> 20.62 us, 512K 23.89 ->
+# 22.69; rows 8 slower with it, 27.26 -> 28.38: bench/NOTES.md v18)
+SELECT_KIND_DIGITS_WIDE = (6, 8, 9, 9)
+WIDE_ROW_SLICES = 32
+UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
+SEGMENT_UNROLL = 8  # segment histograms a thread loads at once in sel_h0's sum: at 512K
+# keys x 8 rows a thread's 8 segments in one round trip (H200 select_hist 27.26 -> 26.89 us,
+# sel_h0 2.59 -> 2.30 a job: bench/NOTES.md v18; was 4)
+
+SCAN_UNROLL = 4  # 16-byte score loads in flight per lane in a pass over the scores: with
+# one, a CTA has a wave's worth of loads outstanding and a pass is latency-bound
+SCAN_AHEAD = 1  # iterations of a pass over the scores whose loads are in flight while it
+# works on one (SelectConfig.prefetch: a ring of SCAN_AHEAD iterations' registers)
+LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.lean_scan): the
+# scan starts on a slice's first quarter while the rest is still in flight
+LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
+LEAN_REFILL_TURNS = 2  # SelectPass.lean_refill's two register sets taking turns
+LEAN_WIDE_KEYS = 32  # ... with SelectPass.lean_lane_keys = 32: a 32-bit mask, half the iterations
+LOAD_KEYS = 4  # keys of one 16-byte load
+LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one
+SCORE_PREFETCH_PIECE = 256  # bytes of one L2 prefetch of a slice's scores (SelectConfig.
+# l2_prefetch): one page of f32 scores, so a row's end (whole pages) is a piece boundary
+LIST_UNROLL = 4  # the same for a pass over a candidate list (SelectConfig.prefetch): lists
+# of scores whose threshold sits in a crowded first-digit bin (the indexer's: ~17% of a row,
+# ~5K keys a slice at 512K x 8) take several rounds a pass
+
+# Solo finish (module doc): a row whose candidate lists hold at most this many keys in all is
+# finished by ONE CTA. Its remaining passes read the lists from L2 (4 bytes a key a pass, 8
+# in the emit): at 16K keys, three passes and the emit move 16K * (3 * 4 + 8) = 320 KB. A
+# pass has SOLO_UNROLL 4-key groups a lane in flight (4K keys a round trip for 256
+# threads: 4 round trips at 16K keys), the emit one round of 4 keys a lane ahead (16
+# round trips): about 30 L2 round trips in all, against the three grid-wide exchange rounds
+# it replaces (sel_h3, sel_h4, sel_out: each a release / poll / acquire chain over up to 64
+# slices, several microseconds each on the H200). Smooth scores at 512K keys leave ~2% of
+# a row after the first digit (~12K keys for normal scores at K = 2048): solo. A
+# distribution whose threshold sits in a crowded first-digit bin keeps the rounds.
+SOLO_MAX_CANDIDATES = 16384
+SOLO_UNROLL = 4  # 4-key groups a lane loads at once in a solo histogram pass (the solo
+# emit instead loads the next round while it writes one: two rounds' ballots and masks at
+# once would spill SGPRs on AMD)
+# Deferred lists (SelectConfig.defer_fat_bins): a row whose threshold first-digit bin holds
+# more than max(n >> DEFER_SHIFT, DEFER_MIN_TOPKS * K) of its n keys gets its candidate lists
+# from sel_h2, at the 13-bit prefix, not from sel_h1 at the 6-bit one. The first digit is
+# the sign and 5 exponent bits: the indexer's scores put 3-66% of a row in one bin (H200,
+# 512K x 8, bench/NOTES.md v8), and a list that long is written by sel_h1, then read by every
+# later pass and the emit (select_hist on those scores: 62.5 us against 35.6 on normal ones).
+# Deferring costs one more pass over the scores (sel_h2's); a bin under 1/16 of the row is
+# cheaper to list.
+DEFER_SHIFT = 4
+DEFER_MIN_TOPKS = 4
+FINISH_MAX_LIMIT = 4096  # SelectConfig.finish_max's ceiling: a key and a slice index a
+# candidate in LDS (32 KB at the ceiling)
+FINISH_TALLIES = ("gather", "rank", "place", "emit")  # a row finish's cycle accounts (a
+# wave's clocks in each part, time_layers --timeline)
+FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a row finish's
+# gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
+RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
+# the low bits are the state's X_DONE + 1, as in every rdy pair
+
+# the state words after a message's histogram (and in LDS); X_NLIST: the slice's candidate
+# list length (sel_h1 on); X_SOLO: 1 when the row finishes solo (decided by sel_h1 from
+# message 0); X_DEFER: 1 when the row's lists are built by sel_h2 (SelectConfig.
+# defer_fat_bins, decided by sel_h1 from message 0); X_EMITTED: 1 when the last histogram
+# pass found the decision final and emitted the slice (SelectConfig.early_emit: sel_out then
+# writes nothing); whole 4-word vectors
+X_Q, X_D, X_NEED, X_DONE, X_ABOVE, X_NAN, X_BASE, X_TIEBASE, X_TOTAL, X_NANS, X_UNSEL, \
+    X_UNSELS, X_NLIST, X_SOLO, X_DEFER, X_EMITTED = range(16)
+NEXTRA = 16
+# a row finish's LDS words (SelectPass._finish_row): whether this job finishes its row (set by
+# the decision), the gather's append count, and the decision's threshold digit b and whether a
+# bin lies above it (the slices' counts above the new prefix: cum[b + 1] of message q-1)
+FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE = range(6)
+FIN_WORDS = 8
+# (FIN_T: the row's final threshold key, the candidate ranked at `need`; FIN_T_ABOVE: how
+# many candidates are larger)
+DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
+
+INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
+INVALID_N = "invalid input: n_keys < 0 or past the scores' capacity"
+
+
+# ----------------------------------------------------------------------------- config
+
+@dataclass(frozen=True)
+class Names:
+    """Buffer and region names (a fused launch shares some with the scoring)."""
+    scores: str = "scores"
+    n_keys: str = "n_keys"
+    block_table: str = "block_table"
+    score_hist: str = "score_hist"
+    score_done: str = "score_done"
+    out: str = "topk"
+    diag: str = "topk_diag"
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    layout: ScoresLayout  # rows, capacity (scores per row), segment (first-digit granularity)
+    max_slices: int = MAX_SLICES  # S: slice jobs per row per stage
+    digits: tuple = DEFAULT_DIGITS
+    topk: int = TOPK
+    bt_width: int = 0  # block-table entries per row (0: capacity / 64)
+    prefix: str = "sel"  # stage and region names
+    names: Names = field(default_factory=Names)
+    # the n_keys buffer holds each row's token position (its keys are 0..pos: n = pos + 1),
+    # as the index launch's `positions`
+    positions: bool = False
+    # a row whose candidate lists hold at most this many keys in all is finished by one CTA
+    # in sel_h2 (module doc, "Solo finish"); None (default, measured faster on the H200):
+    # every row takes the exchange rounds
+    solo_max_candidates: int | None = None
+    # sel_h1 appends an iteration's SCAN_UNROLL rounds of candidates after ONE CTA barrier
+    # (`_append`; H200 512K x 8: sel_h1 25 -> 22 us a job); False: a barrier a round
+    # (`_append_round`), fewer registers: the AMD builds keep it (the fused index kernel
+    # sits at its SGPR ceiling, the select kernel would grow from 98 to 130 VGPRs)
+    batched_append: bool = True
+    # loads issued ahead of the work that needs them, in every pass: the pass over the
+    # scores (sel_h0 without first digits, sel_h1) loads iteration i + 1's scores into
+    # registers before it works on iteration i's (`_scan_scores`); the passes over the lists
+    # (sel_h2 ..) load LIST_UNROLL rounds at once; the emit loads its next round before it
+    # writes one, and a round's block-table entries before its barrier. False: each round
+    # loads then works (the AMD builds keep it: more VGPRs and lane masks, unmeasured there)
+    prefetch: bool = True
+    # rows whose threshold first-digit bin is crowded get their lists from sel_h2 (module
+    # constants DEFER_*): sel_h1 only counts, sel_h2 reads the scores again and lists the
+    # keys at or above the 13-bit prefix. False: sel_h1 always lists (the AMD builds keep it:
+    # unmeasured there). Never with the solo finish (it reads the lists sel_h1 builds): see
+    # `defers`.
+    defer_fat_bins: bool = True
+    # the selection's key passes (sel_h1, sel_h2 re-reading a deferred row) map scores to
+    # keys without the special cases (-inf, NaN: `keys_and_specials`) and take the exact
+    # mapping and the NaN / unselectable counts only in rounds where a lane of the wave holds
+    # one (a wave-uniform branch): ~12 integer instructions a key fewer where there are none.
+    # False: every key takes them (the AMD builds keep it: unmeasured there)
+    rare_specials: bool = True
+    # sel_h1 of a row that lists counts its next digit from the list it has just written (the
+    # list's candidates, ~2% of the slice for smooth scores, L2-hot) after the scan, not in
+    # the scan (a predicated LDS atomic a key, each in its own reconvergence region on
+    # NVIDIA: H200 select_hist 512K x 8, the counts were 3.4 us of sel_h1's 13.6, bench/
+    # NOTES.md v12); so does sel_h2 re-reading a deferred row's scores (its list at the
+    # 13-bit prefix is the candidates). False: in the scan (the AMD builds keep it:
+    # unmeasured there)
+    count_from_list: bool = True
+    # sel_h1 with scores from an input buffer (the select kinds) issues its first iteration's
+    # score loads before it waits for message 0, so the wait hides their round trip (scores
+    # an earlier stage of the launch wrote are read only after that wait's acquire). False:
+    # after the wait (the AMD builds keep it: unmeasured there)
+    early_loads: bool = True
+    # sel_h0 with the scoring's first digits sums its slice's segments with every wave,
+    # SEGMENT_UNROLL segments a thread in flight (`_sum_segments`), not with wave 0 walking
+    # the segments one load round trip at a time (32 at 512K x 8): the first message, which
+    # every later stage waits for. False: wave 0 alone (the AMD builds keep it: unmeasured)
+    wide_segment_sums: bool = True
+    # the last histogram pass (sel_h{P-1}) of a row whose decision is final when it decides
+    # (for smooth scores after 24 of the 32 bits with (6, 9, 9, 8)) emits the slice itself and
+    # flags it in its message's state, so sel_out's exchange round is no longer on that row's
+    # path (sel_out, which still runs, writes nothing for it). Off by default: measured at
+    # noise level on the H200 (select_hist 512K x 8 29.03 vs 29.42 us, 64K 20.26 vs 20.29;
+    # fused index r8 W1 131.0 vs 129.7, W2 166.5 vs 165.8: bench/NOTES.md v12). Per run:
+    # --tune sel_h3.early_emit=1,sel_out.early_emit=1 (the last pass and sel_out)
+    early_emit: bool = False
+    # sel_h0, when it does not read the scores itself (first digits given), asks the L2 for its
+    # slice's scores (bulk prefetches of SCORE_PREFETCH_PIECE bytes, a hint: sm_90a; dropped
+    # on AMD) before its own work, so that sel_h1's scan, a message round trip later, hits
+    # the L2. Measured SLOWER on the H200 (select_hist 512K x 8 29.0 -> 31.6 us: sel_h0's
+    # prefetches take ~2.4 us to issue, and sel_h1's scan is no faster from L2, so it is not
+    # waiting on memory: bench/NOTES.md v13): off, a tunable (--tune sel_h0.l2_prefetch=1)
+    l2_prefetch: bool = False
+    # sel_h1 with scores from an input buffer (the select kinds; sm_90a) copies its slice's
+    # scores into LDS with bulk copies (the TMA unit: one a segment, each on its own
+    # mbarrier) issued before it waits for message 0, and scans them from LDS, waiting
+    # segment by segment: the whole slice in flight at once instead of the scan's register
+    # loads (v12: the loads alone took 6.8 of sel_h1's 12.6 us at 512K x 8, latency-bound;
+    # v13: L2 residency alone did not help). LDS: the longest slice (128 KB at 512K x 8).
+    # Measured SLOWER on the H200 (bench/NOTES.md v15, same call: select_hist 512K x 8 35.1
+    # vs 29.2 us, 64K x 8 21.6 vs 20.5, 512K x 2 27.0 vs 25.5; exact): the set-up (32
+    # mbarrier inits, each with its fence, and 32 copies from one lane) delays sel_h1's wait
+    # by ~4.5 us, and the scan from LDS is no faster (10.3 vs 9.2 us after the wait): it is
+    # bound by its instructions, not its loads. Off, a tunable (--tune sel_h1.lds_scan=1);
+    # bulk copies are sm_90a only
+    lds_scan: bool = False
+    # the batched appends (sel_h1's lists, sel_h2's second ones) store through each list's
+    # start in the slice, read back an iteration from LDS (a runtime value), not through the
+    # arena: a list region's offset in the arena (tens of MB) does not fit a store's
+    # immediate, and ptxas, which sees through any in-register copy, added it as a 64-bit
+    # pair to each key's address, for each list (bench/NOTES.md v16's SASS of sel_h1's
+    # listing loop: ~12 instructions a kept key for the two stores). False: through the arena
+    list_bases: bool = True
+    # the passes' digit counts add once a distinct digit a wave (KernelBuilder.count grouped:
+    # match.any, sm_90a only), not once a lane. Measured SLOWER on the H200 (bench/NOTES.md
+    # v18, same call: select 512K x 8 37.6 vs 33.5 us, sel_h0's local pass alone grouped
+    # 36.5; select_hist 29.7 vs 29.0; fused index r8 W1 135.1 vs 124.0): off, a tunable
+    # (--tune sel_h1.grouped_counts=1, per pass); AMD has no match instruction
+    grouped_counts: bool = False
+    # a round's consumer polls every slice's pair of the message it decides on (its own
+    # among them) and takes ONE acquire before it reads its own state, instead of its own
+    # pair, an acquire and its state first (a row decided final needs no other message)
+    # and the others' pairs and a second acquire after: one poll round trip and one fence
+    # fewer on every round's path. Every active slice publishes every message, so the
+    # wait always ends. H200, same call (bench/NOTES.md v18): select_hist 512K x 8 28.67 ->
+    # 27.36 us, 64K x 8 20.29 -> 18.86, 512K x 2 24.95 -> 23.65; fused index r8 W1 123.75
+    # -> 122.10, r2 W2 91.41 -> 89.22. False: own first (the AMD builds keep it: unmeasured)
+    one_wait: bool = True
+    # with defers, sel_h2 writes a second list only for a deferred row (from its scores); a
+    # listed row's later passes and emit read sel_h1's list again (chosen by the state's
+    # X_DEFER), instead of sel_h2 copying it down to the entries at or above the 13-bit
+    # prefix: no append, no list stores and no release of them on sel_h2's path, for lists
+    # of a few hundred entries a slice that every pass reads in one round trip either way.
+    # False: every row's second list (the later passes read only the second lists). On in
+    # the select kinds off AMD (config_for; H200 v18 call 5, same call: select_hist 512K x 8
+    # 27.07 -> 26.50 us, 512K x 2 22.74 -> 21.88; exact 44 of 44); the fused index, whose
+    # rows mostly defer, keeps it off (unmeasured there), as AMD
+    lean_lists: bool = False
+    # sel_h1 of a listed row (and sel_h2 re-listing a deferred one) lists with the lean loop
+    # (`_lean_scan`): a lane's 16
+    # consecutive keys an iteration, the keep test one float compare a key against the
+    # threshold prefix's least score, the keeps packed into a 16-bit mask, the lanes'
+    # offsets from one ballot a count bit (not four chains of lane swaps), and store rounds
+    # over the kept keys only (a round a kept key of the wave's busiest lane) instead of two
+    # predicated stores for every key. Lists, messages and selections bit-identical to the
+    # default scan. H200, same call (bench/NOTES.md v22): select_hist 512K x 8 26.55 / 26.41
+    # -> 24.83 / 25.21 us, 64K x 8 19.0 -> 18.7; fused index r8 W1 123.3 / 122.4 -> 120.7 /
+    # 120.2, W2 155.0 / 154.7 -> 150.9 / 150.4. On off AMD (MEASURED_ON_NVIDIA; AMD
+    # unmeasured); the old loop: --tune sel_h1.lean_scan=0,sel_h2.lean_scan=0
+    lean_scan: bool = False
+    # with lean_scan and scores from an input buffer (the select kinds): the slice copied
+    # into LDS by per-lane async copies (cp.async, LEAN_GROUPS commit groups) issued before
+    # the wait for message 0. Measured SLOWER on the H200 (bench/NOTES.md v22: select_hist
+    # 512K x 8 32.4-32.9 vs 26.3 us; the acquire fence after the wait for message 0 waits
+    # for wave 0's copies: message 0 seen 9.0 us into sel_h1's job against 1.5), exact
+    # (check_topk 55 of 55): off, a tunable (--tune sel_h1.lean_scan=1,sel_h1.lean_copies=1)
+    lean_copies: bool = False
+    # a histogram pass from sel_h2 on whose decision leaves at most this many keys of the row
+    # with the prefix found (the row's candidates: for normal scores at 512K keys a few dozen
+    # after 15 bits) finishes the row itself (module doc, "Row finish"): every slice's CTA
+    # gathers the row's candidates from every slice's list into LDS, decides the remaining
+    # digits locally (the same digits and counts the rounds would exchange), places its own
+    # slice and emits it, so the later rounds pass the row through. None: never (the rounds).
+    # At most FINISH_MAX_LIMIT (its LDS). Exact on the H200 (check_topk 44 of 44, through
+    # index 2 of 2, both forms) but SLOWER (bench/NOTES.md v24: select_hist 512K x 8 30.3
+    # with local histogram passes, 33.1-33.4 ranked, against 24.9-25.2 us; fused index r8
+    # W1 130-132 against 120): after 15 bits a 512K row still has ~200 candidates (the
+    # prefix is 6 bits of mantissa), and the finish's CTA-local work is latency-bound: its
+    # cycle accounts (timeline) gather ~5.6 us (the row's ~12K list entries), rank ~4.3,
+    # place 0.3, emit 1.1, where the two rounds it replaces end the launch ~4.6 us after
+    # sel_h2. Off; --tune launch.finish_max=N
+    finish_max: int | None = None
+
+    def __post_init__(self):
+        lay = self.layout
+        if self.finish_max is not None:
+            if not 1 <= self.finish_max <= FINISH_MAX_LIMIT:
+                raise ValueError(f"finish_max = {self.finish_max} must be None or in "
+                                 f"1..{FINISH_MAX_LIMIT}")
+            if self.solo_max_candidates is not None:
+                raise ValueError("finish_max and solo_max_candidates exclude each other (both "
+                                 "finish a row from every slice's list)")
+        if self.solo_max_candidates is not None and \
+                not 0 <= self.solo_max_candidates <= MAX_KEYS:
+            raise ValueError(f"solo_max_candidates = {self.solo_max_candidates} must be None "
+                             f"or in 0..{MAX_KEYS}")
+        if lay.capacity > MAX_KEYS:
+            raise ValueError(f"{lay.capacity} scores per row exceed the selection's limit of "
+                             f"{MAX_KEYS} (512K keys)")
+        if not 1 <= self.max_slices <= MAX_SLICES:
+            raise ValueError(f"max_slices = {self.max_slices} must be in 1..{MAX_SLICES}")
+        object.__setattr__(self, "digits", check_digits(self.digits))
+        if lay.segment % 4:
+            raise ValueError(f"segment {lay.segment} must be a multiple of 4 keys (16-byte loads)")
+        if lay.capacity % PAGE:
+            raise ValueError(f"capacity {lay.capacity} must be whole pages of {PAGE}")
+        if not 1 <= self.topk <= (1 << 20):
+            raise ValueError(f"topk {self.topk} out of range")
+        if self.bt_width == 0:
+            object.__setattr__(self, "bt_width", lay.capacity // PAGE)
+        if self.bt_width * PAGE < lay.capacity:
+            raise ValueError(f"block table of {self.bt_width} pages cannot cover "
+                             f"{lay.capacity} keys")
+
+    # shapes ---------------------------------------------------------------------------
+    @property
+    def rows(self) -> int:
+        return self.layout.rows
+
+    @property
+    def capacity(self) -> int:
+        return self.layout.capacity
+
+    @property
+    def segment(self) -> int:
+        return self.layout.segment
+
+    @property
+    def segments(self) -> int:
+        return self.layout.segments
+
+    @property
+    def passes(self) -> int:
+        return len(self.digits)
+
+    @property
+    def solo(self) -> bool:
+        """Whether rows with few candidates may finish solo (module doc)."""
+        return self.solo_max_candidates is not None
+
+    @property
+    def defers(self) -> bool:
+        """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo)."""
+        return self.defer_fat_bins and not self.solo
+
+    def bins(self, q: int) -> int:
+        return 1 << self.digits[q]
+
+    def msg_words(self, q: int) -> int:
+        """Words of one slice's message of any pass: the largest histogram and the state
+        (one stride for every pass: one constant fewer for the kernel to keep)."""
+        return self.state_word + NEXTRA
+
+    @property
+    def state_word(self) -> int:
+        """Where a message's state starts (after the largest histogram, in every pass)."""
+        return max(4, max(1 << d for d in self.digits))
+
+    def msg(self, q: int) -> str:
+        return f"{self.prefix}_msg{q}"
+
+    def rdy(self, q: int) -> str:
+        return f"{self.prefix}_rdy{q}"
+
+    def stage_name(self, q: int) -> str:
+        return f"{self.prefix}_out" if q == self.passes else f"{self.prefix}_h{q}"
+
+    def n_of(self, values) -> np.ndarray:
+        """Visible keys per row from the n_keys buffer's values."""
+        return np.asarray(values, np.int64) + (1 if self.positions else 0)
+
+    def slices(self, n_keys: int) -> list:
+        return self.layout.slices(n_keys, self.max_slices)
+
+    def max_slice_keys(self) -> int:
+        """The longest slice of any row (a row of n < capacity keys has slices of
+        floor or ceil(nseg(n) / slices) segments, never more than a full row's longest):
+        also the candidate list's room per slice, so a list can never overflow."""
+        nseg = self.segments
+        s = max(1, min(self.max_slices, nseg))
+        b = [round(i * nseg / s) for i in range(s + 1)]
+        return max(b[i + 1] - b[i] for i in range(s)) * self.segment
+
+    @property
+    def list_keys(self) -> str:
+        """Region of the slices' candidate lists' keys [rows, S, max_slice_keys] u32."""
+        return f"{self.prefix}_lkey"
+
+    @property
+    def list_pos(self) -> str:
+        """... and of their token positions [rows, S, max_slice_keys] i32."""
+        return f"{self.prefix}_lpos"
+
+    @property
+    def list2_keys(self) -> str:
+        """With `defers`: sel_h2's lists (the keys at or above the 13-bit prefix, from the
+        scores of a deferred row or from sel_h1's list), which the later passes read."""
+        return f"{self.prefix}_lkey2"
+
+    @property
+    def list2_pos(self) -> str:
+        return f"{self.prefix}_lpos2"
+
+
+def check_digits(digits) -> tuple:
+    """A radix plan as a tuple of ints, or a ValueError naming it: the first digit the
+    scoring's FIRST_DIGIT_BITS, at least two digits of 2..10 bits (a pass's histogram lives in
+    LDS and in every slice's message), 32 bits in all."""
+    d = tuple(int(x) for x in digits)
+    if len(d) < 2 or d[0] != FIRST_DIGIT_BITS or sum(d) != 32 or min(d) < 2 or max(d) > 10:
+        raise ValueError(f"digits {d}: the first must be {FIRST_DIGIT_BITS} bits (the "
+                         "scoring's first digit), at least two, 2..10 bits each, 32 in all")
+    return d
+
+
+def slice_bounds(n: int, segment: int, max_slices: int, s: int) -> tuple[int, int, int]:
+    """(slices used, lo, hi) of slice s: the kernel's integer formula (round half to even,
+    as Python's round in ScoresLayout.slices), mirrored for tests."""
+    nseg = -(-n // segment)
+    sc = max(1, min(max_slices, nseg))
+
+    def bound(i):
+        num = i * nseg
+        q, rem = divmod(num, sc)
+        up = 2 * rem > sc or (2 * rem == sc and q & 1)
+        return (q + int(up)) * segment
+    return sc, bound(s), min(bound(s + 1), n)
+

@@ -1,0 +1,252 @@
+"""SelectPass's exchange rounds: message q published, message q-1 consumed (the
+    row's summed histograms, the threshold digit, the new state), and a final decision's
+    placement among the row's slices."""
+from __future__ import annotations
+
+from monokernel.types import i32, u32
+
+from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI, FIN_T,
+                     FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
+                     X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
+from .lanes import _State, _barrier, _i, _last, _pick, _scan, _suffix_sums, _threshold, _u, _wave0
+
+
+class Exchange:
+    """SelectPass's exchange rounds: message q published, message q-1 consumed (the
+    row's summed histograms, the threshold digit, the new state), and a final decision's
+    placement among the row's slices."""
+
+    # -- publish message q ----------------------------------------------------------------
+    def _publish(self, k, io, sl, lds):
+        """Wave 0: the cum histogram (unless done) and the state -> message q; release;
+        announce with the tagged pair."""
+        c = self.cfg
+        q = self.q
+        B = c.bins(q)
+        S = c.max_slices
+        mw = c.msg_words(q)
+        msg = c.msg(q)
+        with _wave0(k):
+            st = _State.load(k, lds["state"], 0)
+            mb = (sl.r * S + sl.s) * mw
+            if q == 1:
+                cnt = k.load(lds["cnt"], 0, u32, 2)
+                st[X_NAN] = k.extract(cnt, 0)
+                st[X_UNSEL] = k.extract(cnt, 1)
+            with k.if_(~st.done):
+                _suffix_sums(k, lds["hist"], B,
+                             lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
+            for j, v in enumerate(st.vecs()):
+                io.store(msg, mb + c.state_word + 4 * j, v)
+            if self.release:
+                k.fence("release", "device")
+            flag = st[X_DONE] + 1
+            if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
+                flag = flag + st[X_SOLO] * RDY_SOLO
+            io.publish(c.rdy(q), sl.r * S + sl.s, flag)
+
+    # -- consume message q-1: the decision -------------------------------------------------
+    def _consume(self, k, io, sl, lds, solo=None):
+        """Leave in LDS `state` this slice's state after deciding on message q-1 (`solo`:
+        uniform i1, the row finishes solo: no placement among the slices)."""
+        c = self.cfg
+        p = self.q - 1
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg, rdy = c.msg(p), c.rdy(p)
+        L = k.L
+
+        def wait_all():
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
+            if self.acquire:
+                k.fence("acquire", "device")
+        with _wave0(k):
+            if self.one_wait:  # every slice's pair (its own among them), one acquire
+                wait_all()
+                st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
+            else:  # its own first: a final decision needs no other slice's message
+                io.wait(rdy, sl.r * S + sl.s)
+                if self.acquire:
+                    k.fence("acquire", "device")
+                st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
+                with k.if_(~st.done):
+                    wait_all()
+            st.store_lds(lds["state"])
+            if self.finishes:
+                k.store(lds["fin"], FIN_GO, k.const(0, i32))
+            io.env.phase(0)  # the messages this decision reads are in
+        _barrier(k)
+        st = _State.load(k, lds["state"], 0)
+        with k.if_(~st.done):
+            self._global_cum(k, io, sl, lds)
+            io.env.phase(1)  # the row's cum histogram is summed
+            with _wave0(k):
+                self._decide(k, io, sl, lds, solo)
+            _barrier(k)
+
+    def _load_msg_state(self, k, io, msg, idx0):
+        return _State(k, vecs=[io.load(msg, idx0 + 4 * j, 4) for j in range(NEXTRA // 4)])
+
+    def _global_cum(self, k, io, sl, lds):
+        """LDS gcum[b] = sum over the row's slices of their cum[b] (all waves)."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = max(4, c.bins(p))
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg = c.msg(p)
+        gcum = lds["gcum"]
+        t = k.thread_id()
+        T = k.W * k.L
+        for i in range((Bp + T - 1) // T):
+            idx = t + i * T
+            k.store(gcum, k.min(idx, Bp - 1), k.const(0, u32), mask=idx < Bp)
+        _barrier(k)
+        Bq = Bp // 4
+        PH = max(1, T // Bq)
+        items = Bq * PH
+        for it in range((items + T - 1) // T):
+            item = t + it * T
+            live = item < items
+            cq = item % Bq
+            j = item / Bq
+            zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+            acc = k.lane_var(zero4)
+            U = min(UNROLL, S)
+            for g in k.range(0, sl.sc, PH * U):
+                for u in range(U):
+                    s2 = g + j * U + u
+                    ok = live & (s2 < sl.sc)
+                    idx = (sl.r * S + k.min(s2, S - 1)) * mw + 4 * cq
+                    v = io.load(msg, idx, 4)
+                    acc.set(acc.get() + k.select(ok, v, 0))
+            a = acc.get()
+            for e in range(4):
+                k.atomic("add", gcum, 4 * cq + e, k.extract(a, e), mask=live, scope="cta")
+        _barrier(k)
+
+    def _decide(self, k, io, sl, lds, solo=None):
+        """Wave 0: threshold digit, new state, and (when final, unless the row is `solo`)
+        this slice's placement. On message 0 it also decides whether the row finishes solo:
+        its lists will hold the keys of first digit >= the threshold digit (key 0 excepted),
+        Gcum[b] of them (at most that when b = 0, where key 0 is counted), the same count
+        on every slice."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = c.bins(p)
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg = c.msg(p)
+        st = _State.load(k, lds["state"], 0)
+        takeall, b, has_hi, gb, ga = _threshold(k, lds["gcum"], Bp, st.i(X_NEED))
+        new, done = self._advance(k, st, p, takeall, b, gb, ga)
+        if p == 0 and c.solo:
+            new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
+        if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
+            crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
+            new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
+        if self.finishes:  # few candidates left in the row, every slice's list complete
+            go = ~done & ((gb - ga) <= c.finish_max)
+            if self.q == 2 and c.defers:  # a deferred row's lists are sel_h2's own
+                go = go & st[X_DEFER].eq(0)
+            fin = lds["fin"]
+            k.store(fin, FIN_GO, k.select(go, k.const(1, i32), 0))
+            k.store(fin, FIN_COUNT, k.const(0, i32))
+            k.store(fin, FIN_B, b)
+            k.store(fin, FIN_HAS_HI, k.select(has_hi, k.const(1, i32), 0))
+            k.store(fin, FIN_T, k.const(0, i32))
+            k.store(fin, FIN_T_ABOVE, k.const(0, i32))
+        own = (sl.r * S + sl.s) * mw
+        hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
+        new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
+        nst = new
+        nst.store_lds(lds["state"])
+        if p == 0:
+            return
+        with k.if_(done if solo is None else done & ~solo):
+            self._placement(k, io, sl, lds, nst, takeall, b, has_hi)
+
+    def _advance(self, k, st, p, takeall, b, gb, ga):
+        """(new state, done: uniform i1 or None on the first digit) after deciding digit p
+        at bin b of the row's suffix sums (gb = Gcum[b], ga = Gcum[b + 1] or 0)."""
+        bits = self.cfg.digits[p]
+        need = st.i(X_NEED)
+        d = st.i(X_D)
+        Q = st[X_Q]
+        new = st.copy()
+        new[X_Q] = k.select(takeall, Q, (Q << bits) | _u(k, b))
+        new[X_D] = _u(k, k.select(takeall, d, d + bits))
+        need2 = k.select(takeall, need, need - ga)
+        new[X_NEED] = _u(k, need2)
+        if p == 0:  # never final on the first digit (the scoring's bin 0 may hold key 0)
+            done = None
+            new[X_DONE] = k.const(0, u32)
+        else:
+            done = takeall | gb.eq(need) | (d + bits).eq(32)
+            new[X_DONE] = k.select(done, k.const(1, u32), 0)
+        return new, done
+
+    def _placement(self, k, io, sl, lds, st, takeall, b, has_hi):
+        """Wave 0, decision final: base, tie base and totals from every slice's counts."""
+        c = self.cfg
+        p = self.q - 1
+        Bp = c.bins(p)
+        msg = c.msg(p)
+        need = st.i(X_NEED)
+        lo_i = k.select(takeall, 0, b)
+        hi_i = k.min(b + 1, Bp - 1)
+        use_hi = ~takeall & has_hi
+
+        def counts(s2, act, mb):  # (ties, keys above) of slice s2 from its message
+            c_lo = _i(k, io.load(msg, mb + lo_i, mask=act))
+            c_hi = _i(k, io.load(msg, mb + hi_i, mask=act & use_hi))
+            ab0 = _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act))
+            return lambda: (c_lo - c_hi, ab0 + c_hi)
+        self._place(k, io, sl, lds, need, counts)
+
+    def _place(self, k, io, sl, lds, need, counts):
+        """Wave 0: the state's base, tie base and totals (in LDS) from every slice's (ties,
+        keys above) at the final prefix, `counts(s2, act, mb)()` for the lanes' slices s2 (mb:
+        the first word of s2's message q-1; the call loads, the thunk it returns adds), the row's `need` ties at that prefix, and the
+        NaN counts of message q-1."""
+        c = self.cfg
+        p = self.q - 1
+        S = c.max_slices
+        mw = c.msg_words(p)
+        msg = c.msg(p)
+        L = k.L
+        carry_eq = k.uniform_var(0, i32)
+        carry_sel = k.uniform_var(0, i32)
+        nans = k.uniform_var(0, i32)
+        unsel = k.uniform_var(0, i32)
+        base = k.uniform_var(0, i32)
+        tieb = k.uniform_var(0, i32)
+        for grp in range((S + L - 1) // L):
+            s2 = grp * L + k.lane_id()
+            act = s2 < sl.sc
+            mb = (sl.r * S + k.min(s2, S - 1)) * mw
+            got = counts(s2, act, mb)
+            nan = _i(k, io.load(msg, mb + c.state_word + X_NAN, mask=act))
+            uns = _i(k, io.load(msg, mb + c.state_word + X_UNSEL, mask=act))
+            eq, above = got()
+            incl_eq = _scan(k, eq)
+            excl_eq = carry_eq.get() + incl_eq - eq
+            taken = k.min(k.max(need - excl_eq, 0), eq)
+            sel = above + taken
+            incl_sel = _scan(k, sel)
+            excl_sel = carry_sel.get() + incl_sel - sel
+            mine = s2.eq(sl.s)
+            base.set(base.get() + _pick(k, excl_sel, mine))
+            tieb.set(tieb.get() + _pick(k, excl_eq, mine))
+            nans.set(nans.get() + k.wave_sum(nan))
+            unsel.set(unsel.get() + k.wave_sum(uns))
+            carry_eq.set(carry_eq.get() + _last(k, incl_eq))
+            carry_sel.set(carry_sel.get() + _last(k, incl_sel))
+        stp = lds["state"]
+        k.store(stp, X_BASE, _u(k, base.get()))
+        k.store(stp, X_TIEBASE, _u(k, tieb.get()))
+        k.store(stp, X_TOTAL, _u(k, carry_sel.get()))
+        k.store(stp, X_NANS, _u(k, nans.get()))
+        k.store(stp, X_UNSELS, _u(k, unsel.get()))

@@ -1,0 +1,198 @@
+"""The selection's stages and launches, inputs for tests and tools, and the select /
+select_hist launch kinds."""
+from __future__ import annotations
+
+import numpy as np
+
+from layouts.scores import MAX_SLICES, ScoresLayout
+
+from ..launch import Launch
+from .config import (DEFAULT_DIGITS, DIAG_WORDS, SELECT_KIND_DIGITS, SELECT_KIND_DIGITS_WIDE,
+                     SelectConfig, WIDE_ROW_SLICES)
+from .passes import SelectPass
+from .producers import ScoreHistStage, ScoresFeed, ScoringModel
+from .reference import segment_histograms
+from .sources import (BufferScores, HistBuffer, HistPlain, HistRegion, RegionScores,
+                      score_done_ready)
+
+
+# ----------------------------------------------------------------------------- composition
+
+def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
+                  **fences) -> list:
+    """The selection's stages (sel_h0 .. sel_out). `scores`: "buffer" (input [rows,
+    capacity] f32), "region" (an arena BulkBuffer of that shape written earlier in the
+    launch) or a source object; `hist`: None (local first pass), "buffer" (input [rows,
+    segments, 64] u32) or "region" (the scoring's tagged pairs)."""
+    if scores == "buffer":
+        scores = BufferScores(cfg)
+    elif scores == "region":
+        scores = RegionScores(cfg)
+    elif scores == "plain":
+        scores = RegionScores(cfg, bulk=False)
+    if hist == "buffer":
+        hist = HistBuffer(cfg)
+    elif hist == "region":
+        hist = HistRegion(cfg)
+    elif hist == "plain":
+        hist = HistPlain(cfg)
+    elif hist is not None and not hasattr(hist, "read"):
+        raise ValueError(f"hist {hist!r}: None, 'buffer', 'region' or 'plain'")
+    return [SelectPass(cfg, q, scores, hist, ready=ready, **fences)
+            for q in range(cfg.passes + 1)]
+
+
+def select_launch(cfg: SelectConfig, *, grid: int, waves: int = 1, hist=None, scores="buffer",
+                  name: str = "select", release=True, acquire=True, **kw) -> Launch:
+    """A standalone selection launch.
+    scores: "buffer" (the input `scores`), "stage" (a producer copies the input `scores_in`
+            into an arena BulkBuffer first) or "scoring" (a producer follows the index
+            launch's protocol: plain `scores` and `score_hist` behind `score_done` pairs);
+    hist:   None (a local first pass), "buffer" (score_hist an input), "stage" (a producer
+            publishes score_hist as tagged pairs) or "scoring" (with scores="scoring": the
+            producer's plain score_hist)."""
+    pre = []
+    ready = None
+    if scores == "stage":
+        pre.append(ScoresFeed(cfg))
+        src = RegionScores(cfg)
+    elif scores == "buffer":
+        src = BufferScores(cfg)
+    elif scores == "scoring":
+        pre.append(ScoringModel(cfg))
+        src = RegionScores(cfg, bulk=False)
+        ready = score_done_ready(cfg, cfg.rows)
+    else:
+        raise ValueError(f"scores {scores!r}: 'buffer', 'stage' or 'scoring'")
+    if hist == "stage":
+        pre.append(ScoreHistStage(cfg, src))
+        h = "region"
+    elif hist == "scoring":
+        if scores != "scoring":
+            raise ValueError("hist='scoring' needs scores='scoring' (its producer writes both)")
+        h = "plain"
+    elif hist in (None, "buffer"):
+        h = hist
+    else:
+        raise ValueError(f"hist {hist!r}: None, 'buffer', 'stage' or 'scoring'")
+    L = Launch(name, pre + select_stages(cfg, scores=src, hist=h, ready=ready, release=release,
+                                         acquire=acquire), grid=grid, waves=waves, **kw)
+    L.select_cfg = cfg
+    L.select_mode = dict(hist=hist, scores=scores)
+    return L
+
+
+def make_inputs(cfg: SelectConfig, scores, n_keys, block_table, *, hist=None,
+                scores_in_stage=False) -> dict:
+    """The launch's input dict from visible key counts (stored as positions, n - 1, with
+    cfg.positions); outputs pre-filled with a sentinel the kernel must overwrite (-2 in
+    every slot, all-ones diagnostics); `scores_in_stage`: the scores go to `scores_in`, the
+    input of a producer stage."""
+    nm = cfg.names
+    counts = np.asarray(n_keys, np.int64) - (1 if cfg.positions else 0)
+    d = {nm.n_keys: counts.astype(np.int32),
+         nm.block_table: np.asarray(block_table, np.int32).copy(),
+         nm.out: np.full((cfg.rows, cfg.topk), -2, np.int32),
+         nm.diag: np.full((cfg.rows, DIAG_WORDS), 0xFFFFFFFF, np.uint32)}
+    d["scores_in" if scores_in_stage else nm.scores] = np.asarray(scores, np.float32).copy()
+    if hist == "buffer":
+        d[nm.score_hist] = segment_histograms(cfg, np.asarray(scores, np.float32), n_keys)
+    return d
+
+
+def request_positions(pos: int, rows: int) -> np.ndarray:
+    """n_keys of the rows of one request at context position P: row j of n sees keys
+    0 .. P - n + j (so n_keys = P - n + j + 1)."""
+    n = np.array([pos - rows + j + 1 for j in range(rows)], np.int64)
+    if (n < 0).any():
+        raise ValueError(f"position {pos} leaves row(s) with no keys for {rows} rows")
+    return n
+
+
+def random_block_table(cfg: SelectConfig, rng, *, shared: bool = True) -> np.ndarray:
+    """Distinct random pages (rows of one request share one table when `shared`)."""
+    pages = cfg.bt_width
+    if shared:
+        row = rng.permutation(pages * 3)[:pages].astype(np.int32)
+        return np.tile(row, (cfg.rows, 1))
+    return np.stack([rng.permutation(pages * 3)[:pages] for _ in range(cfg.rows)]).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- launch kinds
+
+# the SelectConfig options measured faster on the H200 (bench/NOTES.md v7, v8) and left off
+# on AMD, where each costs registers (the fused AMD kernel sits at its SGPR ceiling) and is
+# unmeasured: every builder of a config sets them through measured_options
+MEASURED_ON_NVIDIA = ("batched_append", "prefetch", "defer_fat_bins", "rare_specials",
+                      "count_from_list", "early_loads", "wide_segment_sums", "list_bases",
+                      "one_wait", "lean_scan")
+
+
+def measured_options(on: bool) -> dict:
+    """SelectConfig keywords: the NVIDIA-measured options all on (NVIDIA, the interpreter)
+    or all off (AMD)."""
+    return {name: on for name in MEASURED_ON_NVIDIA}
+
+
+def config_for(spec, *, max_slices: int | None = None, digits=None,
+               lean_lists: bool | None = None, finish_max: int | None = None) -> SelectConfig:
+    """The selection of a build spec: capacity = the config's context limit (512K keys for
+    GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
+    4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
+    SELECT_KIND_DIGITS_WIDE past WIDE_ROW_SLICES slices a row; DEFAULT_DIGITS on AMD,
+    unmeasured there), `lean_lists` (None: on off AMD), `finish_max` (None or 0: no row
+    finish)."""
+    cap = spec.config.max_context
+    seg = 1024 if cap >= (1 << 18) else 512
+    if max_slices is None:
+        if spec.target == "interp":
+            max_slices = 4
+        else:
+            max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
+    amd = spec.target != "interp" and spec.target_info.is_amd
+    return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
+                        topk=spec.config.index_topk,
+                        digits=digits or (DEFAULT_DIGITS if amd else
+                                          SELECT_KIND_DIGITS_WIDE if max_slices > WIDE_ROW_SLICES
+                                          else SELECT_KIND_DIGITS),
+                        **measured_options(not amd),
+                        lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
+                        finish_max=finish_max or None)
+
+
+def _waves_for(spec) -> int:
+    if spec.target == "interp":
+        return 1
+    return 4 if spec.target_info.is_amd else 8
+
+
+def _grid_for(spec) -> int:
+    return 8 if spec.target == "interp" else spec.target_info.num_ctas
+
+
+def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
+                 finish_max=None):
+    cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max)
+    return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
+                         name="select_hist" if hist else "select")
+
+
+def _kind_inputs(launch, spec, rng, pos=None):
+    """Normal scores; the rows of one request at position `pos` (default: the last one the
+    capacity holds); one shared block table of distinct random pages."""
+    cfg = launch.select_cfg
+    n = request_positions(cfg.capacity - 1 if pos is None else pos, cfg.rows)
+    scores = rng.standard_normal((cfg.rows, cfg.capacity)).astype(np.float32)
+    return make_inputs(cfg, scores, n, random_block_table(cfg, rng),
+                       hist=launch.select_mode["hist"])
+
+
+from ..kinds import Kind, register  # noqa: E402
+
+register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
+              "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
+              launch_tunables=("waves", "select_digits", "lean_lists", "finish_max")))
+register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
+              "segments, 64] u32, as the scoring publishes them)",
+              lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
+              default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max")))

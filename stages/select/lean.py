@@ -1,0 +1,310 @@
+"""SelectPass's lean listing loop (SelectConfig.lean_scan): a lane's consecutive keys
+    an iteration, one float compare a key, ballot-counted offsets, store rounds over the kept
+    keys only."""
+from __future__ import annotations
+
+import functools
+
+from monokernel.ir import L2_LINE_BYTES
+from monokernel.types import f32, i32, i64, u32
+
+from .config import LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LOAD_KEYS, SCAN_UNROLL
+from .lanes import (F32_NEG_INF_BITS, _flipped, _i, _lane_masks, _pick16, _u, keys_and_specials,
+                    score_floor)
+
+
+class LeanScan:
+    """SelectPass's lean listing loop (SelectConfig.lean_scan): a lane's consecutive keys
+    an iteration, one float compare a key, ballot-counted offsets, store rounds over the kept
+    keys only."""
+
+    # -- the lean scan (SelectConfig.lean_scan) ---------------------------------------------
+    def _lean_groups(self, k):
+        """[(first, end)) iterations of each commit group of the lean copies."""
+        n = self._lean_iterations(k)
+        g = min(LEAN_GROUPS, n)
+        return [(i * n // g, (i + 1) * n // g) for i in range(g)]
+
+    def _lean_piece(self, k, it, j):
+        """LDS word of iteration `it`'s 16-byte piece j (keys 4j .. 4j + 3 of the lane's 16)
+        of this thread: the pieces j of a wave's lanes side by side, so a wave's LDS read of
+        one piece is 512 contiguous bytes (no bank conflict)."""
+        T = k.W * k.L
+        return ((it * self._lean_pieces + j) * T + k.thread_id()) * LOAD_KEYS
+
+    def _lean_first_position(self, k, sl, it):
+        """The first of this thread's consecutive positions in lean iteration `it`."""
+        n = self._lane_keys
+        return sl.lo + it * (n * k.W * k.L) + n * k.thread_id()
+
+    def _lean_count(self, k, sl):
+        """Lean iterations over this slice (runtime)."""
+        it_keys = self._lane_keys * k.W * k.L
+        return (sl.hi - sl.lo + (it_keys - 1)) / it_keys
+
+    def _lean_copy(self, k, io, sl, lds):
+        """Every lane starts the async copies of its keys of the slice (16 consecutive keys
+        an iteration, positions lo + it * 16T + 16 * thread), LEAN_GROUPS commit groups, all
+        before the wait for message 0: the slice streams into LDS under the exchange.
+        Iterations past the slice's end copy nothing (a group may be empty); a piece past
+        the row's end is read at the row's last 4 keys (never counted)."""
+        c = self.cfg
+        n_it = self._lean_count(k, sl)
+        src = getattr(io.args, self.scores.name)
+        last = c.capacity - LOAD_KEYS
+        for lo, hi in self._lean_groups(k):
+            for it in k.range(lo, k.min(n_it, hi)):
+                p0 = self._lean_first_position(k, sl, it)
+                for j in range(self._lean_pieces):
+                    k.async_copy(lds["lean"], self._lean_piece(k, it, j), src,
+                                 sl.r * c.capacity + k.min(p0 + LOAD_KEYS * j, last), u32,
+                                 LOAD_KEYS)
+            k.async_commit()
+
+    def _lean_scan(self, k, io, sl, lds, key_lo, run, nan_acc):
+        """sel_h1's listing pass with the lean loop (SelectConfig.lean_scan): the list of
+        `_append` (every selectable key >= key_lo, in position order) with far fewer
+        instructions a key and shorter dependency chains. A lane's 16 consecutive keys an
+        iteration, waves then lanes in position order, from registers loaded an iteration
+        ahead (or, with lean_copies, from the lane's own async copies in LDS); keep =
+        score >= t_lo, the least score whose key is >= key_lo (one float compare: the keys'
+        order is the scores' order, NaN never compares true, -0.0 >= +0.0 as their one key
+        says; sm_90a compares keep subnormals); the keeps as a 16-bit mask; the lanes'
+        exclusive prefix of the masks' counts from one ballot a count bit (independent
+        steps, not a chain of lane swaps); the waves' counts through LDS (one CTA barrier an
+        iteration, buffers by parity); then rounds over the kept keys only, each lane
+        storing its lowest remaining one (its raw score read back from the lane's own LDS
+        words). nan_acc (None: no counts) gets the NaN / unselectable counts, taken only in
+        a wave-uniform branch where a lane of the wave holds -inf or NaN."""
+        c = self.cfg
+        W, L = k.W, k.L
+        w = k.wave_id()
+        n_it = self._lean_count(k, sl)
+        lk = c.max_slice_keys()
+        last = c.capacity - LOAD_KEYS
+        t_lo = score_floor(k, key_lo)
+        neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
+        offs = k.load(lds["list_at"], 0, i64, 2)
+        keys_at, pos_at = [k.ptr_add(io.env.arena, k.extract(offs, e)) for e in range(2)]
+        em = lds.get("emit")
+        n_lane = self._lane_keys
+        count_bits = n_lane.bit_length()  # a lane's count is 0 .. n_lane
+
+        def iteration(it, raws, pick, refill=None, refill_late=False):
+            p0 = self._lean_first_position(k, sl, it)
+            nv = k.max(k.min(sl.hi - p0, n_lane), 0)
+            if n_lane < 32:  # nv <= 16: no shift past 31
+                valid = _u(k, (k.const(1, i32) << nv) - 1)
+            else:
+                valid = _u(k, k.select(nv >= 32, k.const(-1, i32),
+                                       (k.const(1, i32) << k.min(nv, 31)) - 1))
+            def keep(f):
+                return f >= t_lo
+
+            def unselectable(f):  # -inf and NaN
+                return ~(f > neg_inf)
+            if nan_acc is None:
+                mask, = _lane_masks(k, raws, [keep])
+            else:
+                mask, special = _lane_masks(k, raws, [keep, unselectable])
+            mask = mask & valid
+            if nan_acc is not None:  # the counts from masks too, where a wave holds one
+                special = special & valid
+                with k.if_(k.ballot(special.ne(0)).ne(0)):
+                    nan, = _lane_masks(k, raws, [lambda f: f.ne(f)])  # unordered: NaN only
+                    counts = k.popc(nan & valid) | (k.popc(special) << 16)
+                    nan_acc.set(nan_acc.get() + _i(k, counts))
+            own = _i(k, k.popc(mask))
+            excl, tot = k.const(0, i32), k.const(0, i32)
+            for b in range(count_bits):  # bit b of every lane's count: independent ballots
+                bit = ((own >> b) & 1).ne(0)
+                excl = excl + (k.prefix_count(bit) << b)
+                tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+            if refill is not None and not refill_late:  # the raws are dead from here on
+                refill()
+            if W > 1:
+                par = it & 1
+                k.store(em, par * W + w, tot)
+                k.barrier()
+                woff, rtot = k.const(0, i32), k.const(0, i32)
+                for w2 in range(W):
+                    x = k.load(em, par * W + w2, i32)
+                    woff = woff + k.select(w > w2, x, 0)
+                    rtot = rtot + x
+            else:
+                woff, rtot = k.const(0, i32), tot
+            at = k.lane_var(run.get() + woff + excl)
+            rest = k.lane_var(mask)
+            with k.while_(lambda: k.ballot(rest.get().ne(0)).ne(0)):
+                m = rest.get()
+                has = m.ne(0)
+                if n_lane < 32:
+                    jj = k.min(_i(k, k.ctz(m | LEAN_SENTINEL)), n_lane - 1)
+                else:  # no bit above a 32-bit mask: an empty one's ctz asked of 1 instead
+                    jj = _i(k, k.ctz(k.select(has, m, k.const(1, u32))))
+                rest.set(m & (m - 1))
+                raw = pick(it, jj)
+                i = k.min(at.get(), lk - 1)
+                k.store(keys_at, i, _flipped(k, raw)[2], mask=has & io.ok)
+                k.store(pos_at, i, p0 + jj, mask=has & io.ok)
+                at.set(at.get() + k.cast(has, i32))
+            run.set(run.get() + rtot)
+            if refill is not None and refill_late:  # (the store rounds read the raws)
+                refill()
+
+        if self._lean_copies:
+            def pick(it, jj):  # the lane's own copy
+                return k.load(lds["lean"], self._lean_piece(k, it, jj >> 2) + (jj & 3), u32)
+            groups = self._lean_groups(k)
+            for g, (lo, hi) in enumerate(groups):
+                k.async_wait(len(groups) - 1 - g)
+                for it in k.range(lo, k.min(n_it, hi)):
+                    iteration(it, [k.load(lds["lean"], self._lean_piece(k, it, j), u32,
+                                          LOAD_KEYS) for j in range(self._lean_pieces)],
+                              pick)
+            return
+
+        stage = lds.get("lean_stage")
+        slot = k.thread_id() * n_lane
+        if stage is not None:
+            def pick(it, jj):  # the lane's own keys, put in LDS by this iteration
+                return k.load(stage, slot + jj, u32)
+        else:
+            pick = None  # below: from the iteration's registers
+
+        ahead = self._count_tunable("lean_prefetch_ahead", 0)
+        coalesced = self._coalesced(lds)
+        refill_mode = self._count_tunable("lean_refill", 0)
+        if refill_mode > LEAN_REFILL_TURNS:
+            raise ValueError(f"{self.name}: lean_refill = {refill_mode} must be 0, 1 or 2")
+
+        def step(it, cur, nxt):
+            """Iteration `it` on the keys in register set `cur`; the loads of iteration
+            `nxt` into `cur` (lean_refill) or, with nxt None, iteration it + 1's into the
+            one set, first (lean_refill 0)."""
+            raws = [v.get() for v in cur]
+            refill = None
+            if nxt is None:
+                for v, x in zip(cur, self._lean_loads(k, io, sl, it + 1, lds)):
+                    v.set(x)
+            else:
+                def refill():
+                    for v, x in zip(cur, self._lean_loads(k, io, sl, nxt, lds)):
+                        v.set(x)
+            if ahead:
+                pa = self._lean_first_position(k, sl, it + ahead)
+                self.scores.prefetch_line(k, io, sl.r, k.min(pa, last),
+                                          n_lane * 4, pa < sl.hi)
+            if coalesced:  # the wave's keys through LDS: a lane's consecutive keys
+                k.wave_sync()  # the last iteration's store rounds have read their words
+                for j, raw in enumerate(raws):
+                    k.store(stage, self._coalesced_word(k, j), raw)
+                k.wave_sync()
+                raws = [k.load(stage, slot + LOAD_KEYS * j, u32, LOAD_KEYS)
+                        for j in range(self._lean_pieces)]
+            elif stage is not None:
+                for j, raw in enumerate(raws):
+                    k.store(stage, slot + LOAD_KEYS * j, raw)
+            iteration(it, raws, pick or functools.partial(_pick16, k, raws), refill,
+                      refill_late=pick is None and not coalesced)
+
+        with k.if_(sl.lo < sl.hi):
+            first = sl.lean_early or self._lean_loads(k, io, sl, 0, lds)
+            ring = [k.lane_var(x) for x in first]
+            if refill_mode < LEAN_REFILL_TURNS:
+                for it in k.range(0, n_it):
+                    step(it, ring, it + 1 if refill_mode else None)
+                return
+            # two register sets taking turns, each refilled with the keys two iterations on
+            # (an odd count gets one iteration past the slice: no key valid, nothing listed
+            # or counted; a conditional second turn let ptxas sink its loads to its end)
+            other = [k.lane_var(x) for x in self._lean_loads(k, io, sl, 1, lds)]
+            for it in k.range(0, n_it + (n_it & 1), 2):
+                step(it, ring, it + 2)
+                step(it + 1, other, it + 3)
+
+    def _coalesced(self, lds) -> bool:
+        """lean_coalesced, where the loop has its LDS staging to pass the keys through."""
+        return bool(self._count_tunable("lean_coalesced", 0)) and "lean_stage" in lds
+
+    def _coalesced_word(self, k, j):
+        """Word of the LDS staging for this lane's coalesced load j: the key's offset in the
+        iteration (the wave's block of lane_keys * L keys, load j's 4 L of them, the lane's
+        4), so that lane t's consecutive keys are words t * lane_keys .. of its wave's block."""
+        n, L = self._lane_keys, k.L
+        return k.wave_id() * (n * L) + j * (LOAD_KEYS * L) + LOAD_KEYS * k.lane_id()
+
+    def _lean_loads(self, k, io, sl, it, lds):
+        """Lean iteration `it`'s score loads of this lane (4-vectors at clamped positions:
+        entries past hi are read, never counted): its consecutive keys, or with
+        lean_coalesced the wave's keys in whole 16-byte pieces side by side (load j of lane
+        t: the iteration's keys at `_coalesced_word`)."""
+        last = self.cfg.capacity - LOAD_KEYS
+        if self._coalesced(lds):
+            it0 = sl.lo + it * (self._lane_keys * k.W * k.L)
+
+            def position(j):
+                return it0 + self._coalesced_word(k, j)
+        else:
+            p0 = self._lean_first_position(k, sl, it)
+
+            def position(j):
+                return p0 + LOAD_KEYS * j
+        return [self.scores.load4(k, io, sl.r, k.min(position(j), last), None)
+                for j in range(self._lean_pieces)]
+
+    def _prefetch_slice_lines(self, k, io, sl):
+        """lean_prefetch_early: the waves but wave 0 ask the L2 for every line of the slice
+        [lo, hi), lines spread over their threads (lo is whole segments, so whole lines)."""
+        c, L = self.cfg, k.L
+        keys = L2_LINE_BYTES // 4
+        if c.segment % keys:
+            raise ValueError(f"segment {c.segment} is not whole {L2_LINE_BYTES}-byte lines")
+        T = (k.W - 1) * L
+        u = k.thread_id() - L
+        lines = (sl.hi - sl.lo + (keys - 1)) / keys
+        with k.if_(k.wave_id() > 0):
+            for j in range(-(-c.max_slice_keys() // (keys * T))):
+                line = u + j * T
+                self.scores.prefetch_line(k, io, sl.r, sl.lo + k.min(line, lines - 1) * keys,
+                                          L2_LINE_BYTES, line < lines)
+
+    @staticmethod
+    def _scan_positions(k, base, unroll: int = SCAN_UNROLL):
+        """The first of a lane's 4 consecutive positions in each of an iteration's
+        `unroll` rounds (lanes, then waves, then rounds in position order)."""
+        T = k.W * k.L
+        return [base + (u * 4 * T) + 4 * k.thread_id() for u in range(unroll)]
+
+    def _scan_loads(self, k, io, sl, base, ps=None):
+        """An iteration's score loads (from `base`, or at positions `ps`): unmasked, at a
+        clamped position (a lane mask each would be a live SGPR pair on AMD): entries past
+        hi are read but never counted."""
+        last = self.cfg.capacity - 4
+        ps = self._scan_positions(k, base, self.scan_rounds) if ps is None else ps
+        return [self.scores.load4(k, io, sl.r, k.min(p, last), None) for p in ps]
+
+    def _rare_specials(self, k, raw, pv, hi, nan_acc):
+        """The ordered keys of a round's 4 scores a lane (SelectConfig.rare_specials): the
+        special cases (-inf, NaN: key 0) and the NaN / unselectable counts (into nan_acc
+        unless None) only where a lane of the wave holds one, behind a wave-uniform branch."""
+        key, special = keys_and_specials(k, raw)
+        anyone = special[0] | special[1] | special[2] | special[3]
+        out = k.lane_var(key)
+        with k.if_(k.ballot(anyone).ne(0)):
+            exact = k.select(special, k.vec(*[k.const(0, u32)] * 4), key)
+            out.set(exact)
+            if nan_acc is not None:
+                nan_acc.set(nan_acc.get() + self._nan_counts(k, raw, exact, pv, hi))
+        return out.get()
+
+    @staticmethod
+    def _nan_counts(k, raw, key, pv, hi):
+        """A lane's NaNs (low half) and unselectable keys (high half) among 4 keys at
+        positions pv < hi, in integer arithmetic only: LLVM sinks these sums to the end of
+        the unrolled rounds, where compare results would each hold an SGPR pair on AMD."""
+        valid = _u(k, (pv - hi) >> 31)  # all ones below hi (an arithmetic shift)
+        nan = (0x7F800000 - (raw & 0x7FFFFFFF)) >> 31  # |bits| past +inf's
+        unsel = ((key | (0 - key)) >> 31) ^ 1  # key 0
+        cnt = _i(k, valid & (nan | (unsel << 16)))
+        return k.extract(cnt, 0) + k.extract(cnt, 1) + k.extract(cnt, 2) + k.extract(cnt, 3)

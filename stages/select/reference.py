@@ -1,0 +1,71 @@
+"""Host-side facts of the selection: the scoring's first-digit histograms as numpy computes
+them, the input checks, and the exact top-k by a sort (sharing nothing with the kernel)."""
+from __future__ import annotations
+
+import numpy as np
+
+from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_SHIFT, MAX_KEYS, TOPK,
+                            exact_topk_positions, ordered_key)
+
+from .config import DIAG_WORDS, MAX_PAGE, PAGE, SelectConfig
+
+
+# ----------------------------------------------------------------------------- host side
+
+def segment_histograms(cfg: SelectConfig, scores: np.ndarray, n_keys) -> np.ndarray:
+    """[rows, segments, 64] u32: what the scoring publishes in score_hist."""
+    R, seg = scores.shape[0], cfg.segment
+    out = np.zeros((R, cfg.segments, FIRST_DIGIT_BINS), np.uint32)
+    for r in range(R):
+        n = int(n_keys[r])
+        keys = ordered_key(scores[r, :n]) >> FIRST_DIGIT_SHIFT
+        for g in range(-(-n // seg)):
+            out[r, g] = np.bincount(keys[g * seg:(g + 1) * seg], minlength=FIRST_DIGIT_BINS)
+    return out
+
+
+def validate_inputs(cfg: SelectConfig, scores, n_keys, block_table):
+    """The host's check of what the kernel also rejects (sel_h0's error word): a clear
+    ValueError naming the bad value, before anything is launched."""
+    n_keys = np.asarray(n_keys)
+    bt = np.asarray(block_table)
+    if np.asarray(scores).shape != (cfg.rows, cfg.capacity):
+        raise ValueError(f"scores shape {np.asarray(scores).shape} != ({cfg.rows}, {cfg.capacity})")
+    if bt.shape != (cfg.rows, cfg.bt_width):
+        raise ValueError(f"block table shape {bt.shape} != ({cfg.rows}, {cfg.bt_width})")
+    for r in range(cfg.rows):
+        n = int(n_keys[r])
+        if n > MAX_KEYS:
+            raise ValueError(f"row {r}: {n} keys exceed the selection's limit of {MAX_KEYS} "
+                             "(512K keys)")
+        if not 0 <= n <= cfg.capacity:
+            raise ValueError(f"row {r}: n_keys = {n} outside 0..{cfg.capacity} (the scores' "
+                             "capacity)")
+        pages = bt[r, :-(-n // PAGE)]
+        bad = np.flatnonzero((pages < 0) | (pages > MAX_PAGE))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"row {r}: block_table[{r}, {i}] = {int(pages[i])} for visible "
+                             f"keys {i * PAGE}..{min(n, (i + 1) * PAGE) - 1} (a page must be "
+                             f">= 0)")
+
+
+def reference_select(scores, n_keys, block_table, k: int = TOPK):
+    """(slots [rows, k] int32, diag [rows, 4] u32: NaNs, selected, -inf or NaN, visible) by
+    the independent reference layouts.scores.exact_topk_positions."""
+    scores = np.asarray(scores, np.float32)
+    R = scores.shape[0]
+    out = np.full((R, k), -1, np.int32)
+    diag = np.zeros((R, DIAG_WORDS), np.uint32)
+    for r in range(R):
+        n = int(n_keys[r])
+        pos = exact_topk_positions(scores[r, :n], k)
+        pages = np.asarray(block_table[r], np.int64)[pos // PAGE]
+        if (pages < 0).any():
+            raise ValueError(f"row {r}: a selected key's page is {int(pages.min())}")
+        out[r, :pos.size] = (pages * PAGE + pos % PAGE).astype(np.int32)
+        row = scores[r, :n]
+        diag[r] = (int(np.isnan(row).sum()), pos.size,
+                   int((np.isnan(row) | np.isneginf(row)).sum()), n)
+    return out, diag
+
