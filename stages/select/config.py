@@ -93,7 +93,7 @@ NEXTRA = 16
 # the decision), the gather's append count, and the decision's threshold digit b and whether a
 # bin lies above it (the slices' counts above the new prefix: cum[b + 1] of message q-1)
 FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE = range(6)
-FIN_WORDS = 8
+FIN_WORDS = FIN_T_ABOVE + 1
 # (FIN_T: the row's final threshold key, the candidate ranked at `need`; FIN_T_ABOVE: how
 # many candidates are larger)
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys

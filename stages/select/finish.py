@@ -7,7 +7,7 @@ from ..cycles import CycleTally
 from .config import (FINISH_TALLIES, FINISH_UNROLL, FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_T,
                      FIN_T_ABOVE, LOAD_KEYS, X_ABOVE, X_D, X_DEFER, X_DONE, X_EMITTED, X_NEED,
                      X_NLIST, X_Q)
-from .lanes import _State, _barrier, _i, _last, _prefix, _scan, _u, _wave0
+from .lanes import _State, _barrier, _i, _last, _list_entry, _prefix, _scan, _u, _wave0
 
 
 class RowFinish:
@@ -153,20 +153,5 @@ class RowFinish:
         slice order, each padded to whole 4-key groups (`_solo_fetch`'s directory search):
         (keys, slice, j, lim: entry e is valid where j + e < lim). Unmasked loads at a
         position clamped into the slice's list room: entries past nv are read, never kept."""
-        c = self.cfg
-        S = c.max_slices
-        lk = c.max_slice_keys()
-        off = lds["fin_off"]
-        s = k.const(0, i32)
-        start = k.const(0, i32)
-        step = 1 << max(0, (S - 1).bit_length() - 1) if S > 1 else 0
-        while step:
-            cand = s + step
-            at = k.load(off, k.min(cand, S - 1), i32)
-            inside = (cand < sl.sc) & (at <= i)
-            s = k.select(inside, cand, s)
-            start = k.select(inside, at, start)
-            step //= 2
-        lim = k.select(i < nv, k.load(lds["fin_len"], s, i32), 0)
-        j = k.min(i - start, lk - 4)
-        return keys_at((sl.r * S + s) * lk + j), s, j, lim
+        s, j, lim, at = _list_entry(k, self.cfg, sl, lds["fin_off"], lds["fin_len"], i, nv)
+        return keys_at(at), s, j, lim

@@ -255,6 +255,31 @@ class _Slice:
         return self.k.cast(self.list_base(), i64) * u32.bytes
 
 
+def _list_entry(k, cfg, sl, off, length, i, nv):
+    """Where entry i (per lane, a multiple of LOAD_KEYS) of a row's lists laid end to end in
+    slice order, each padded to whole 4-key groups, lies: (s, j, lim, at): its slice (a
+    binary search of the LDS directory `off` [S + 1]: the last slice starting at or before
+    i; empty lists start where the next one does, so it is never one of them), its index j
+    in s's list, clamped into the list's room (an unmasked load there stays inside it), lim
+    = s's list length (0 past nv: entry e is valid where j + e < lim) and `at`, its entry in
+    the list region [rows, S, longest slice]."""
+    S = cfg.max_slices
+    lk = cfg.max_slice_keys()
+    s = k.const(0, i32)
+    start = k.const(0, i32)
+    step = 1 << max(0, (S - 1).bit_length() - 1) if S > 1 else 0
+    while step:
+        cand = s + step
+        at = k.load(off, k.min(cand, S - 1), i32)
+        inside = (cand < sl.sc) & (at <= i)
+        s = k.select(inside, cand, s)
+        start = k.select(inside, at, start)
+        step //= 2
+    lim = k.select(i < nv, k.load(length, s, i32), 0)
+    j = k.min(i - start, lk - LOAD_KEYS)
+    return s, j, lim, (sl.r * S + s) * lk + j
+
+
 def _region_loader(io, name, base):
     """load(i, mask): 4 entries of region `name` from entry base + i."""
     return lambda i, mask: io.load(name, base + i, 4, mask=mask)

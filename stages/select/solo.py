@@ -6,8 +6,8 @@ from monokernel.types import i32, u32
 
 from .config import (RDY_SOLO, SOLO_UNROLL, X_D, X_NAN, X_NANS, X_NEED, X_NLIST, X_Q, X_UNSEL,
                      X_UNSELS)
-from .lanes import (_State, _barrier, _i, _last, _prefix, _scan, _suffix_sums, _threshold, _u,
-                    _wave0)
+from .lanes import (_State, _barrier, _list_entry, _i, _last, _prefix, _scan, _suffix_sums,
+                    _threshold, _u, _wave0)
 
 
 class SoloFinish:
@@ -111,22 +111,7 @@ class SoloFinish:
         are unmasked, at a position clamped into the slice's list room (a mask each would
         be a live SGPR pair on AMD): entries past nv are read, never counted."""
         c = self.cfg
-        S = c.max_slices
-        lk = c.max_slice_keys()
-        off = lds["solo_off"]
-        s = k.const(0, i32)
-        start = k.const(0, i32)
-        step = 1 << max(0, (S - 1).bit_length() - 1) if S > 1 else 0
-        while step:
-            cand = s + step
-            at = k.load(off, k.min(cand, S - 1), i32)
-            inside = (cand < sl.sc) & (at <= i)
-            s = k.select(inside, cand, s)
-            start = k.select(inside, at, start)
-            step //= 2
-        lim = k.select(i < nv, k.load(lds["solo_len"], s, i32), 0)
-        j = k.min(i - start, lk - 4)
-        at = (sl.r * S + s) * lk + j
+        _, j, lim, at = _list_entry(k, c, sl, lds["solo_off"], lds["solo_len"], i, nv)
         key = io.load(c.list_keys, at, 4)
         p = io.load(c.list_pos, at, 4) if pos else None
         return key, p, j, lim
