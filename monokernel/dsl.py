@@ -390,6 +390,29 @@ class KernelBuilder:
         self._emit("while", (), (), {}, (cond_blk, body))
 
     # ------------------------------------------------------------------ memory
+    def lds_mark(self) -> int:
+        """The byte offset where the next LDS allocation would start (before alignment): with
+        `lds_rewind`, the linker's overlay of the stages' allocations."""
+        return self._lds_top
+
+    def lds_rewind(self, top: int):
+        """Let later allocations start at byte `top` again (a mark taken earlier, or the
+        highest of several): allocations declared after it may share bytes with ones declared
+        before it, which is only sound when the two are never live together (the linker's
+        stage overlay: one job at a time, a CTA barrier between jobs)."""
+        if not 0 <= top <= self.target.lds_bytes:
+            raise DSLError(f"lds_rewind: top {top} outside the {self.target.lds_bytes}-byte LDS")
+        self._lds_top = top
+
+    def lds_poison(self, offset: int, nbytes: int):
+        """The interpreter's check that no job reads LDS it did not write (op lds_poison):
+        LDS bytes [offset, offset + nbytes) are poisoned; nothing on hardware. Every wave may
+        run it, between two CTA barriers."""
+        if offset < 0 or nbytes < 0:
+            raise DSLError(f"lds_poison: offset {offset} and size {nbytes} must be >= 0")
+        if nbytes:
+            self._emit("lds_poison", (), (), dict(offset=int(offset), nbytes=int(nbytes)))
+
     def lds_left(self, align: int = 16) -> int:
         """Bytes of LDS a next allocation at `align` could still take (the chip's per-CTA
         budget less what the kernel has declared so far): for a stage choosing between an

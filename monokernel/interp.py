@@ -785,6 +785,28 @@ class Wave:
         yield "barrier"
         self.wait_addr = None
 
+    def op_lds_poison(self, op):
+        """A job's end (the linker's, between two CTA barriers): the bytes lose their values.
+        A copy into them still unretired, or an mbarrier in them still initialised, would
+        land in (or be found by) the CTA's next job: an error naming the byte."""
+        lo, n = op.attrs["offset"], op.attrs["nbytes"]
+        hi = min(lo + n, self.run.lds_size)
+        for (cta, bar), _ in self.run.mbars.items():
+            if cta == self.cta and lo <= bar < hi:
+                raise InterpError(f"CTA {self.cta}: the mbarrier at LDS byte {bar} is still "
+                                  "initialised at a job's end (mbar_inval it in the job)")
+        if self.run.bulk_marks is not None:
+            marks = self.run.bulk_marks[self.cta][lo:hi]
+            for j in np.unique(marks[marks != 0]):
+                bar, wave, group = self.run.bulk_table[int(j) - 1]
+                if bar == ASYNC_COPY and self.run.async_retired.get((self.cta, wave), 0) <= group:
+                    raise InterpError(f"CTA {self.cta}: an async_copy of wave {wave} (its group "
+                                      f"{group}) into LDS is unretired at a job's end")
+            marks[:] = 0
+        self.run.lds[self.cta][lo:hi] = LDS_POISON
+        if self.run.unfenced is not None:
+            self.run.unfenced[self.cta][lo:hi] = 0
+
     def op_wave_sync(self, op):
         """No effect here: a wave's lanes run each op together (in lockstep, as on AMD)."""
 

@@ -81,6 +81,11 @@ OPCODES: dict[str, str] = {
               "in registers across the persistent kernel",
     # memory
     "lds_base": "uniform pointer to the LDS allocation attrs.name",
+    "lds_poison": "the interpreter only: LDS bytes [attrs.offset, attrs.offset + attrs.nbytes) of the "
+                  "CTA hold no value from here on (set to LDS_POISON, as at a kernel's start), "
+                  "and no copy into them or mbarrier in them may still be live; the linker "
+                  "emits it where a CTA's waves have all finished a job, so a job that reads "
+                  "LDS it did not write in that job reads poison. Hardware: nothing",
     "load": "n elements at ptr + idx*size; attrs: nontemporal, order/scope (atomic load)",
     "store": "n elements to ptr + idx*size; attrs: nontemporal, order/scope (atomic store)",
     "atomic": "read-modify-write attrs.op at ptr + idx*size, returns the old value",

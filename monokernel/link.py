@@ -408,9 +408,12 @@ def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | 
 
 
 class _Builder:
-    def __init__(self, stages, waves, poll_bound, io, timeline=False, pdl=False):
+    def __init__(self, stages, waves, poll_bound, io, timeline=False, pdl=False,
+                 lds_overlay=False):
         self.timeline = timeline
         self.pdl = pdl
+        self.lds_overlay = lds_overlay
+        self.stage_lds = (0, 0)  # the stages' LDS bytes [lo, hi): poisoned between jobs
         self.stages = stages
         self.waves = waves
         self.poll_bound = poll_bound
@@ -430,14 +433,39 @@ class _Builder:
         return self.whats.index(what) + 1
 
     def agree(self):
-        """Make `failed` CTA-uniform (several waves): barrier, read the LDS flag, barrier."""
+        """Make `failed` CTA-uniform (several waves): barrier, read the LDS flag, barrier.
+        Between the two barriers no wave is in a job: the stages' LDS is poisoned there for
+        the interpreter (op lds_poison, nothing on hardware), so a job that reads LDS it did
+        not write itself, which the overlay would hand it from another stage, reads poison."""
         k = self.k
+        lo, hi = self.stage_lds
         if self.lds_flag is None:
+            k.lds_poison(lo, hi - lo)  # one wave: it has finished the job
             return
         k.barrier()
+        k.lds_poison(lo, hi - lo)
         f = k.load(self.lds_flag, 0, u32)
         self.failed.set(self.failed.get() | f)
         k.barrier()
+
+    def stage_bodies(self, k, sid, job, prio):
+        """Each stage's body under `if sid == its id`. With lds_overlay every stage's LDS
+        starts at the same byte (a CTA runs one job at a time and agree's barriers separate
+        its jobs, so no two stages' allocations are live together): the kernel's LDS is the
+        largest stage's, not their sum (on the H200 the shared memory carve-out is taken
+        from the 256 KB an SM shares with its L1)."""
+        base = k.lds_mark()
+        top = base
+        for s_id, st in enumerate(self.stages):
+            if self.lds_overlay:
+                k.lds_rewind(base)
+            with k.if_(sid.eq(s_id)):
+                env = JobEnv(self, k, st, s_id, job, prio)
+                with k.stage_scope(st.name):
+                    st.body(k, job, self.io(env) if self.io else env)
+            top = max(top, k.lds_mark())
+        k.lds_rewind(top)
+        self.stage_lds = (base, top)
 
     def stamp(self, e, which: int):
         """Lane 0 of wave 0 stores the clock into timeline[TIMELINE_WORDS*e + which]."""
@@ -509,11 +537,7 @@ class _Builder:
                     prio = k.cast(k.extract(ent, 2), u32)
                     if self.timeline:
                         self.stamp(e, 0)
-                    for s_id, st in enumerate(self.stages):
-                        with k.if_(sid.eq(s_id)):
-                            env = JobEnv(self, k, st, s_id, job, prio)
-                            with k.stage_scope(st.name):
-                                st.body(k, job, self.io(env) if self.io else env)
+                    self.stage_bodies(k, sid, job, prio)
                     if self.timeline:
                         self.stamp(e, 1)
                     self.agree()
@@ -554,13 +578,14 @@ def link_abi(stages: Sequence, timeline: bool = False) -> tuple[ABI, dict]:
 def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
          wave_size: int | None = None, io: Callable | None = None,
          poll_bound: int = DEFAULT_POLL_BOUND, timeline: bool = False,
-         pdl: bool = False) -> LinkedKernel:
+         pdl: bool = False, lds_overlay: bool = False) -> LinkedKernel:
     """Build the persistent kernel of `stages` for `target`. `io(env)` wraps the JobEnv a
     body receives (e.g. a mailbox helper bound to the arena layout); without it the body
     gets the JobEnv itself. `timeline` adds the per-entry timestamp buffer (module doc).
     `pdl`: launchable with programmatic dependent launch: grid_dep_launch first, then the
     CTA's first job's Stage.prefetch (constant buffers into the L2), then grid_dep_wait
-    before anything else (sm_90a; on AMD the ops lower to nothing)."""
+    before anything else (sm_90a; on AMD the ops lower to nothing). `lds_overlay`: the
+    stages' LDS allocations share one range (`_Builder.stage_bodies`)."""
     stages = list(stages)
     _check_stage_names(stages)
     if not stages:
@@ -568,7 +593,7 @@ def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
     if poll_bound < 1:
         raise LinkError(f"poll bound {poll_bound} must be at least 1")
     abi, per_stage = link_abi(stages, timeline)
-    b = _Builder(stages, waves, poll_bound, io, timeline, pdl)
+    b = _Builder(stages, waves, poll_bound, io, timeline, pdl, lds_overlay)
     b.stage_args = per_stage
     kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size)
     return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats),

@@ -65,6 +65,10 @@ class Launch:
         # under the one before it, its first job's constant inputs asked of the L2 before
         # its grid_dep_wait (monokernel.link); values never change with it
         self.pdl = False
+        # --tune launch.lds_overlay=1: the stages' LDS allocations share one range (a CTA
+        # runs one job at a time), the kernel's LDS the largest stage's rather than the sum
+        # (monokernel.link); values never change with it
+        self.lds_overlay = False
         self._hip: dict = {}
 
     # -- layout and proofs ----------------------------------------------------------------
@@ -98,13 +102,13 @@ class Launch:
     # -- build ----------------------------------------------------------------------------
     def linked(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False) -> mlink.LinkedKernel:
-        key = (target, wave_size, bool(timeline), self.pdl)
+        key = (target, wave_size, bool(timeline), self.pdl, self.lds_overlay)
         if key not in self._linked:
             arena = self.arena
             self._linked[key] = mlink.link(
                 self.name, self.stages, target=target, waves=self.waves, wave_size=wave_size,
                 io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound,
-                timeline=timeline, pdl=self.pdl)
+                timeline=timeline, pdl=self.pdl, lds_overlay=self.lds_overlay)
         return self._linked[key]
 
     def kernel(self, target: str = "interp", wave_size: int | None = None,
@@ -248,7 +252,7 @@ class Launch:
     def cuda_kernel(self, timeline: bool = False, device=None):
         """The CudaKernel of the sm_90a build (loaded once per timeline flag)."""
         from monokernel.launch.cuda import CudaKernel
-        key = (timeline, self.pdl)
+        key = (timeline, self.pdl, self.lds_overlay)
         if key not in self._cuda:
             self._cuda[key] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
                                          device=device)
@@ -285,7 +289,7 @@ class Launch:
         from monokernel.launch.hip import HipKernel
         tag = self._tag(step, tag)
         lk = self.linked(target, None, timeline is not None)
-        key = (target, timeline is not None)
+        key = (target, timeline is not None, self.lds_overlay)
         if key not in self._hip:
             if code_object is None:
                 from monokernel.build import build

@@ -44,3 +44,25 @@ def test_index_kind_selects_the_exact_topk_of_its_own_scores(rows, pos, mode, ch
     errs = L.exact_errors(inp, bad, res.regions)
     assert not errs["topk"]["ok"] and not errs["topk_diag"]["ok"]
     assert check_rows(scores, n, inp["block_table"], bad["topk"], bad["topk_diag"])
+
+
+def test_overlaid_stage_lds_gives_the_same_outputs_and_regions():
+    """launch.lds_overlay: front, indexer and selection stages share one LDS range (a CTA
+    runs one job at a time): the launch's LDS is its largest stage's, and every output and
+    arena region is bit-identical to the stacked layout's (the interpreter poisons the
+    stages' LDS between jobs either way, so no job can count on another's bytes)."""
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    runs = []
+    for overlay in (False, True):
+        L = index_launch(spec, chip="sm_90a", cache_pages=PAGES)
+        L.lds_overlay = overlay
+        inp = _index_inputs(L, spec, np.random.default_rng(11), 2300)
+        runs.append((L.kernel("interp", 32), L.run_interp(inp, step=0, mode="random", seed=2)))
+    (k0, r0), (k1, r1) = runs
+    assert k0.waves > 1 and k1.lds_bytes < k0.lds_bytes
+    offs = {a.offset for a in k1.lds if a.name.startswith(("front_", "ix_", "sel_h1_"))}
+    assert len(offs) < len([a for a in k1.lds if a.name.startswith(("front_", "ix_", "sel_h1_"))])
+    for name in r0.outputs:
+        assert np.array_equal(r0.outputs[name], r1.outputs[name]), name
+    for name, v in r0.regions.items():
+        assert np.array_equal(np.asarray(v), np.asarray(r1.regions[name])), name

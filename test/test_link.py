@@ -246,3 +246,91 @@ def test_stale_flags_of_the_previous_launch_are_not_accepted():
     e = lk.decode_error(args["err"], table)
     assert e is not None and (e.stage, e.job) == ("B", 1)
     assert args["flags"][3] == 1  # the stale word was there all along
+
+
+# ------------------------------------------------------- LDS: stages overlaid, jobs poisoned
+
+class Scratch:
+    """A stage with `words` u32 of LDS. Job j stores j + 1 to its first word unless it is
+    in `reads_only`, then stores what that word holds (and, each lane, its lane's word
+    written by itself just before) to out[2 j], out[2 j + 1]. `keep_mbar`: job 0 leaves an
+    mbarrier initialised in its LDS at its end."""
+
+    def __init__(self, name, words, base, n=2, reads_only=(), keep_mbar=False):
+        self.name, self.words, self.base, self.n = name, words, base, n
+        self.reads_only, self.keep_mbar = set(reads_only), keep_mbar
+
+    def jobs(self):
+        return [SimpleNamespace(index=j, cost_bytes=100, cost_flops=0, lds_bytes=4 * self.words)
+                for j in range(self.n)]
+
+    def deps(self, j):
+        return [(self.name, j - 1)] if j else []  # one CTA anyway: program order
+
+    def kernel_args(self):
+        return {"out": Ptr(u32)}
+
+    def body(self, k, job, env):
+        w = k.lds(f"{self.name}_w", u32, self.words)
+        first = k.thread_id().eq(0)
+        fresh = job.ne(-1)
+        for j in self.reads_only:
+            fresh = fresh & job.ne(j)
+        with k.if_(fresh):
+            k.store(w, 0, k.cast(job + 1, u32), mask=first)
+        lane = k.thread_id() + 1
+        k.store(w, lane, k.cast(lane, u32), mask=lane < self.words)
+        k.barrier()
+        slot = (job + self.base) * 2
+        k.store(env.args.out, slot, k.load(w, 0, u32), mask=first)
+        k.store(env.args.out, slot + 1, k.load(w, k.min(lane, self.words - 1), u32), mask=first)
+        if self.keep_mbar:
+            with k.if_(job.eq(0) & k.wave_id().eq(0)):
+                k.mbar_init(k.ptr_add(w, 4 * self.words - 8), 1)  # its last 8 bytes
+        k.barrier()
+
+
+def run_scratch(stages, *, waves=1, overlay=False):
+    lk = link.link("scratch", stages, waves=waves, lds_overlay=overlay)
+    g, sched = link.schedule_stages(stages, 1)
+    table = lk.table(sched, g)
+    out = np.zeros(2 * sum(s.n for s in stages), np.uint32)
+    args = lk.args(arena=np.zeros(64, np.uint8), table=table, err=lk.error_word(), tag=1,
+                   out=out)
+    interp.run(lk.kernel, args, grid=1, mode="random", seed=3)
+    lk.check(args["err"], table)
+    return lk, out.reshape(-1, 2)
+
+
+@pytest.mark.parametrize("waves", [1, 2])
+def test_overlaid_stages_share_one_lds_range_and_compute_the_same(waves):
+    """lds_overlay: every stage's LDS starts at one byte, so the kernel holds the largest
+    stage's LDS, not the sum; each job writes before it reads, so values are the same."""
+    def stages():
+        return [Scratch("A", 16, 0), Scratch("B", 64, 2)]
+    plain, out_plain = run_scratch(stages(), waves=waves)
+    over, out_over = run_scratch(stages(), waves=waves, overlay=True)
+    flag = 4 if waves > 1 else 0  # the linker's own failed flag, outside the overlay
+    assert plain.kernel.lds_bytes == (16 if flag else 0) + 16 * 4 + 64 * 4
+    assert over.kernel.lds_bytes == (16 if flag else 0) + 64 * 4
+    a = {x.name: x.offset for x in over.kernel.lds}
+    assert a["A_w"] == a["B_w"]
+    assert (out_over == out_plain).all()
+    assert out_plain[:, 0].tolist() == [1, 2, 1, 2]
+
+
+@pytest.mark.parametrize("overlay", [False, True])
+@pytest.mark.parametrize("waves", [1, 2])
+def test_a_job_reading_lds_its_job_did_not_write_reads_poison(waves, overlay):
+    """Between a CTA's jobs the interpreter poisons the stages' LDS (op lds_poison, nothing
+    on hardware): a job that counts on LDS its CTA's previous job left (which the overlay
+    may hand to another stage) reads LDS_POISON, so the tests catch it."""
+    lk, out = run_scratch([Scratch("A", 16, 0, reads_only={1})], waves=waves, overlay=overlay)
+    poison = int.from_bytes(bytes([interp.LDS_POISON]) * 4, "little")
+    assert out[0].tolist() == [1, 1]
+    assert out[1].tolist() == [poison, 1]  # its own word, written in the job, reads back
+
+
+def test_an_mbarrier_left_initialised_at_a_jobs_end_is_an_error():
+    with pytest.raises(interp.InterpError, match="still initialised at a job's end"):
+        run_scratch([Scratch("A", 16, 0, keep_mbar=True)], waves=2)

@@ -634,8 +634,9 @@ def apply_tunes(launch, tunes):
 # select kinds' SelectConfig.lean_lists (every pass of the selection must agree on it)
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
-# computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl)
-LINK_TUNABLES = ("pdl",)
+# computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
+# lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay)
+LINK_TUNABLES = ("pdl", "lds_overlay")
 
 
 def launch_tune_value(attr: str, text: str):

@@ -774,6 +774,9 @@ class Emitter:
     def op_barrier(self, op):
         self.h.barrier(self, async_proxy=bool(op.attrs.get("async_proxy")))
 
+    def op_lds_poison(self, op):
+        """The interpreter's LDS check: nothing on hardware."""
+
     def op_wave_sync(self, op):
         self.h.wave_sync(self)
 
