@@ -65,10 +65,12 @@ class Launch:
         # under the one before it, its first job's constant inputs asked of the L2 before
         # its grid_dep_wait (monokernel.link); values never change with it
         self.pdl = False
-        # --tune launch.lds_overlay=1: the stages' LDS allocations share one range (a CTA
-        # runs one job at a time), the kernel's LDS the largest stage's rather than the sum
-        # (monokernel.link); values never change with it
-        self.lds_overlay = False
+        # the stages' LDS allocations share one range (a CTA runs one job at a time), the
+        # kernel's LDS the largest stage's rather than the sum (monokernel.link); values
+        # never change with it. None: on for sm_90a (measured there, bench/NOTES.md v25: the
+        # fused index 181 -> 70 KB, equal or up to 2 us faster), off on AMD (unmeasured: its
+        # code objects unchanged) and in the interpreter; --tune launch.lds_overlay=0 / 1
+        self.lds_overlay = None
         self._hip: dict = {}
 
     # -- layout and proofs ----------------------------------------------------------------
@@ -102,14 +104,19 @@ class Launch:
     # -- build ----------------------------------------------------------------------------
     def linked(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False) -> mlink.LinkedKernel:
-        key = (target, wave_size, bool(timeline), self.pdl, self.lds_overlay)
+        overlay = self.overlays_lds(target)
+        key = (target, wave_size, bool(timeline), self.pdl, overlay)
         if key not in self._linked:
             arena = self.arena
             self._linked[key] = mlink.link(
                 self.name, self.stages, target=target, waves=self.waves, wave_size=wave_size,
                 io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound,
-                timeline=timeline, pdl=self.pdl, lds_overlay=self.lds_overlay)
+                timeline=timeline, pdl=self.pdl, lds_overlay=overlay)
         return self._linked[key]
+
+    def overlays_lds(self, target: str) -> bool:
+        """Whether the build for `target` overlays the stages' LDS (Launch.lds_overlay)."""
+        return target == "sm_90a" if self.lds_overlay is None else bool(self.lds_overlay)
 
     def kernel(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False):
@@ -252,7 +259,7 @@ class Launch:
     def cuda_kernel(self, timeline: bool = False, device=None):
         """The CudaKernel of the sm_90a build (loaded once per timeline flag)."""
         from monokernel.launch.cuda import CudaKernel
-        key = (timeline, self.pdl, self.lds_overlay)
+        key = (timeline, self.pdl, self.overlays_lds("sm_90a"))
         if key not in self._cuda:
             self._cuda[key] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
                                          device=device)
@@ -289,7 +296,7 @@ class Launch:
         from monokernel.launch.hip import HipKernel
         tag = self._tag(step, tag)
         lk = self.linked(target, None, timeline is not None)
-        key = (target, timeline is not None, self.lds_overlay)
+        key = (target, timeline is not None, self.overlays_lds(target))
         if key not in self._hip:
             if code_object is None:
                 from monokernel.build import build

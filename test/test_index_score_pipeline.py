@@ -439,8 +439,9 @@ NARROW_CASES = [
 ]
 
 
-@pytest.mark.parametrize("rows,requests,mode,attr,value", NARROW_CASES,
-                         ids=[f"r{c[0]}-{c[3]}-{c[4]}-{c[2]}" for c in NARROW_CASES])
+@pytest.mark.parametrize("rows,requests,mode,attr,value", _cases(
+    NARROW_CASES, [f"r{c[0]}-{c[3]}-{c[4]}-{c[2]}" for c in NARROW_CASES],
+    slow=("r8-async_keys-True-random",)))  # async_keys (off) keeps its rows-4 case
 def test_one_pair_chains_own_prefetch_and_depth(rows, requests, mode, attr, value):
     """IndexScore.narrow_prefetch / narrow_depth: the one-page steps of groups of fewer
     pairs than the plan (workload W2's requests in a rows-4 / rows-8 build) look their
@@ -902,8 +903,9 @@ TWO_PAGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("rows,head_sum,requests,mode", TWO_PAGE_CASES,
-                         ids=[f"r{c[0]}-{c[1]}-{len(c[2])}req-{c[3]}" for c in TWO_PAGE_CASES])
+@pytest.mark.parametrize("rows,head_sum,requests,mode", _cases(
+    TWO_PAGE_CASES, [f"r{c[0]}-{c[1]}-{len(c[2])}req-{c[3]}" for c in TWO_PAGE_CASES],
+    slow=("r8-fma-4req-relaxed",)))  # rows 8 keep the fewer-pair groups' case
 def test_two_pages_a_step_give_the_same_bits(rows, head_sum, requests, mode):
     """IndexScore.pages_per_step = 2 (groups of fewer pairs issue two pages' chains before
     one wait): bit-identical scores and histograms to a page a step, within the float64

@@ -56,9 +56,12 @@ def test_overlaid_stage_lds_gives_the_same_outputs_and_regions():
     for overlay in (False, True):
         L = index_launch(spec, chip="sm_90a", cache_pages=PAGES)
         L.lds_overlay = overlay
-        inp = _index_inputs(L, spec, np.random.default_rng(11), 2300)
+        inp = _index_inputs(L, spec, np.random.default_rng(11), 900)
         runs.append((L.kernel("interp", 32), L.run_interp(inp, step=0, mode="random", seed=2)))
     (k0, r0), (k1, r1) = runs
+    L.lds_overlay = None  # the default: overlaid on sm_90a only
+    assert L.overlays_lds("sm_90a") and not L.overlays_lds("interp")
+    assert not L.overlays_lds("gfx950") and not L.overlays_lds("gfx942")
     assert k0.waves > 1 and k1.lds_bytes < k0.lds_bytes
     offs = {a.offset for a in k1.lds if a.name.startswith(("front_", "ix_", "sel_h1_"))}
     assert len(offs) < len([a for a in k1.lds if a.name.startswith(("front_", "ix_", "sel_h1_"))])
