@@ -77,7 +77,7 @@ class LeanScan:
         words). nan_acc (None: no counts) gets the NaN / unselectable counts, taken only in
         a wave-uniform branch where a lane of the wave holds -inf or NaN."""
         c = self.cfg
-        W, L = k.W, k.L
+        W = k.W
         w = k.wave_id()
         n_it = self._lean_count(k, sl)
         lk = c.max_slice_keys()
@@ -183,8 +183,8 @@ class LeanScan:
             `nxt` into `cur` (lean_refill) or, with nxt None, iteration it + 1's into the
             one set, first (lean_refill 0)."""
             raws = [v.get() for v in cur]
-            refill = None
             if nxt is None:
+                refill = None
                 for v, x in zip(cur, self._lean_loads(k, io, sl, it + 1, lds)):
                     v.set(x)
             else:
