@@ -452,8 +452,8 @@ class _Builder:
         """Each stage's body under `if sid == its id`. With lds_overlay every stage's LDS
         starts at the same byte (a CTA runs one job at a time and agree's barriers separate
         its jobs, so no two stages' allocations are live together): the kernel's LDS is the
-        largest stage's, not their sum (on the H200 the shared memory carve-out is taken
-        from the 256 KB an SM shares with its L1)."""
+        largest stage's, not their sum. Stacked (the default here), each stage keeps its own
+        bytes; either way agree poisons them all between jobs for the interpreter."""
         base = k.lds_mark()
         top = base
         for s_id, st in enumerate(self.stages):

@@ -43,6 +43,12 @@ class Result:
     arena: np.ndarray
 
 
+# Targets whose builds overlay the stages' LDS by default (Launch.lds_overlay): measured on
+# the H200 (bench/NOTES.md v25: the fused index 181 -> 70 KB, no measurable speed change;
+# kept for the room it leaves later stages)
+LDS_OVERLAY_TARGETS = ("sm_90a",)
+
+
 class Launch:
     def __init__(self, name, stages, *, grid: int, waves: int = 1, launch_index: int = 0,
                  launches_per_step: int = 1, poll_bound: int = protocol.DEFAULT_POLL_BOUND,
@@ -67,9 +73,9 @@ class Launch:
         self.pdl = False
         # the stages' LDS allocations share one range (a CTA runs one job at a time), the
         # kernel's LDS the largest stage's rather than the sum (monokernel.link); values
-        # never change with it. None: on for sm_90a (measured there, bench/NOTES.md v25: the
-        # fused index 181 -> 70 KB, equal or up to 2 us faster), off on AMD (unmeasured: its
-        # code objects unchanged) and in the interpreter; --tune launch.lds_overlay=0 / 1
+        # never change with it. None: on for LDS_OVERLAY_TARGETS, off elsewhere (AMD:
+        # unmeasured, its code objects unchanged; the interpreter); --tune
+        # launch.lds_overlay=0 / 1
         self.lds_overlay = None
         self._hip: dict = {}
 
@@ -116,7 +122,9 @@ class Launch:
 
     def overlays_lds(self, target: str) -> bool:
         """Whether the build for `target` overlays the stages' LDS (Launch.lds_overlay)."""
-        return target == "sm_90a" if self.lds_overlay is None else bool(self.lds_overlay)
+        if self.lds_overlay is None:
+            return target in LDS_OVERLAY_TARGETS
+        return bool(self.lds_overlay)
 
     def kernel(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False):

@@ -94,18 +94,28 @@ class ScoreHistStage(Stage):
             io.publish(c.names.score_hist, job * FIRST_DIGIT_BINS + bb, v, mask=m)
 
 
-class ScoresFeed(Stage):
-    """Copies the input scores into the arena region the selection reads (a BulkBuffer, one
-    publisher per row): the fused launch's scoring writes the region instead."""
+class _InjectedScores(Stage):
+    """A stage that hands injected scores (input buffer `source_name`) to the selection: one
+    job a row, reading and writing the row's capacity of f32 scores."""
+    SUFFIX = ""
 
     def __init__(self, cfg: SelectConfig, source_name: str = "scores_in"):
         self.cfg = cfg
         self.src = source_name
-        self.name = f"{cfg.prefix}_feed_scores"
+        self.name = f"{cfg.prefix}_feed_{self.SUFFIX}"
 
     def jobs(self):
         c = self.cfg
         return [Job(r, cost_bytes=c.capacity * 8) for r in range(c.rows)]
+
+    def reference(self, env):
+        return {self.cfg.names.scores: env[self.src]}  # (the visible part is what is read)
+
+
+class ScoresFeed(_InjectedScores):
+    """Copies the input scores into the arena region the selection reads (a BulkBuffer, one
+    publisher per row): the fused launch's scoring writes the region instead."""
+    SUFFIX = "scores"
 
     def regions(self):
         c = self.cfg
@@ -118,9 +128,6 @@ class ScoresFeed(Stage):
     def writes(self, r):
         c = self.cfg
         return [Use(c.names.scores, r * c.capacity, (r + 1) * c.capacity)]
-
-    def reference(self, env):
-        return {self.cfg.names.scores: env[self.src]}
 
     def body(self, k, job, io):
         io = _flat(io)
@@ -135,21 +142,13 @@ class ScoresFeed(Stage):
         io.release(c.names.scores)
 
 
-class ScoringModel(Stage):
+class ScoringModel(_InjectedScores):
     """The index launch's scoring protocol (stages/index.py), on injected scores: job r
     writes row r's visible scores to the plain region `scores` and their first-digit counts
     per segment to the plain region `score_hist` (segments past the row's last key
     untouched), then a release fence and its `score_done` pair. A consumer waits for all of
     them (`score_done_ready`): as with the scoring, any job may write any row."""
-
-    def __init__(self, cfg: SelectConfig, source_name: str = "scores_in"):
-        self.cfg = cfg
-        self.src = source_name
-        self.name = f"{cfg.prefix}_feed_scoring"
-
-    def jobs(self):
-        c = self.cfg
-        return [Job(r, cost_bytes=c.capacity * 8) for r in range(c.rows)]
+    SUFFIX = "scoring"
 
     def regions(self):
         c, nm = self.cfg, self.cfg.names
@@ -166,9 +165,6 @@ class ScoringModel(Stage):
         w = c.segments * FIRST_DIGIT_BINS
         return [Use(nm.scores, r * c.capacity, (r + 1) * c.capacity),
                 Use(nm.score_hist, r * w, (r + 1) * w), Use(nm.score_done, r, r + 1)]
-
-    def reference(self, env):
-        return {self.cfg.names.scores: env[self.src]}  # (the visible part is what is read)
 
     def body(self, k, job, io):
         io = _flat(io)
