@@ -96,7 +96,7 @@ from monokernel import numerics
 from monokernel.types import bf16, dtype as as_dtype, f32, fp8e4m3fn, i32, i64, u8, u32, u64
 from spec.config import FP8_SCALE_BLOCK, KEY_PAGE_TOKENS
 
-from . import mma_tile
+from . import mma_tile, wgmma_proj
 from .base import Buffer, Job, Stage, Use
 from .launch import Launch
 
@@ -424,7 +424,8 @@ class FrontProj(Stage):
     bf16 MMA through stages/mma_tile.py (x * g fed as exact bf16 halves hi + lo)."""
     name = "front_proj"
     rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
-    TUNABLES = ("loads_in_flight", "straight", "async_weights", "half")
+    TUNABLES = ("loads_in_flight", "straight", "async_weights", "half", "act_terms", "wg_depth",
+                "wg_prefetch")
     CHOICES = {"half": ("bf16", "f16")}
     # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT): deeper
     # rings measured slower on the H200 (bench/NOTES.md v16)
@@ -438,6 +439,24 @@ class FrontProj(Stage):
     # weights decoded in one unpack a pair, activations as f16 hi + lo under a power-of-two
     # range scale a row; mma_tile.range_scales)
     half = "bf16"
+    # 0: the bf16 tile above; 1..4: sm_90a's fp8 warpgroup MMA, weights read as they are and
+    # x * g as that many e4m3 terms a value (stages/wgmma_proj.py; the reference follows the
+    # terms, rel_tol the H200's wgmma sums)
+    _act_terms = 0
+    wg_depth = None  # the fp8 tile's weight blocks in flight (None: WEIGHT_DEPTH_BLOCKS)
+    wg_prefetch = False  # the fp8 tile's weights asked of the L2 before its staging
+
+    @property
+    def act_terms(self) -> int:
+        return self._act_terms
+
+    @act_terms.setter
+    def act_terms(self, v: int):
+        if not 0 <= v <= wgmma_proj.MAX_TERMS:
+            raise ValueError(f"front_proj.act_terms = {v}: 0 (bf16 tile) or 1 .. "
+                             f"{wgmma_proj.MAX_TERMS} e4m3 terms")
+        self._act_terms = v
+        self.rel_tol = wgmma_proj.HW_REL_TOL if v else type(self).rel_tol
 
     def __init__(self, p: FrontPlan, release: bool = True):
         self.p = p
@@ -448,6 +467,9 @@ class FrontProj(Stage):
         wbytes = TILE_N * p.chunk + TILE_N // BLOCK * 4 * (p.chunk // BLOCK) + 4
         abytes = p.rows * p.chunk * 2 + p.chunk * 2
         lds = 4 * 2 * p.rows * mma_tile.act_row_words(p.chunk)
+        if self.act_terms:
+            T = wgmma_proj.tiling(p.rows, self.act_terms)
+            lds = 4 * (wgmma_proj.b_lds_words(T, p.chunk) + wgmma_proj.max_lds_words(T, p.chunk))
         if self.async_weights:
             lds += TILE_N * p.chunk  # the job's weights (async_slot_words: a byte each)
         if self.half == "f16":
@@ -489,6 +511,8 @@ class FrontProj(Stage):
                                p.rows)
 
     def body(self, k, job, io):
+        if self.act_terms:
+            return self._body_terms(k, job, io)
         p = self.p
         a = _args(k, io, self.buffers())
         T = self.tiling(k.L)
@@ -533,6 +557,39 @@ class FrontProj(Stage):
                          loads_in_flight=self.loads_in_flight or mma_tile.LOADS_IN_FLIGHT,
                          straight=self.straight, async_slots=slots, rng=rng,
                          weights_first=k.target.vendor == "nvidia")
+        self._publish(k, job, io)
+
+    def _body_terms(self, k, job, io):
+        """The job on sm_90a's fp8 warpgroup MMA (act_terms e4m3 terms a value)."""
+        p = self.p
+        a = _args(k, io, self.buffers())
+        T = wgmma_proj.tiling(p.rows, self.act_terms)
+        R, KC, H = p.rows, p.chunk, p.hidden
+        t = job / p.splits
+        s = job % p.splits
+        k0 = s * KC
+        b = k.lds("front_b", u32, wgmma_proj.b_lds_words(T, KC))
+        mx = k.lds("front_max", u32, wgmma_proj.max_lds_words(T, KC))
+
+        def value8(x8, g8):  # a = x * g, exact in f32 (a product of two bf16)
+            return k.cast(x8, f32) * k.cast(g8, f32)
+
+        def emit(m, r, v, mask):  # front_part[s, r, m]
+            io.store("front_part", (s * R + r) * p.n_out + m, v, mask=mask)
+
+        wgmma_proj.project(k, T, w=a.qkv_a_w, w_stride=H, scale=a.qkv_a_scale,
+                           scale_stride=H // BLOCK, row0=t * TILE_N, k0=k0,
+                           kb0=s * (KC // BLOCK), blocks=KC // BLOCK, b_lds=b, b_name="front_b",
+                           mx_lds=mx, value8=value8, emit=emit,
+                           load_row8=lambda r, kk, m: k.load(a.x, r * H + k0 + kk, bf16, 8, mask=m),
+                           load_shared8=lambda kk, m: k.load(a.attn_norm_w, k0 + kk, bf16, 8,
+                                                             mask=m),
+                           staged=lambda: io.env.phase(0),
+                           depth=self.wg_depth or wgmma_proj.WEIGHT_DEPTH_BLOCKS,
+                           prefetch=self.wg_prefetch)
+        self._publish(k, job, io)
+
+    def _publish(self, k, job, io):
         io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)
@@ -560,6 +617,8 @@ class FrontProj(Stage):
         g = _ref_bf16(env["attn_norm_w"])
         W = _ref_weights(env["qkv_a_w"], env["qkv_a_scale"], p)
         a = (x * g).reshape(p.rows, p.splits, p.chunk)
+        if self.act_terms:  # what the fp8 tile feeds the tensor cores (wgmma_proj)
+            a = torch.from_numpy(wgmma_proj.reference_terms(a.numpy(), self.act_terms))
         Wk = W.reshape(p.n_out, p.splits, p.chunk)
         part = torch.einsum("rsk,nsk->srn", a, Wk)
         h = x * torch.rsqrt((x * x).mean(1, keepdim=True) + p.eps) * g

@@ -161,6 +161,66 @@ def _words(elems, what):
     return tuple(out)
 
 
+def a_permutation(at, L: int):
+    """The K permutation inside a BLOCK-wide block that gives every lane CONTIGUOUS k of each
+    weight row it holds in A (module doc), derived from the atom's A map over its first `L`
+    lanes: (perm [c * K + kk] -> block k, held rows [lane] -> sorted rows, window [lane], k a
+    lane holds of a row a block, a_words [c][reg] -> (h, word of the lane's words of row h)).
+    Shared by this tile and stages/wgmma_proj.py (a warpgroup's first warp: the other warps
+    repeat it 16 rows on)."""
+    K, nc = at.k, BLOCK // at.k
+    ar, ac = at.a_rows()[:L], at.a_cols()[:L]  # [lane, slot]
+    slots = ar.shape[1]
+    perm = np.full(BLOCK, -1, np.int64)
+    held = [sorted(set(int(x) for x in ar[ln])) for ln in range(L)]
+    if len({len(h) for h in held}) != 1:
+        raise ValueError(f"{at.name}: lanes hold different numbers of A rows")
+    amap = [[None] * slots for _ in range(nc)]
+    window = np.full(L, -1, np.int64)
+    lane_k = None
+    for ln in range(L):
+        for h, row in enumerate(held[ln]):
+            holders = [x for x in range(L) if row in held[x]]
+            q = holders.index(ln)
+            mine = [s for s in range(slots) if ar[ln, s] == row]
+            per = len(mine)
+            lk = per * nc
+            if lk * len(holders) != BLOCK or lk % LOAD_BYTES:
+                raise ValueError(f"{at.name}: lane {ln} holds {lk} k of row {row} a block "
+                                 f"({len(holders)} holders); 16-byte loads need a multiple of 16")
+            if lane_k not in (None, lk) or window[ln] not in (-1, q):
+                raise ValueError(f"{at.name}: lane {ln}'s rows differ in k count or window")
+            lane_k, window[ln] = lk, q
+            for c in range(nc):
+                for j, s in enumerate(mine):
+                    kappa = c * K + int(ac[ln, s])
+                    phys = lk * q + c * per + j
+                    if perm[kappa] not in (-1, phys):
+                        raise ValueError(f"{at.name}: atom k {kappa} lands on block k "
+                                         f"{perm[kappa]} and {phys}: no lane-independent permutation")
+                    perm[kappa] = phys
+                    e = (h, c * per + j)
+                    if amap[c][s] not in (None, e):
+                        raise ValueError(f"{at.name}: A slot {s} differs across lanes")
+                    amap[c][s] = e
+    if sorted(perm.tolist()) != list(range(BLOCK)):
+        raise ValueError(f"{at.name}: the K permutation is not a bijection")
+    per_word = u32.bytes // at.a_dtype.bytes  # A values a 32-bit register
+    a_words = []
+    for c in range(nc):
+        regs = []
+        for s in range(0, slots, per_word):
+            es = [amap[c][s + i] for i in range(per_word)]
+            if len({h for h, _ in es}) != 1:
+                raise ValueError(f"{at.name}: A register {s // per_word} mixes two rows")
+            e = [x for _, x in es]
+            if e[0] % per_word or e != list(range(e[0], e[0] + per_word)):
+                raise ValueError(f"{at.name}: A slots {s}.. hold elements {e}, not one aligned word")
+            regs.append((es[0][0], e[0] // per_word))
+        a_words.append(tuple(regs))
+    return tuple(int(x) for x in perm), held, window, lane_k, tuple(a_words)
+
+
 @dataclass(frozen=True)
 class ProjTiling:
     """What the atom's maps say about feeding it 16 weight rows x permuted-K blocks (module
@@ -216,52 +276,8 @@ class ProjTiling:
         if parts not in (1, 2) or not 1 <= rows <= at.n:
             raise ValueError(f"{at.name}: {rows} rows x {parts} parts; rows must be <= N = {at.n}")
         K, nc, L = at.k, BLOCK // at.k, at.group
-        ar, ac = at.a_rows(), at.a_cols()  # [lane, slot]
-        slots = ar.shape[1]
-        perm = np.full(BLOCK, -1, np.int64)
-        held = [sorted(set(int(x) for x in ar[ln])) for ln in range(L)]
-        if len({len(h) for h in held}) != 1:
-            raise ValueError(f"{at.name}: lanes hold different numbers of A rows")
-        nh = len(held[0])
-        amap = [[None] * slots for _ in range(nc)]
-        window = np.full(L, -1, np.int64)
-        lane_k = None
-        for ln in range(L):
-            for h, row in enumerate(held[ln]):
-                holders = [x for x in range(L) if row in held[x]]
-                q = holders.index(ln)
-                mine = [s for s in range(slots) if ar[ln, s] == row]
-                per = len(mine)
-                lk = per * nc
-                if lk * len(holders) != BLOCK or lk % LOAD_BYTES:
-                    raise ValueError(f"{at.name}: lane {ln} holds {lk} k of row {row} a block "
-                                     f"({len(holders)} holders); 16-byte loads need a multiple of 16")
-                if lane_k not in (None, lk) or window[ln] not in (-1, q):
-                    raise ValueError(f"{at.name}: lane {ln}'s rows differ in k count or window")
-                lane_k, window[ln] = lk, q
-                for c in range(nc):
-                    for j, s in enumerate(mine):
-                        kappa = c * K + int(ac[ln, s])
-                        phys = lk * q + c * per + j
-                        if perm[kappa] not in (-1, phys):
-                            raise ValueError(f"{at.name}: atom k {kappa} lands on block k "
-                                             f"{perm[kappa]} and {phys}: no lane-independent permutation")
-                        perm[kappa] = phys
-                        e = (h, c * per + j)
-                        if amap[c][s] not in (None, e):
-                            raise ValueError(f"{at.name}: A slot {s} differs across lanes")
-                        amap[c][s] = e
-        if sorted(perm.tolist()) != list(range(BLOCK)):
-            raise ValueError(f"{at.name}: the K permutation is not a bijection")
-        a_words = []
-        for c in range(nc):
-            regs = []
-            for s in range(0, slots, 2):
-                (h0, e0), (h1, e1) = amap[c][s], amap[c][s + 1]
-                if h0 != h1:
-                    raise ValueError(f"{at.name}: A register {s // 2} mixes two rows")
-                regs.append((h0, _words([e0, e1], f"{at.name} A")[0]))
-            a_words.append(tuple(regs))
+        perm, held, window, lane_k, a_words = a_permutation(at, L)
+        perm = np.asarray(perm)
         # B: one column per lane, its k inside one lane_k window
         br, bc = at.b_rows(), at.b_cols()
         bslots = br.shape[1]
@@ -315,7 +331,8 @@ class ProjTiling:
             runs.append((s, n))
             s += n
         return ProjTiling(at.name, rows, parts, lane_k, nc, tuple(int(x) for x in perm),
-                          tuple(LaneFn.of([held[ln][h] for ln in range(L)]) for h in range(nh)),
+                          tuple(LaneFn.of([held[ln][h] for ln in range(L)])
+                                for h in range(len(held[0]))),
                           LaneFn.of(window), tuple(a_words), LaneFn.of(bcol), LaneFn.of(bwin),
                           b_words, passes, LaneFn.of(cr[:, 0]), row_off, LaneFn.of(cc[:, 0]),
                           col_off, join, tuple(runs))
@@ -394,13 +411,13 @@ def clear_range(k, T: ProjTiling, rng):
     k.store(rng, k.min(tid, T.rows - 1), k.const(0, u32), mask=tid < T.rows)
 
 
-def range_scales(k, max_bits):
+def range_scales(k, max_bits, top: int = RANGE_TOP):
     """(scale, its inverse) of a row from its max |a| bits: powers of two that put the row's
-    largest |a| * scale in [2^RANGE_TOP, 2^(RANGE_TOP + 1)) (f16's hi never overflows, its
+    largest |a| * scale in [2^top, 2^(top + 1)) (top = RANGE_TOP: f16's hi never overflows, its
     lo is exact for every |a| * scale >= 2^-9), clamped to normal f32 powers (zero rows: any
-    scale). Exponent fields: e(scale) = 2 bias + RANGE_TOP - e(max), e(inv) = 2 bias - e(scale)."""
+    scale). Exponent fields: e(scale) = 2 bias + top - e(max), e(inv) = 2 bias - e(scale)."""
     e = (max_bits >> F32_MANTISSA_BITS) & F32_EXP_MASK
-    x = k.max(k.min(k.const(2 * F32_EXP_BIAS + RANGE_TOP, i32) - k.bitcast(e, i32),
+    x = k.max(k.min(k.const(2 * F32_EXP_BIAS + top, i32) - k.bitcast(e, i32),
                     RANGE_EXP_MAX), RANGE_EXP_MIN)
     scale = k.bitcast(k.bitcast(x, u32) << F32_MANTISSA_BITS, f32)
     inv = k.bitcast(k.bitcast(2 * F32_EXP_BIAS - x, u32) << F32_MANTISSA_BITS, f32)

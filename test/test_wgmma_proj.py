@@ -1,0 +1,180 @@
+"""The front's projection on sm_90a's fp8 warpgroup MMA (stages/wgmma_proj.py, opt-in
+`front_proj.act_terms` = 1..4): weights as the register A operand straight from memory, x * g
+as e4m3 terms in shared memory.
+
+Checked: the tiling against the atom's own A map (every register of every lane of the
+warpgroup holds the weight bytes the instruction's A slots name); the terms' reference
+against the exact x * g (per-term error bound); the front launch in the interpreter (one
+warpgroup of 32-lane warps) against the float64 reference that follows the terms, at f32
+rounding (1e-5 max-norm: an A register or B column off by one is far outside it), through the
+outputs and the MLA cache; negative controls (a swapped A word, a missing proxy fence); bad
+settings named.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from monokernel import dsl
+from monokernel.interp import InterpError
+from monokernel.types import bf16
+from monokernel import numerics
+from spec import BuildSpec
+from stages import front as F
+from stages import wgmma_proj as W
+
+from test_front import bf16_close, check_fp8_cache, fresh, inputs
+
+INTERP_REL_TOL = 1e-5  # exact products of e4m3 terms and weights, f32 sums of <= 1024
+
+
+def test_tiling_registers_hold_what_the_atom_reads():
+    """For every lane of the warpgroup, chunk c and A slot i: the byte the tile places there
+    (row held[h] of the lane's warp, block k = 32 window + 4 word + byte) is the element the
+    atom's A map names at (row, k = perm^-1 ...): row equal, perm[c * 32 + col] equal."""
+    for terms in (1, 3):
+        T = W.tiling(8, terms)
+        at = T.atom
+        ar, ac = at.a_rows(), at.a_cols()
+        for lane in range(W.GROUP_LANES):
+            warp, ln = divmod(lane, W.WARP)
+            win = int(T.a_window.table()[ln])
+            for c in range(T.chunks):
+                for reg, (h, word) in enumerate(T.a_words[c]):
+                    row = 16 * warp + int(T.a_rows[h].table()[ln])
+                    for b in range(4):
+                        i = 4 * reg + b
+                        assert ar[lane, i] == row
+                        assert T.perm[c * at.k + ac[lane, i]] == T.lane_k * win + 4 * word + b
+    assert sorted(W.tiling(2, 2).perm) == list(range(W.BLOCK))
+
+
+@pytest.mark.parametrize("terms", [1, 2, 3, 4])
+def test_reference_terms_error_bound(terms):
+    """Each term adds TERM_BITS: |sum of terms - a| <= 2^-4T |a| (normal digits) plus the
+    subnormal floor (2^-10 of S's unit at the last digit); 4 terms hold a bf16 x bf16 exactly
+    in the normal range. Rows spanning 30 binades, a zero row and a one-value row."""
+    rng = np.random.default_rng(terms)
+    x = numerics.to_f64(numerics.convert(rng.standard_normal((6, 256)) *
+                                         np.exp2(rng.uniform(-15, 15, (6, 256))), "f64", bf16), bf16)
+    g = numerics.to_f64(numerics.convert(rng.uniform(0.5, 2.0, 256), "f64", bf16), bf16)
+    a = x * g
+    a[4] = 0.0
+    a[5] = 0.0
+    a[5, 7] = 3.0
+    aq = W.reference_terms(a, terms)
+    mx = np.abs(a).max(axis=1, keepdims=True)
+    s = np.where(mx > 0, 2.0 ** (W.ACT_TOP + 1 - np.ceil(np.log2(np.where(mx > 0, mx, 1)) + 1e-12)), 1)
+    floor = 2.0 ** (-10 - W.TERM_BITS * (terms - 1)) / s
+    err = np.abs(aq - a)
+    assert (err <= 2.0 ** (-W.TERM_BITS * terms) * np.abs(a) + floor).all()
+    assert (aq[4] == 0).all() and aq[5, 7] == 3.0
+    if terms == 4:
+        big = np.abs(a) * s >= 2.0 ** -6  # the digits' normal range
+        assert (err[big] == 0).all()
+
+
+def terms_launch(rows, kv="fp8", terms=3):
+    L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv=kv, target="interp"),
+                       waves=W.GROUP_LANES // W.WARP)
+    for st in L.stages:
+        if isinstance(st, F.FrontProj):
+            st.act_terms = terms
+    return L
+
+
+def check_terms_front(L, inp, res):
+    """Every stage against the chained float64 references (which follow the terms)."""
+    p = L.plan
+    ref = L.reference(inp)
+    part = res.regions["front_part"]
+    assert not np.isnan(part).any()
+    rel = np.abs(part - ref["front_part"]).max() / np.abs(ref["front_part"]).max()
+    assert rel <= INTERP_REL_TOL, rel
+    bf16_close(numerics.to_f64(res.outputs["qr"], bf16), ref["qr"], "qr")
+    slots = F.slots_of(p, inp["positions"], inp["block_table"])
+    got = F.decode_cache(p, res.outputs["kv_cache"], slots)
+    bf16_close(got["rope"], ref["kv_rope"], "rope")
+    if p.kv == "bf16":
+        bf16_close(got["latent"], ref["kv_c"], "latent")
+    else:
+        check_fp8_cache(p, got, ref)
+    return rel
+
+
+CASES = [(4, "fp8", 3, "inorder"), (2, "fp8", 3, "random"), (4, "bf16", 2, "relaxed"),
+         (8, "fp8", 3, "relaxed"), (8, "bf16", 4, "random"), (2, "fp8", 1, "inorder")]
+
+
+@pytest.mark.parametrize("rows,kv,terms,mode", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_front_on_fp8_terms_matches_its_reference(rows, kv, terms, mode):
+    L = terms_launch(rows, kv, terms)
+    inp = inputs(L, seed=rows + 10 * terms)
+    res = L.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
+    check_terms_front(L, inp, res)
+
+
+def test_terms_reference_is_close_to_the_exact_math():
+    """The stated precision: with 3 terms the chained reference's q_a is within 1e-4 of the
+    unrounded model's (max-norm), with 1 term (the serving stacks' fp8 activations) not."""
+    L3, L1 = terms_launch(4, terms=3), terms_launch(4, terms=1)
+    inp = inputs(L3, seed=3)
+    model = F.front_reference(inp, L3.plan)["q_a"]
+    err = {t: np.abs(L.reference(inp)["q_a"] - model).max() / np.abs(model).max()
+           for t, L in ((3, L3), (1, L1))}
+    assert err[3] < 1e-4 < err[1], err
+
+
+def test_a_swapped_weight_word_is_caught(monkeypatch):
+    """Negative control: two A words of chunk 0 swapped (a wrong lane map) fails the check."""
+    T = W.tiling(2, 3)
+    words = list(T.a_words[0])
+    words[0], words[2] = words[2], words[0]
+    bad = W.WgTiling(**{**T.__dict__, "a_words": (tuple(words),) + T.a_words[1:]})
+    monkeypatch.setattr(W, "tiling", lambda rows, terms: bad)
+    L = terms_launch(2)
+    inp = inputs(L, seed=4)
+    res = L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    with pytest.raises(AssertionError):
+        check_terms_front(L, inp, res)
+
+
+def test_b_staged_without_the_proxy_fence_is_an_interpreter_error(monkeypatch):
+    """The staging's generic stores must be proxy-fenced before the wgmmas read them: without
+    the fence the interpreter refuses the read (on the H200 it could read stale bytes)."""
+    monkeypatch.setattr(dsl.KernelBuilder, "async_proxy_lds", lambda self: contextlib.nullcontext())
+    L = terms_launch(2)
+    inp = inputs(L, seed=4)
+    with pytest.raises(InterpError, match="did not proxy-fence"):
+        L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+
+
+def test_bad_settings_are_named():
+    st = F.FrontProj(terms_launch(2).plan)
+    with pytest.raises(ValueError, match="act_terms = 5"):
+        st.act_terms = 5
+    L = F.front_launch(BuildSpec.make("tiny", rows=2, kv="fp8", target="interp"))  # 2 waves
+    for s in L.stages:
+        if isinstance(s, F.FrontProj):
+            s.act_terms = 3
+    with pytest.raises(ValueError, match="one warpgroup of 32-lane warps"):
+        L.run_interp(fresh(inputs(L, seed=1)), step=0, mode="inorder", seed=5, wave_size=32)
+    with pytest.raises(ValueError, match="1 .. 4"):
+        W.tiling(2, 0)
+
+
+def test_sm90a_front_builds_with_the_wgmma_and_no_conversion():
+    """The sm_90a PTX of the GLM-5 front kind with 3 terms: m64n24k32 e4m3 wgmmas (4 a block of
+    the job), no e4m3 -> f16 weight conversion in the projection (the staging's remainders
+    convert 8 values a term), the tolerance the H200's 14-bit sums need."""
+    L = F.front_launch(BuildSpec.make("glm5", rows=8, kv="fp8", target="sm_90a"))
+    proj = next(s for s in L.stages if isinstance(s, F.FrontProj))
+    proj.act_terms = 3
+    assert proj.rel_tol == W.HW_REL_TOL and F.FrontProj.rel_tol == 1e-5
+    from monokernel.build import build_many
+    ptx = build_many([L.kernel("sm_90a")])[0].data.decode()
+    blocks = L.plan.chunk // W.BLOCK
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3") == blocks * W.BLOCK // 32
+    assert "mma.sync.aligned.m16n8k16" not in ptx and "cvt.rn.f16x2.e4m3x2" in ptx
