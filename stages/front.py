@@ -1117,4 +1117,6 @@ from .kinds import Kind, register  # noqa: E402
 
 register(Kind("front", "the layer's front: RMSNorm(x) -> FP8 q_a|kv_a projection split over K "
               "(bulk mailbox, reduced in fixed order) -> RMSNorm(q_a) = qr, RMSNorm(c) and rope "
-              "-> MLA cache token", front_launch, _kind_inputs))
+              "-> MLA cache token", front_launch, _kind_inputs,
+              # waves a CTA (sm_90a: with it the grid is one CTA an SM, the index kinds' shape)
+              launch_tunables=("waves",)))

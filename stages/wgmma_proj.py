@@ -172,16 +172,32 @@ def max_lds_words(T: WgTiling, chunk: int) -> int:
     return T.rows * max(1, chunk // PIECE_K // WARP)
 
 
+@dataclass(frozen=True)
+class Crew:
+    """The threads that stage the activations: the whole CTA (one warpgroup), or the second
+    warpgroup of two (warp-specialized: the first holds the weights and runs the wgmmas, and
+    never executes the staging's proxy fence, which waits for every access in flight)."""
+    tid: object  # i32 thread index within the crew
+    threads: int
+    sync: object  # () -> a barrier of the crew's warps
+
+
+STAGED_BARRIER = 1  # named barrier: the producers' B is fenced (warp-specialized form)
+MAXIMA_BARRIER = 2  # named barrier of the producers: their maxima are stored
+
+
 def check(k, T: WgTiling, chunk: int):
-    if k.target.name not in ("sm_90a", "interp") or k.L != WARP or k.W != GROUP_LANES // WARP:
-        raise ValueError(f"wgmma_proj: one warpgroup of 32-lane warps on sm_90a (or the "
-                         f"interpreter); this kernel: {k.target.name}, {k.W} waves of {k.L}")
+    if k.target.name not in ("sm_90a", "interp") or k.L != WARP or \
+            k.W not in (GROUP_LANES // WARP, 2 * GROUP_LANES // WARP):
+        raise ValueError(f"wgmma_proj: one warpgroup of 32-lane warps (or two: the second "
+                         f"stages) on sm_90a (or the interpreter); this kernel: "
+                         f"{k.target.name}, {k.W} waves of {k.L}")
     if chunk % BLOCK or chunk // PIECE_K % WARP:
         raise ValueError(f"wgmma_proj: a chunk of {chunk} k; whole {BLOCK}-blocks whose pieces "
                          f"fill whole warps ({PIECE_K * WARP} k)")
 
 
-def _stage(k, T, b_lds, mx_lds, chunk, pending, value8):
+def _stage(k, T, b_lds, mx_lds, chunk, pending, value8, crew):
     """Store the job's activations as e4m3 terms (module doc) from the loads `pending`
     (load_pieces); B is ready for the wgmmas after this function's proxy fence and a CTA
     barrier of the caller's. The caller's CTA barrier before it ended the previous job's
@@ -200,7 +216,7 @@ def _stage(k, T, b_lds, mx_lds, chunk, pending, value8):
         lead = k.lane_id().eq(0)
         k.store(mx_lds, k.min(v / WARP, R * runs - 1), k.bitcast(mx, u32),
                 mask=lead if m is None else lead & m)
-    k.barrier()  # every run's maximum
+    crew.sync()  # every run's maximum
     for v, m, piece, shared in pending:
         r = k.min(v / per_row, R - 1)
         bits = k.load(mx_lds, r * runs, u32)
@@ -219,12 +235,12 @@ def _stage(k, T, b_lds, mx_lds, chunk, pending, value8):
                 k.store(b_lds, w + j * T.col_group_words if j else w, tw[i], mask=m)
             if j + 1 < T.terms:  # the remainder, exact in f32, scaled up by a digit
                 u = (u - k.cast(t8, f32)) * float(1 << TERM_BITS)
-    _zero_pad(k, T, b_lds, chunk)
+    _zero_pad(k, T, b_lds, chunk, crew)
     with k.async_proxy_lds():  # B is read next by the wgmmas (the async proxy): this thread's
         k.wgmma_fence()  # stores fenced for it; the caller's CTA barrier makes it the CTA's
 
 
-def _zero_pad(k, T, b_lds, chunk):
+def _zero_pad(k, T, b_lds, chunk, crew):
     """Zeros in the columns of rows R..7 of every term: the wgmma reads all N columns, and a
     job may not read LDS it did not write (the interpreter's poison between jobs)."""
     R = T.rows
@@ -232,8 +248,7 @@ def _zero_pad(k, T, b_lds, chunk):
         return
     pads, halves = TERM_COLS - R, len(T.pad_words)
     n = chunk // T.atom.k * T.terms * pads * halves  # 16-byte stores
-    nthr = k.W * k.L
-    tid = k.wave_id() * k.L + k.lane_id()
+    nthr, tid = crew.threads, crew.tid
     zero = k.vec(*[k.const(0, u32)] * 4)
     for it in range(-(-n // nthr)):
         i = it * nthr + tid
@@ -248,15 +263,14 @@ def _zero_pad(k, T, b_lds, chunk):
         k.store(b_lds, word, zero, mask=m)
 
 
-def load_pieces(k, T: WgTiling, chunk: int, load_row8, load_shared8=None):
+def load_pieces(k, T: WgTiling, chunk: int, load_row8, load_shared8, crew):
     """Issue the staging's loads: `load_row8(r, kk, mask)` loads row r's part of the values
     k0 + kk .. + 8 of the job's chunk (x), `load_shared8(kk, mask)` the part every row shares
     (g): loaded once for all of a thread's pieces at the same kk (every piece when a chunk's
     pieces are a multiple of the CTA's threads, or divide them). Returns the pending pieces
     (v, mask, row part, shared part) for _stage."""
     per_row = chunk // PIECE_K
-    nthr = k.W * k.L
-    tid = k.wave_id() * k.L + k.lane_id()
+    nthr, tid = crew.threads, crew.tid
     nv = T.rows * per_row
     same_kk = per_row % nthr == 0 or nthr % per_row == 0
     shared: dict = {}
@@ -313,40 +327,58 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
     depth = max(1, min(depth, blocks))
     if prefetch:  # the tile's weights toward the L2 while the CTA stages (no registers held)
         k.prefetch_rows_l2(w, row0 * w_stride + k0, TILE_M, chunk, w_stride, PREFETCH_PIECE)
+
+    def _chain(pre):
+        """The blocks' wgmma chains (B staged and fenced), the sums scaled, emitted."""
+        if staged:
+            staged()
+        b0 = k.lds_offset(b_name)
+        zero = k.vec(*[k.const(0.0, f32)] * at.c_slots)
+        total, prev = zero, None
+        for i in range(blocks):
+            if i + depth < blocks:
+                pre[i + depth] = loads(i + depth)
+            ws, sc = pre.pop(i)
+            words = [[ws[h * nl + u][x] for u in range(nl) for x in range(LOAD_BYTES // 4)]
+                     for h in range(len(rows_l))]
+            k.wgmma_fence()
+            acc = zero
+            for c in range(T.chunks):
+                A = k.bitcast(k.vec(*[words[h][x] for h, x in T.a_words[c]]), at.a_dtype,
+                              at.a_slots)
+                desc = at.smem_descriptor(b0 + ((i * T.chunks + c) * T.chunk_words) * u32.bytes)
+                acc = k.wgmma(at, A, k.const(desc, u64), acc)
+            k.wgmma_commit()
+            if prev is not None:
+                k.wgmma_wait(1)  # block i - 1's chain (block i's runs on)
+                total = k.fma(prev[0], prev[1], total)
+            prev = (acc, sc)
+        k.wgmma_wait(0)
+        _emit(k, T, mx_lds, chunk, row0, k.fma(prev[0], prev[1], total), emit)
+
     k.barrier()  # the previous job is done reading B and the maxima
-    pending = load_pieces(k, T, chunk, load_row8, load_shared8)
-    _stage(k, T, b_lds, mx_lds, chunk, pending, value8)
-    # the first weight loads AFTER the staging's proxy fence: the fence waits for every
-    # access the thread has in flight (MEMBAR.ALL.CTA), weights included (H200: staged 5.6
-    # us into the job with the weights issued first, bench/NOTES.md v26)
-    pre = {i: loads(i) for i in range(depth)}
-    k.barrier()  # every thread's B stores, fenced for the async proxy
-    if staged:
-        staged()
-    b0 = k.lds_offset(b_name)
-    nd = at.c_slots
-    zero = k.vec(*[k.const(0.0, f32)] * nd)
-    total, prev = zero, None
-    for i in range(blocks):
-        if i + depth < blocks:
-            pre[i + depth] = loads(i + depth)
-        ws, sc = pre.pop(i)
-        words = [[ws[h * nl + u][x] for u in range(nl) for x in range(LOAD_BYTES // 4)]
-                 for h in range(len(rows_l))]
-        k.wgmma_fence()
-        acc = zero
-        for c in range(T.chunks):
-            A = k.bitcast(k.vec(*[words[h][x] for h, x in T.a_words[c]]), at.a_dtype, at.a_slots)
-            desc = at.smem_descriptor(b0 + ((i * T.chunks + c) * T.chunk_words) * u32.bytes)
-            acc = k.wgmma(at, A, k.const(desc, u64), acc)
-        k.wgmma_commit()
-        if prev is not None:
-            k.wgmma_wait(1)  # block i - 1's chain (block i's runs on)
-            total = k.fma(prev[0], prev[1], total)
-        prev = (acc, sc)
-    k.wgmma_wait(0)
-    total = k.fma(prev[0], prev[1], total)
-    _emit(k, T, mx_lds, chunk, row0, total, emit)
+    wg = GROUP_LANES // WARP
+    if k.W == wg:
+        crew = Crew(k.wave_id() * k.L + k.lane_id(), k.W * k.L, k.barrier)
+        pending = load_pieces(k, T, chunk, load_row8, load_shared8, crew)
+        _stage(k, T, b_lds, mx_lds, chunk, pending, value8, crew)
+        # the first weight loads AFTER the staging's proxy fence: the fence waits for every
+        # access the thread has in flight (MEMBAR.ALL.CTA), weights included (H200: staged
+        # 5.6 us into the job with the weights issued first, bench/NOTES.md v26)
+        pre = {i: loads(i) for i in range(depth)}
+        k.barrier()  # every thread's B stores, fenced for the async proxy
+        _chain(pre)
+        return
+    with k.if_(wave >= wg):  # producers: stage, fence, arrive
+        crew = Crew((wave - wg) * k.L + lane, wg * k.L,
+                    lambda: k.named_barrier(MAXIMA_BARRIER, wg))
+        pending = load_pieces(k, T, chunk, load_row8, load_shared8, crew)
+        _stage(k, T, b_lds, mx_lds, chunk, pending, value8, crew)
+        k.named_barrier(STAGED_BARRIER, k.W, arrive=True)
+    with k.if_(wave < wg):  # consumers: weights in flight from the job's start
+        pre = {i: loads(i) for i in range(depth)}
+        k.named_barrier(STAGED_BARRIER, k.W)
+        _chain(pre)
 
 
 def _emit(k, T, mx_lds, chunk, row0, total, emit):

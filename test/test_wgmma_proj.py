@@ -76,9 +76,9 @@ def test_reference_terms_error_bound(terms):
         assert (err[big] == 0).all()
 
 
-def terms_launch(rows, kv="fp8", terms=3):
+def terms_launch(rows, kv="fp8", terms=3, warpgroups=1):
     L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv=kv, target="interp"),
-                       waves=W.GROUP_LANES // W.WARP)
+                       waves=warpgroups * W.GROUP_LANES // W.WARP)
     for st in L.stages:
         if isinstance(st, F.FrontProj):
             st.act_terms = terms
@@ -114,6 +114,21 @@ def test_front_on_fp8_terms_matches_its_reference(rows, kv, terms, mode):
     inp = inputs(L, seed=rows + 10 * terms)
     res = L.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
     check_terms_front(L, inp, res)
+
+
+@pytest.mark.parametrize("rows,mode", [(8, "relaxed"), (2, "random")])
+def test_warp_specialized_form_gives_the_same_bits(rows, mode):
+    """Two warpgroups (the second stages and fences, the first streams the weights and runs
+    the wgmmas, named barriers between): the same reference check, and every output and
+    region bit-identical to the one-warpgroup form's."""
+    one, two = terms_launch(rows), terms_launch(rows, warpgroups=2)
+    inp = inputs(one, seed=rows + 40)
+    r1 = one.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    r2 = two.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
+    check_terms_front(two, inp, r2)
+    for n in r1.outputs:
+        assert np.array_equal(r1.outputs[n], r2.outputs[n]), n
+    assert np.array_equal(r1.regions["front_part"], r2.regions["front_part"])
 
 
 def test_terms_reference_is_close_to_the_exact_math():
