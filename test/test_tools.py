@@ -438,7 +438,7 @@ def test_tune_launch_waves_builds_the_launch_with_that_cta_size():
     assert next(s for s in L.stages if isinstance(s, IndexScore)).split_pairs is True
     for kind, tune, msg in (("index_scoring", "launch.grid=4", "launch's tunables are waves"),
                             ("index_scoring", "launch.waves=many", "expected an integer"),
-                            ("front", "launch.waves=4", "kind front builds that part"),
+                            ("front", "launch.lean_lists=1", "kind front builds that part"),
                             ("index_scoring", "launch.select_digits=6-9-9-8",
                              "kind index_scoring builds that part"),
                             ("select", "launch.select_digits=6-x", "bit counts joined")):
