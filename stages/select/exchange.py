@@ -74,7 +74,7 @@ class Exchange:
                 with k.if_(~st.done):
                     wait_all()
             st.store_lds(lds["state"])
-            if self.finishes:
+            if self.finishes or self.bucket_finishes:
                 k.store(lds["fin"], FIN_GO, k.const(0, i32))
             io.env.phase(0)  # the messages this decision reads are in
         _barrier(k)
@@ -147,8 +147,9 @@ class Exchange:
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
-        if self.finishes:  # few candidates left in the row, every slice's list complete
-            go = ~done & ((gb - ga) <= c.finish_max)
+        if self.finishes or self.bucket_finishes:  # few candidates left in the row, every
+            # slice's list complete (a bucketed finish: any number of them)
+            go = ~done if self.bucket_finishes else ~done & ((gb - ga) <= c.finish_max)
             if self.q == 2 and c.defers:  # a deferred row's lists are sel_h2's own
                 go = go & st[X_DEFER].eq(0)
             fin = lds["fin"]

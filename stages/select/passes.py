@@ -12,9 +12,10 @@ from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
-from .config import (DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
+from .config import (BUCKET_FINISH_LDS, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
                      LIST_UNROLL, LOAD_KEYS, MAX_PAGE, PAGE, PAGE_SHIFT, SCAN_AHEAD, SCAN_UNROLL,
                      SEGMENT_UNROLL, SelectConfig, X_DEFER, X_EMITTED)
+from .bucket import BucketFinish
 from .emit import Emit
 from .exchange import Exchange
 from .finish import RowFinish
@@ -26,7 +27,8 @@ from .scan import ScanPasses
 from .solo import SoloFinish
 
 
-class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Stage):
+class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, BucketFinish,
+                 Stage):
     """Pass q of the selection (q = 0..P-1: histogram passes; q = P: the output)."""
     rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
     # --tune sel_h1.ATTR=0/1 (sel_h0: wide_segment_sums; the last histogram pass and
@@ -137,6 +139,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, St
         self.lean_copies = cfg.lean_copies
         # this pass may finish a row from every slice's list (SelectConfig.finish_max)
         self.finishes = cfg.finish_max is not None and 2 <= q < cfg.passes
+        # SelectConfig.bucket_finish: sel_h1 buckets its candidates, sel_out finishes the row
+        self.buckets = cfg.bucket_finish and self.compacts
+        self.bucket_finishes = cfg.bucket_finish and self.is_out
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -163,6 +168,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, St
             shape = (c.rows, c.max_slices, c.max_slice_keys())
             out += [PlainBuffer(self.list_out[0], u32, shape),
                     PlainBuffer(self.list_out[1], i32, shape)]
+        if self.buckets:
+            out.append(PlainBuffer(c.list_bucket_keys, u32,
+                                   (c.rows, c.max_slices, c.max_slice_keys())))
         return out
 
     def buffers(self):
@@ -226,6 +234,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, St
                 if self.finishes:  # a row finish gathers every slice's list keys
                     lk = c.max_slice_keys() * c.max_slices
                     out.append(Use(keys, r * lk, (r + 1) * lk))
+            if self.bucket_finishes:  # ... a bucketed one every slice's threshold bucket
+                lk = c.max_slice_keys() * c.max_slices
+                out.append(Use(c.list_bucket_keys, r * lk, (r + 1) * lk))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -248,6 +259,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, St
         out = [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
         if self.list_out is not None:
             out += self._list_uses(j, list(self.list_out))
+        if self.buckets:
+            out += self._list_uses(j, [c.list_bucket_keys])
         return out
 
     def reference(self, env):
@@ -330,6 +343,13 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, St
         digit and publish message q."""
         self._consume(k, io, sl, lds)
         io.env.phase(2)  # decided (phases 0 and 1 in _consume)
+        if self.bucket_finishes:  # a row the decision left open: the bucketed finish
+            with k.if_else(k.load(lds["fin"], FIN_GO, i32).ne(0)) as (finish, final):
+                with finish:
+                    self._bucket_finish(k, io, sl, lds)
+                with final:
+                    self._emit(k, io, sl, lds)
+            return
         if self.is_out:
             if self.early_emit or self.cfg.finish_max is not None:  # an earlier pass may
                 # have emitted the row
@@ -401,6 +421,24 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, St
             out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
             out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)  # per slice: candidates above,
             out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)  # at the threshold
+        if self.buckets:  # where each bucket's next key goes
+            out["bucket_at"] = k.lds(f"{nm}_bucket_at", u32, c.bins(self.q))
+        if self.bucket_finishes:
+            S, F = c.max_slices, BUCKET_FINISH_LDS
+            out["fin"] = k.lds(f"{nm}_fin", i32, FIN_WORDS)
+            out["fin_key"] = k.lds(f"{nm}_fin_key", u32, F)
+            out["fin_slice"] = k.lds(f"{nm}_fin_slice", i32, F)
+            # per slice: where its threshold bucket's candidates start among the row's
+            # ([S]: their number), where the bucket starts in its list, its keys above the
+            # bucket, and its candidates above and at the final prefix
+            out["fin_off"] = k.lds(f"{nm}_fin_off", i32, S + 1)
+            out["fin_start"] = k.lds(f"{nm}_fin_start", i32, S)
+            out["fin_ab"] = k.lds(f"{nm}_fin_ab", i32, S)
+            out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)
+            out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)
+            out["fin_hist"] = k.lds(f"{nm}_fin_hist", u32,
+                                    max(4, max(c.bins(q) for q in range(c.passes,
+                                                                        len(c.digits)))))
         if (self.compacts or self.defers) and c.batched_append and self.list_bases:
             out["list_at"] = k.lds(f"{nm}_list_at", i64, 2)
         if self._lean:
