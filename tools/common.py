@@ -632,10 +632,10 @@ def apply_tunes(launch, tunes):
 # q projection's split of q_lora (stages.index_plan.proj_splits; a value that does not divide
 # its 128-blocks or does not fit the loads is an error naming it); lean_lists = 1 / 0, the
 # select kinds' SelectConfig.lean_lists (every pass of the selection must agree on it)
-# bucket_finish = 1 / 0, the select kinds' SelectConfig.bucket_finish (sel_out finishes a row
+# tail_finish = 1 / 0, the select kinds' SelectConfig.tail_finish (sel_out finishes a row
 # after two exchanged digits)
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
-                   "bucket_finish")
+                   "tail_finish")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
 # lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay)

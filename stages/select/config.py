@@ -77,11 +77,16 @@ FINISH_TALLIES = ("gather", "rank", "place", "emit")  # a row finish's cycle acc
 # wave's clocks in each part, time_layers --timeline)
 FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a row finish's
 # gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
-BUCKET_EXCHANGED = 2  # SelectConfig.bucket_finish: digits exchanged before sel_out's finish
-BUCKET_FINISH_LDS = 2048  # candidates a bucketed finish holds in LDS (a key and a slice index
-# each, 16 KB): for normal scores at 512K keys ~200 are left after 15 bits (bench/NOTES.md
-# v24); a row with more is read again from the buckets in every local pass (exact, slower)
-BUCKET_UNROLL = 4  # candidates a lane loads at once from the buckets (a finish's gather)
+TAIL_EXCHANGED = 2  # SelectConfig.tail_finish: digits exchanged before sel_out's finish
+TAIL_FINISH_LDS = 2048  # candidates a tail finish holds in LDS (a key and a slice index each,
+# 16 KB): for normal scores at 512K keys ~200 are left after 15 bits (bench/NOTES.md v24); a
+# row with more is read again from the lists in every local pass (exact, slower)
+TAIL_LIST_AHEAD = 12  # 4-key groups of the lists a lane loads under the exchange (sel_out's
+# wait and cum sum), before it knows the prefix: a row's ~12K list entries at 512K keys x 8
+# rows (~3K groups) in one round for 256 lanes; longer lists take further rounds after it
+TAIL_RANK_MAX = 1 << 20  # a tail finish ranks at most this many candidates (and at most a
+# CTA's threads: a lane each); more take the local histogram passes (tests lower it)
+TAIL_RANK_GROUP = 32  # candidates one step of the rank reads (8 LDS broadcasts in flight)
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
@@ -97,10 +102,11 @@ NEXTRA = 16
 # a row finish's LDS words (SelectPass._finish_row): whether this job finishes its row (set by
 # the decision), the gather's append count, and the decision's threshold digit b and whether a
 # bin lies above it (the slices' counts above the new prefix: cum[b + 1] of message q-1)
-FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE = range(6)
-FIN_WORDS = FIN_T_ABOVE + 1
+FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE, FIN_N, FIN_LONGEST = range(8)
+FIN_WORDS = FIN_LONGEST + 1
 # (FIN_T: the row's final threshold key, the candidate ranked at `need`; FIN_T_ABOVE: how
-# many candidates are larger)
+# many candidates are larger; a tail finish's FIN_N: the row's candidates, FIN_LONGEST: its
+# longest list)
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
 INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
@@ -273,25 +279,24 @@ class SelectConfig:
     # place 0.3, emit 1.1, where the two rounds it replaces end the launch ~4.6 us after
     # sel_h2. Off; --tune launch.finish_max=N
     finish_max: int | None = None
-    # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Bucketed
-    # finish"): sel_h1 also writes its candidates bucketed by their second digit (a counting
-    # sort of its list into `list_bucket_keys`), so sel_out, deciding on message 1, finds the
-    # row's few candidates left (keys of the threshold's 15-bit prefix for (6, 9, ..)) as one
-    # contiguous range of every slice's bucketed list, gathers them into LDS (at most
-    # BUCKET_FINISH_LDS; more are read again from the buckets each pass: exact at any count),
-    # resolves the plan's remaining digits by LDS histogram passes, places its slice and
-    # emits it. Stages sel_h0, sel_h1, sel_out: two exchange rounds fewer than the plan's
-    # digits would take. False: every digit exchanged (the AMD builds keep it: unmeasured)
-    bucket_finish: bool = False
+    # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Tail
+    # finish"): sel_out, deciding on message 1 (15 bits of (6, 9, ..)), takes the row's few
+    # candidates left from every slice's list (whose keys its lanes loaded while the
+    # messages were summed), ranks them by key in LDS (up to a CTA's threads of them; more
+    # take LDS histogram passes over the plan's remaining digits, read again from the lists
+    # past TAIL_FINISH_LDS: exact at any count), places its slice and emits it. Stages
+    # sel_h0, sel_h1, sel_out: the exchange rounds of the plan's later digits are gone.
+    # False: every digit exchanged (the AMD builds keep it: unmeasured)
+    tail_finish: bool = False
 
     def __post_init__(self):
         lay = self.layout
-        if self.bucket_finish:
+        if self.tail_finish:
             if len(self.digits) < 3:
-                raise ValueError(f"bucket_finish needs a plan of 3 or more digits, not "
+                raise ValueError(f"tail_finish needs a plan of 3 or more digits, not "
                                  f"{tuple(self.digits)} (two are exchanged, the rest local)")
             if self.finish_max is not None or self.solo_max_candidates is not None:
-                raise ValueError("bucket_finish excludes finish_max and solo_max_candidates "
+                raise ValueError("tail_finish excludes finish_max and solo_max_candidates "
                                  "(each finishes a row from the lists its own way)")
         if self.finish_max is not None:
             if not 1 <= self.finish_max <= FINISH_MAX_LIMIT:
@@ -342,8 +347,8 @@ class SelectConfig:
     @property
     def passes(self) -> int:
         """Exchanged histogram passes (stages sel_h0 .. sel_h{passes-1} before sel_out):
-        every digit of the plan, or two with bucket_finish (sel_out resolves the rest)."""
-        return BUCKET_EXCHANGED if self.bucket_finish else len(self.digits)
+        every digit of the plan, or two with tail_finish (sel_out resolves the rest)."""
+        return TAIL_EXCHANGED if self.tail_finish else len(self.digits)
 
     @property
     def solo(self) -> bool:
@@ -353,8 +358,8 @@ class SelectConfig:
     @property
     def defers(self) -> bool:
         """Whether crowded rows get their lists from sel_h2 (defer_fat_bins, without solo;
-        never with bucket_finish, which has no sel_h2)."""
-        return self.defer_fat_bins and not self.solo and not self.bucket_finish
+        never with tail_finish, which has no sel_h2)."""
+        return self.defer_fat_bins and not self.solo and not self.tail_finish
 
     def bins(self, q: int) -> int:
         return 1 << self.digits[q]
@@ -403,13 +408,6 @@ class SelectConfig:
     def list_pos(self) -> str:
         """... and of their token positions [rows, S, max_slice_keys] i32."""
         return f"{self.prefix}_lpos"
-
-    @property
-    def list_bucket_keys(self) -> str:
-        """With bucket_finish: sel_h1's candidates (keys of the first threshold digit's prefix)
-        in descending order of their second digit, a slice's bucket b after the buckets
-        above it ([rows, S, max_slice_keys] u32, positions in no order)."""
-        return f"{self.prefix}_lkeyb"
 
     @property
     def list2_keys(self) -> str:

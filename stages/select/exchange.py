@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from monokernel.types import i32, u32
 
-from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI, FIN_T,
+from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI, FIN_N,
+                     FIN_T,
                      FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
                      X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
 from .lanes import _State, _barrier, _i, _last, _pick, _scan, _suffix_sums, _threshold, _u, _wave0
@@ -74,10 +75,12 @@ class Exchange:
                 with k.if_(~st.done):
                     wait_all()
             st.store_lds(lds["state"])
-            if self.finishes or self.bucket_finishes:
+            if self.finishes or self.tail_finishes:
                 k.store(lds["fin"], FIN_GO, k.const(0, i32))
             io.env.phase(0)  # the messages this decision reads are in
         _barrier(k)
+        if self.tail_finishes:  # the lists' keys in flight while the messages are summed
+            self._tail_prefetch(k, io, sl)
         st = _State.load(k, lds["state"], 0)
         with k.if_(~st.done):
             self._global_cum(k, io, sl, lds)
@@ -147,9 +150,9 @@ class Exchange:
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
-        if self.finishes or self.bucket_finishes:  # few candidates left in the row, every
+        if self.finishes or self.tail_finishes:  # few candidates left in the row, every
             # slice's list complete (a bucketed finish: any number of them)
-            go = ~done if self.bucket_finishes else ~done & ((gb - ga) <= c.finish_max)
+            go = ~done if self.tail_finishes else ~done & ((gb - ga) <= c.finish_max)
             if self.q == 2 and c.defers:  # a deferred row's lists are sel_h2's own
                 go = go & st[X_DEFER].eq(0)
             fin = lds["fin"]
@@ -159,6 +162,7 @@ class Exchange:
             k.store(fin, FIN_HAS_HI, k.select(has_hi, k.const(1, i32), 0))
             k.store(fin, FIN_T, k.const(0, i32))
             k.store(fin, FIN_T_ABOVE, k.const(0, i32))
+            k.store(fin, FIN_N, gb - ga)
         own = (sl.r * S + sl.s) * mw
         hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)

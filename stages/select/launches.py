@@ -136,13 +136,13 @@ def measured_options(on: bool) -> dict:
 
 def config_for(spec, *, max_slices: int | None = None, digits=None,
                lean_lists: bool | None = None, finish_max: int | None = None,
-               bucket_finish: bool | None = None) -> SelectConfig:
+               tail_finish: bool | None = None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
     SELECT_KIND_DIGITS_WIDE past WIDE_ROW_SLICES slices a row; DEFAULT_DIGITS on AMD,
     unmeasured there), `lean_lists` (None: on off AMD), `finish_max` (None or 0: no row
-    finish), `bucket_finish` (None: off; SelectConfig.bucket_finish)."""
+    finish), `tail_finish` (None: off; SelectConfig.tail_finish)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -159,7 +159,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         **measured_options(not amd),
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
                         finish_max=finish_max or None,
-                        bucket_finish=bool(bucket_finish))
+                        tail_finish=bool(tail_finish))
 
 
 def _waves_for(spec) -> int:
@@ -173,9 +173,9 @@ def _grid_for(spec) -> int:
 
 
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
-                 finish_max=None, bucket_finish=None):
+                 finish_max=None, tail_finish=None):
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
-                     bucket_finish=bucket_finish)
+                     tail_finish=tail_finish)
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -195,9 +195,9 @@ from ..kinds import Kind, register  # noqa: E402
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
               launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
-                               "bucket_finish")))
+                               "tail_finish")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
-                                              "bucket_finish")))
+                                              "tail_finish")))

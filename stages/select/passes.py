@@ -12,10 +12,10 @@ from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
-from .config import (BUCKET_FINISH_LDS, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
+from .config import (TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
                      LIST_UNROLL, LOAD_KEYS, MAX_PAGE, PAGE, PAGE_SHIFT, SCAN_AHEAD, SCAN_UNROLL,
                      SEGMENT_UNROLL, SelectConfig, X_DEFER, X_EMITTED)
-from .bucket import BucketFinish
+from .tail import TailFinish
 from .emit import Emit
 from .exchange import Exchange
 from .finish import RowFinish
@@ -27,7 +27,7 @@ from .scan import ScanPasses
 from .solo import SoloFinish
 
 
-class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, BucketFinish,
+class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, TailFinish,
                  Stage):
     """Pass q of the selection (q = 0..P-1: histogram passes; q = P: the output)."""
     rel_tol = 1e-10  # exact: an integer off by one in values < 2**31 is 4.7e-10 relative
@@ -139,9 +139,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Bu
         self.lean_copies = cfg.lean_copies
         # this pass may finish a row from every slice's list (SelectConfig.finish_max)
         self.finishes = cfg.finish_max is not None and 2 <= q < cfg.passes
-        # SelectConfig.bucket_finish: sel_h1 buckets its candidates, sel_out finishes the row
-        self.buckets = cfg.bucket_finish and self.compacts
-        self.bucket_finishes = cfg.bucket_finish and self.is_out
+        # SelectConfig.tail_finish: sel_out finishes the row from every slice's list
+        self.tail_finishes = cfg.tail_finish and self.is_out
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -168,9 +167,6 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Bu
             shape = (c.rows, c.max_slices, c.max_slice_keys())
             out += [PlainBuffer(self.list_out[0], u32, shape),
                     PlainBuffer(self.list_out[1], i32, shape)]
-        if self.buckets:
-            out.append(PlainBuffer(c.list_bucket_keys, u32,
-                                   (c.rows, c.max_slices, c.max_slice_keys())))
         return out
 
     def buffers(self):
@@ -234,9 +230,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Bu
                 if self.finishes:  # a row finish gathers every slice's list keys
                     lk = c.max_slice_keys() * c.max_slices
                     out.append(Use(keys, r * lk, (r + 1) * lk))
-            if self.bucket_finishes:  # ... a bucketed one every slice's threshold bucket
-                lk = c.max_slice_keys() * c.max_slices
-                out.append(Use(c.list_bucket_keys, r * lk, (r + 1) * lk))
+                if self.tail_finishes:  # ... so does sel_out's tail finish
+                    lk = c.max_slice_keys() * c.max_slices
+                    out.append(Use(keys, r * lk, (r + 1) * lk))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -259,8 +255,6 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Bu
         out = [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
         if self.list_out is not None:
             out += self._list_uses(j, list(self.list_out))
-        if self.buckets:
-            out += self._list_uses(j, [c.list_bucket_keys])
         return out
 
     def reference(self, env):
@@ -343,10 +337,10 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Bu
         digit and publish message q."""
         self._consume(k, io, sl, lds)
         io.env.phase(2)  # decided (phases 0 and 1 in _consume)
-        if self.bucket_finishes:  # a row the decision left open: the bucketed finish
+        if self.tail_finishes:  # a row the decision left open: the tail finish
             with k.if_else(k.load(lds["fin"], FIN_GO, i32).ne(0)) as (finish, final):
                 with finish:
-                    self._bucket_finish(k, io, sl, lds)
+                    self._tail_finish(k, io, sl, lds)
                 with final:
                     self._emit(k, io, sl, lds)
             return
@@ -421,18 +415,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Bu
             out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
             out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)  # per slice: candidates above,
             out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)  # at the threshold
-        if self.buckets:  # where each bucket's next key goes
-            out["bucket_at"] = k.lds(f"{nm}_bucket_at", u32, c.bins(self.q))
-        if self.bucket_finishes:
-            S, F = c.max_slices, BUCKET_FINISH_LDS
+        if self.tail_finishes:
+            S, F = c.max_slices, TAIL_FINISH_LDS
             out["fin"] = k.lds(f"{nm}_fin", i32, FIN_WORDS)
-            out["fin_key"] = k.lds(f"{nm}_fin_key", u32, F)
+            # the candidates (keys padded with key 0 to whole rank groups) and their slices
+            out["fin_key"] = k.lds(f"{nm}_fin_key", u32, F + TAIL_RANK_GROUP)
             out["fin_slice"] = k.lds(f"{nm}_fin_slice", i32, F)
-            # per slice: where its threshold bucket's candidates start among the row's
-            # ([S]: their number), where the bucket starts in its list, its keys above the
-            # bucket, and its candidates above and at the final prefix
-            out["fin_off"] = k.lds(f"{nm}_fin_off", i32, S + 1)
-            out["fin_start"] = k.lds(f"{nm}_fin_start", i32, S)
+            # per slice: its list's length, its keys above the 15-bit prefix, and its
+            # candidates above and at the final prefix
+            out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
             out["fin_ab"] = k.lds(f"{nm}_fin_ab", i32, S)
             out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)
             out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)

@@ -1,0 +1,239 @@
+"""SelectPass's tail finish (SelectConfig.tail_finish; the package doc's "Tail finish"):
+sel_out, deciding on message 1, finishes the row from every slice's list, whose keys its
+lanes loaded while the messages were still being summed."""
+from __future__ import annotations
+
+from monokernel.types import i32, u32
+
+from .config import (FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE,
+                     LOAD_KEYS, TAIL_LIST_AHEAD, TAIL_RANK_GROUP, X_ABOVE, X_D, X_DONE,
+                     X_NEED, X_NLIST, X_Q)
+from . import config as _config
+from .lanes import _State, _barrier, _i, _prefix, _suffix_sums, _threshold, _u, _wave0
+
+
+class _Lists:
+    """A lane's share of its row's lists: lanes_per slice G = T / S consecutive lanes read
+    one slice's list, lane u its 4-key groups u, u + G, ... (a group's keys are entries
+    4 (u + G i) ..). `first` holds the first TAIL_LIST_AHEAD groups, loaded unmasked inside
+    the list's room (entries past its length are read, never used)."""
+
+    def __init__(self, k, io, cfg, sl):
+        S, T = cfg.max_slices, k.W * k.L
+        if S > T:
+            raise ValueError(f"tail_finish: {S} slices a row exceed the CTA's {T} threads "
+                             "(a slice's list needs a lane at least)")
+        self.k, self.io, self.cfg, self.sl = k, io, cfg, sl
+        self.G = G = T // S
+        t = k.thread_id()
+        self.s = t / G
+        self.u = t - self.s * G
+        act = self.s < sl.sc
+        ss = k.min(self.s, S - 1)
+        mb = (sl.r * S + ss) * cfg.msg_words(1) + cfg.state_word
+        self.n = k.select(act, _i(k, io.load(cfg.msg(1), mb + X_NLIST, mask=act)), 0)
+        self.base = (sl.r * S + ss) * cfg.max_slice_keys()
+        self.first = [self.group(i) for i in range(TAIL_LIST_AHEAD)]
+
+    def entry(self, i):
+        """The first entry of this lane's group i (runtime i or a Python int)."""
+        return LOAD_KEYS * (self.u + self.G * i)
+
+    def group(self, i):
+        lk = self.cfg.max_slice_keys()
+        return self.io.load(self.cfg.list_keys,
+                            self.base + self.k.min(self.entry(i), lk - LOAD_KEYS), 4)
+
+    def rounds(self, longest):
+        """Groups a lane of the row's longest list reads (uniform: every lane loops as
+        long, so a ballot in the loop sees the whole wave)."""
+        return (longest + (LOAD_KEYS * self.G - 1)) / (LOAD_KEYS * self.G)
+
+    def each(self, longest, fn, ahead=True):
+        """fn(key4, valid4, slice) for every group of the row's lists: the loaded ones
+        first (ahead), then the rest from memory."""
+        k = self.k
+        start = 0
+        if ahead:
+            for i, key4 in enumerate(self.first):
+                fn(key4, self.valid(i), self.s)
+            start = TAIL_LIST_AHEAD
+        for i in k.range(start, self.rounds(longest)):
+            fn(self.group(i), self.valid(i), self.s)
+
+    def valid(self, i):
+        j = self.entry(i)
+        return self.k.vec(j, j + 1, j + 2, j + 3) < self.n
+
+
+class TailFinish:
+    """SelectPass's tail finish: the lists' keys loaded under the exchange
+    (`_tail_prefetch`), then the row's candidates gathered, ranked (or resolved by local
+    histogram passes) and this slice placed and emitted (`_tail_finish`)."""
+
+    def _tail_prefetch(self, k, io, sl):
+        """All waves, once message 1 is in (before its cum sum): this lane's share of the
+        row's lists, loaded before the decision that says which of their keys are left."""
+        sl.tail = _Lists(k, io, self.cfg, sl)
+
+    def _tail_finish(self, k, io, sl, lds):
+        """All waves, after the decision on message 1 left the row undecided (LDS state:
+        prefix Q of d bits, `need`; fin: the threshold digit b and the row's candidates
+        FIN_N, the keys with that prefix). Gather them from the lists into LDS (key, slice;
+        at most TAIL_FINISH_LDS); up to a CTA's threads of them are ranked by key (each
+        lane one candidate against all: the threshold key T is the one whose candidates
+        span rank `need`); more take LDS histogram passes over the plan's remaining digits
+        (decided as the rounds decide, on the same counts), read from the lists again past
+        TAIL_FINISH_LDS. Then each slice's candidates above and at the final prefix, this
+        slice's place among the row's, and its emit: the rounds' outputs bit for bit."""
+        c = self.cfg
+        S, L, T = c.max_slices, k.L, k.W * k.L
+        F = _config.TAIL_FINISH_LDS
+        p = self.q - 1
+        mw, msg, Bp = c.msg_words(p), c.msg(p), c.bins(p)
+        fin, length, above = lds["fin"], lds["fin_len"], lds["fin_ab"]
+        gt_n, eq_n = lds["fin_gt"], lds["fin_eq"]
+        fkey, fslice = lds["fin_key"], lds["fin_slice"]
+        zero = k.const(0, i32)
+        t = k.thread_id()
+        lists = sl.tail
+        with _wave0(k):  # per slice: the keys above the prefix; the longest list
+            b = k.load(fin, FIN_B, i32)
+            use_hi = k.load(fin, FIN_HAS_HI, i32).ne(0)
+            hi_i = k.min(b + 1, Bp - 1)
+            longest = k.uniform_var(0, i32)
+            for grp in range((S + L - 1) // L):
+                s2 = grp * L + k.lane_id()
+                act = s2 < sl.sc
+                ss = k.min(s2, S - 1)
+                mb = (sl.r * S + ss) * mw
+                c_hi = k.select(act & use_hi, _i(k, io.load(msg, mb + hi_i, mask=act & use_hi)),
+                                0)
+                ab0 = k.select(act, _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act)),
+                               0)
+                nl = k.select(act, _i(k, io.load(msg, mb + c.state_word + X_NLIST, mask=act)),
+                              0)
+                k.store(above, ss, ab0 + c_hi, mask=act)
+                k.store(length, ss, nl, mask=act)
+                k.store(gt_n, ss, zero, mask=act)
+                k.store(eq_n, ss, zero, mask=act)
+                longest.set(k.max(longest.get(), k.wave_reduce(nl, "max")))
+            k.store(fin, FIN_LONGEST, longest.get())
+        _barrier(k)
+        nc = k.load(fin, FIN_N, i32)
+        most = k.load(fin, FIN_LONGEST, i32)
+        fits = nc <= F
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+
+        def gather(key4, valid4, s2):  # candidates are rare: a wave appends where it holds one
+            cand = valid4 & _prefix(k, key4, d).eq(Q)
+            for e in range(LOAD_KEYS):
+                m = k.extract(cand, e)
+                with k.if_(k.ballot(m).ne(0)):
+                    at = k.atomic("add", fin, FIN_COUNT, k.const(1, i32), mask=m, scope="cta")
+                    at = k.min(k.max(at, 0), F - 1)  # < nc <= F where m
+                    k.store(fkey, at, k.extract(key4, e), mask=m)
+                    k.store(fslice, at, s2, mask=m)
+        with k.if_(fits):
+            lists.each(most, gather)
+            for i in range((TAIL_RANK_GROUP + T - 1) // T):  # key 0 past the last: never
+                j = t + i * T  # above nor equal to a candidate (none is key 0)
+                k.store(fkey, k.min(nc, F) + k.min(j, TAIL_RANK_GROUP - 1), k.const(0, u32),
+                        mask=j < TAIL_RANK_GROUP)
+        _barrier(k)
+
+        def each(fn):
+            """fn(key, slice, mask) on every candidate: from LDS, or from the lists."""
+            with k.if_else(fits) as (held, reread):
+                with held:
+                    for i0 in k.range(0, nc, T):
+                        i = i0 + t
+                        ii = k.min(i, F - 1)
+                        fn(k.load(fkey, ii, u32), k.load(fslice, ii, i32), i < nc)
+                with reread:
+                    def one(key4, valid4, s2):
+                        cand = valid4 & _prefix(k, key4, d).eq(Q)
+                        for e in range(LOAD_KEYS):
+                            fn(k.extract(key4, e), s2, k.extract(cand, e))
+                    lists.each(most, one, ahead=False)
+
+        need = st.i(X_NEED)
+        with k.if_else(fits & (nc <= min(T, _config.TAIL_RANK_MAX))) as (ranked, passes):
+            with ranked:  # lane i: candidate i's rank by key among them (LDS broadcasts)
+                m = t < nc
+                key = k.load(fkey, k.min(t, F - 1), u32)
+                gt = k.lane_var(0, i32)
+                same = k.lane_var(0, i32)
+                for j0 in k.range(0, nc, TAIL_RANK_GROUP):
+                    vs = [k.load(fkey, j0 + LOAD_KEYS * g, u32, LOAD_KEYS)
+                          for g in range(TAIL_RANK_GROUP // LOAD_KEYS)]
+                    for v in vs:
+                        for e in range(LOAD_KEYS):
+                            kj = k.extract(v, e)
+                            gt.set(gt.get() + k.cast(kj > key, i32))
+                            same.set(same.get() + k.cast(kj.eq(key), i32))
+                # the threshold: the key whose candidates span rank `need` (1 <= need <=
+                # nc); its candidates all write the same two words
+                hit = m & (gt.get() < need) & (need <= gt.get() + same.get())
+                k.atomic("max", fin, FIN_T, key, mask=hit, scope="cta")
+                k.atomic("max", fin, FIN_T_ABOVE, gt.get(), mask=hit, scope="cta")
+                _barrier(k)
+                with _wave0(k):  # final at all 32 bits: the keys above T, the first ties
+                    stp = lds["state"]
+                    k.store(stp, X_Q, k.load(fin, FIN_T, u32))
+                    k.store(stp, X_D, k.const(32, u32))
+                    k.store(stp, X_NEED, _u(k, need - k.load(fin, FIN_T_ABOVE, i32)))
+                    k.store(stp, X_DONE, k.const(1, u32))
+            with passes:
+                self._tail_passes(k, lds, each)
+        _barrier(k)
+        st = _State.load(k, lds["state"], 0)
+        Qf, df = st[X_Q], st.i(X_D)
+
+        def tally(key, s2, m):
+            pre = _prefix(k, key, df)
+            k.count(gt_n, s2, m & (pre > Qf))
+            k.count(eq_n, s2, m & pre.eq(Qf))
+        each(tally)
+        _barrier(k)
+        with _wave0(k):
+            def counts(s2, act, mb):  # ties at the final prefix, and the keys above it
+                ss = k.min(s2, S - 1)
+                eq = k.select(act, k.load(eq_n, ss, i32), 0)
+                ab = k.select(act, k.load(above, ss, i32) + k.load(gt_n, ss, i32), 0)
+                return lambda: (eq, ab)
+            self._place(k, io, sl, lds, st.i(X_NEED), counts)
+        _barrier(k)
+        self._emit(k, io, sl, lds)
+
+    def _tail_passes(self, k, lds, each):
+        """The plan's remaining digits over the candidates, one LDS histogram pass each
+        (wave 0 deciding on it as a round would on the summed messages)."""
+        c = self.cfg
+        T = k.W * k.L
+        t = k.thread_id()
+        hist = lds["fin_hist"]
+        for q2 in range(c.passes, len(c.digits)):
+            st = _State.load(k, lds["state"], 0)
+            with k.if_(~st.done):
+                B = c.bins(q2)
+                for i in range((B + T - 1) // T):
+                    idx = t + i * T
+                    k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+                _barrier(k)
+                Q, d = st[X_Q], st.i(X_D)
+                sh_lo = k.cast(32 - d - c.digits[q2], u32)
+
+                def count(key, s2, m, Q=Q, d=d, sh_lo=sh_lo, B=B):
+                    k.count(hist, _i(k, (key >> sh_lo) & (B - 1)),
+                            m & _prefix(k, key, d).eq(Q))
+                each(count)
+                _barrier(k)
+                with _wave0(k):
+                    _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
+                    k.wave_sync()  # the lanes read bins other lanes summed
+                    takeall, b2, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
+                    new, _ = self._advance(k, st, q2, takeall, b2, gb, ga)
+                    new.store_lds(lds["state"])
+                _barrier(k)
