@@ -86,6 +86,8 @@ TAIL_LIST_AHEAD = 12  # 4-key groups of the lists a lane loads under the exchang
 # rows (~3K groups) in one round for 256 lanes; longer lists take further rounds after it
 TAIL_RANK_MAX = 1 << 20  # a tail finish ranks at most this many candidates (and at most a
 # CTA's threads: a lane each); more take the local histogram passes (tests lower it)
+TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's
+# clocks in each part, time_layers --timeline)
 TAIL_RANK_GROUP = 32  # candidates one step of the rank reads (8 LDS broadcasts in flight)
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair

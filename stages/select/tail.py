@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from monokernel.types import i32, u32
 
-from .config import (FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE,
+from ..cycles import CycleTally
+
+from .config import (TAIL_TALLIES, FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE,
                      LOAD_KEYS, TAIL_LIST_AHEAD, TAIL_RANK_GROUP, X_ABOVE, X_D, X_DONE,
                      X_NEED, X_NLIST, X_Q)
 from . import config as _config
@@ -97,6 +99,7 @@ class TailFinish:
         zero = k.const(0, i32)
         t = k.thread_id()
         lists = sl.tail
+        cyc = CycleTally(k, io.env, TAIL_TALLIES)  # (a timeline kernel's accounts only)
         with _wave0(k):  # per slice: the keys above the prefix; the longest list
             b = k.load(fin, FIN_B, i32)
             use_hi = k.load(fin, FIN_HAS_HI, i32).ne(0)
@@ -142,6 +145,7 @@ class TailFinish:
                 k.store(fkey, k.min(nc, F) + k.min(j, TAIL_RANK_GROUP - 1), k.const(0, u32),
                         mask=j < TAIL_RANK_GROUP)
         _barrier(k)
+        cyc.mark("gather")
 
         def each(fn):
             """fn(key, slice, mask) on every candidate: from LDS, or from the lists."""
@@ -188,6 +192,7 @@ class TailFinish:
             with passes:
                 self._tail_passes(k, lds, each)
         _barrier(k)
+        cyc.mark("rank")
         st = _State.load(k, lds["state"], 0)
         Qf, df = st[X_Q], st.i(X_D)
 
@@ -205,7 +210,11 @@ class TailFinish:
                 return lambda: (eq, ab)
             self._place(k, io, sl, lds, st.i(X_NEED), counts)
         _barrier(k)
+        cyc.mark("place")
         self._emit(k, io, sl, lds)
+        _barrier(k)  # (every wave's emit, for its account)
+        cyc.mark("emit")
+        cyc.flush()
 
     def _tail_passes(self, k, lds, each):
         """The plan's remaining digits over the candidates, one LDS histogram pass each
