@@ -89,6 +89,8 @@ TAIL_RANK_MAX = 1 << 20  # a tail finish ranks at most this many candidates (and
 TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's
 # clocks in each part, time_layers --timeline)
 TAIL_RANK_GROUP = 32  # candidates one step of the rank reads (8 LDS broadcasts in flight)
+TAIL_RANK_CHAINS = 8  # independent sums a lane's rank keeps (one chain of 64 dependent adds
+# a step stalled ~13 clocks an add: bench/NOTES.md v27)
 RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 

@@ -160,7 +160,8 @@ class Exchange:
             k.store(fin, FIN_COUNT, k.const(0, i32))
             k.store(fin, FIN_B, b)
             k.store(fin, FIN_HAS_HI, k.select(has_hi, k.const(1, i32), 0))
-            k.store(fin, FIN_T, k.const(0, i32))
+            # (a tail finish's threshold is an unsigned minimum: from the largest key)
+            k.store(fin, FIN_T, k.const(-1 if self.tail_finishes else 0, i32))
             k.store(fin, FIN_T_ABOVE, k.const(0, i32))
             k.store(fin, FIN_N, gb - ga)
         own = (sl.r * S + sl.s) * mw

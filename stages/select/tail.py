@@ -8,10 +8,11 @@ from monokernel.types import i32, u32
 from ..cycles import CycleTally
 
 from .config import (TAIL_TALLIES, FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE,
-                     LOAD_KEYS, TAIL_LIST_AHEAD, TAIL_RANK_GROUP, X_ABOVE, X_D, X_DONE,
+                     LOAD_KEYS, TAIL_LIST_AHEAD, TAIL_RANK_CHAINS, TAIL_RANK_GROUP, X_ABOVE, X_D, X_DONE,
                      X_NEED, X_NLIST, X_Q)
 from . import config as _config
-from .lanes import _State, _barrier, _i, _prefix, _suffix_sums, _threshold, _u, _wave0
+from .lanes import (_State, _barrier, _i, _last, _prefix, _scan, _suffix_sums, _threshold, _u,
+                    _wave0)
 
 
 class _Lists:
@@ -50,6 +51,16 @@ class _Lists:
         """Groups a lane of the row's longest list reads (uniform: every lane loops as
         long, so a ballot in the loop sees the whole wave)."""
         return (longest + (LOAD_KEYS * self.G - 1)) / (LOAD_KEYS * self.G)
+
+    def batches(self, longest, fn):
+        """fn([(key4, valid4)] * TAIL_LIST_AHEAD, slice) for every batch of this lane's groups
+        of the row's lists: the loaded one first, then the rest from memory, a batch's loads
+        all issued before it is used."""
+        k = self.k
+        fn([(key4, self.valid(i)) for i, key4 in enumerate(self.first)], self.s)
+        for i0 in k.range(TAIL_LIST_AHEAD, self.rounds(longest), TAIL_LIST_AHEAD):
+            keys = [self.group(i0 + i) for i in range(TAIL_LIST_AHEAD)]
+            fn([(key4, self.valid(i0 + i)) for i, key4 in enumerate(keys)], self.s)
 
     def each(self, longest, fn, ahead=True):
         """fn(key4, valid4, slice) for every group of the row's lists: the loaded ones
@@ -129,17 +140,32 @@ class TailFinish:
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
 
-        def gather(key4, valid4, s2):  # candidates are rare: a wave appends where it holds one
-            cand = valid4 & _prefix(k, key4, d).eq(Q)
-            for e in range(LOAD_KEYS):
-                m = k.extract(cand, e)
-                with k.if_(k.ballot(m).ne(0)):
-                    at = k.atomic("add", fin, FIN_COUNT, k.const(1, i32), mask=m, scope="cta")
-                    at = k.min(k.max(at, 0), F - 1)  # < nc <= F where m
-                    k.store(fkey, at, k.extract(key4, e), mask=m)
-                    k.store(fslice, at, s2, mask=m)
-        with k.if_(fits):
-            lists.each(most, gather)
+        def gather(batch, s2):
+            """A batch's candidates appended to LDS: a lane's count, the wave's prefix of
+            them and one LDS atomic a wave for the wave's room, then predicated stores (no
+            branch a key: a wave holds a few candidates at most)."""
+            cands = [valid4 & _prefix(k, key4, d).eq(Q) for key4, valid4 in batch]
+            flags = [k.cast(k.extract(cd, e), i32) for cd in cands for e in range(LOAD_KEYS)]
+            own = flags[0]
+            for f in flags[1:]:
+                own = own + f
+            incl = _scan(k, own)
+            tot = _last(k, incl)
+            with k.if_(tot.ne(0)):
+                first = k.atomic("add", fin, FIN_COUNT, tot, mask=k.lane_id().eq(0),
+                                 scope="cta")
+                at = k.readfirstlane(k.shuffle(first, 0)) + incl - own
+                for g, (key4, _) in enumerate(batch):
+                    for e in range(LOAD_KEYS):
+                        f = flags[g * LOAD_KEYS + e]
+                        m = f.ne(0)
+                        i = k.min(at, F - 1)  # < nc <= F where m
+                        k.store(fkey, i, k.extract(key4, e), mask=m)
+                        k.store(fslice, i, s2, mask=m)
+                        at = at + f
+
+        with k.if_(fits):  # the gather
+            lists.batches(most, gather)
             for i in range((TAIL_RANK_GROUP + T - 1) // T):  # key 0 past the last: never
                 j = t + i * T  # above nor equal to a candidate (none is key 0)
                 k.store(fkey, k.min(nc, F) + k.min(j, TAIL_RANK_GROUP - 1), k.const(0, u32),
@@ -167,25 +193,29 @@ class TailFinish:
             with ranked:  # lane i: candidate i's rank by key among them (LDS broadcasts)
                 m = t < nc
                 key = k.load(fkey, k.min(t, F - 1), u32)
-                gt = k.lane_var(0, i32)
-                same = k.lane_var(0, i32)
-                for j0 in k.range(0, nc, TAIL_RANK_GROUP):
-                    vs = [k.load(fkey, j0 + LOAD_KEYS * g, u32, LOAD_KEYS)
-                          for g in range(TAIL_RANK_GROUP // LOAD_KEYS)]
-                    for v in vs:
-                        for e in range(LOAD_KEYS):
-                            kj = k.extract(v, e)
-                            gt.set(gt.get() + k.cast(kj > key, i32))
-                            same.set(same.get() + k.cast(kj.eq(key), i32))
-                # the threshold: the key whose candidates span rank `need` (1 <= need <=
-                # nc); its candidates all write the same two words
-                hit = m & (gt.get() < need) & (need <= gt.get() + same.get())
-                k.atomic("max", fin, FIN_T, key, mask=hit, scope="cta")
-                k.atomic("max", fin, FIN_T_ABOVE, gt.get(), mask=hit, scope="cta")
+                with k.if_(k.wave_id() * L < nc):  # (a wave holding a candidate)
+                    accs = [k.lane_var(0, i32) for _ in range(TAIL_RANK_CHAINS)]
+                    for j0 in k.range(0, nc, TAIL_RANK_GROUP):
+                        vs = [k.load(fkey, j0 + LOAD_KEYS * g, u32, LOAD_KEYS)
+                              for g in range(TAIL_RANK_GROUP // LOAD_KEYS)]
+                        for g, v in enumerate(vs):
+                            for e in range(LOAD_KEYS):
+                                a = accs[(g * LOAD_KEYS + e) % TAIL_RANK_CHAINS]
+                                a.set(a.get() + k.cast(k.extract(v, e) > key, i32))
+                    gt = accs[0].get()
+                    for a in accs[1:]:
+                        gt = gt + a.get()
+                    # the threshold T: the least of the candidates fewer than `need` others
+                    # exceed (the need-th largest: 1 <= need <= nc)
+                    k.atomic("min", fin, FIN_T, key, mask=m & (gt < need), scope="cta")
+                _barrier(k)
+                T_key = k.load(fin, FIN_T, u32)
+                k.atomic("add", fin, FIN_T_ABOVE, k.const(1, i32), mask=m & (key > T_key),
+                         scope="cta")
                 _barrier(k)
                 with _wave0(k):  # final at all 32 bits: the keys above T, the first ties
                     stp = lds["state"]
-                    k.store(stp, X_Q, k.load(fin, FIN_T, u32))
+                    k.store(stp, X_Q, T_key)
                     k.store(stp, X_D, k.const(32, u32))
                     k.store(stp, X_NEED, _u(k, need - k.load(fin, FIN_T_ABOVE, i32)))
                     k.store(stp, X_DONE, k.const(1, u32))
