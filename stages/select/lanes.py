@@ -87,6 +87,70 @@ def _suffix_sums(k, hist, B, put):
         carry.set(carry.get() + _last(k, incl))
 
 
+def _cta_suffix_sums(k, hist, B, put, totals):
+    """All waves: put(b, cum[b] = sum of LDS hist[b..B-1], mask) for every bin, in parallel:
+    thread t owns P = ceil(B / T) consecutive bins from the top (bins B-1-tP ..), its sum's
+    exclusive prefix over the threads is a lane scan plus the lower waves' totals (LDS
+    `totals` [W], one CTA barrier), then its bins top first. The one-wave `_suffix_sums`
+    walks B / L steps in series (16 lane scans at 512 bins: ~0.8 us on the H200). put may
+    write hist (a thread's bins are its own, read before the barrier)."""
+    T = k.W * k.L
+    P = -(-B // T)
+    t = k.thread_id()
+    got = []
+    own = k.const(0, i32)
+    for j in range(P):
+        b = (B - 1) - (t * P + j)
+        m = b >= 0
+        bb = k.max(b, 0)
+        g = _i(k, k.load(hist, bb, u32, mask=m))
+        g = k.select(m, g, 0)
+        got.append((bb, g, m))
+        own = own + g
+    incl = _scan(k, own)
+    run = incl - own
+    if k.W > 1:
+        k.store(totals, k.wave_id(), _last(k, incl), mask=k.lane_id().eq(0))
+        k.barrier()
+        for w2 in range(k.W - 1):
+            run = run + k.select(k.wave_id() > w2, k.load(totals, w2, i32), 0)
+    for bb, g, m in got:
+        run = run + g
+        put(bb, _u(k, run), m)
+
+
+def _cta_threshold(k, cum, B, need, out):
+    """All threads, on suffix sums cum[0..B-1] (LDS, non-increasing): the one bin b with
+    cum[b] >= need > cum[b + 1] (0 past the top) writes (b, cum[b], cum[b + 1]) to LDS
+    `out` [3]; none does when cum[0] < need (the caller presets out[0] = -1: take all).
+    `_threshold`'s answer from `_read_threshold` after a CTA barrier."""
+    T = k.W * k.L
+    t = k.thread_id()
+    for j in range(-(-B // T)):
+        b = t + j * T
+        m = b < B
+        c = _i(k, k.load(cum, k.min(b, B - 1), u32))
+        up = b + 1 < B
+        nxt = k.select(up, _i(k, k.load(cum, k.min(b + 1, B - 1), u32)), 0)
+        hit = m & (c >= need) & (nxt < need)
+        k.store(out, 0, b, mask=hit)
+        k.store(out, 1, c, mask=hit)
+        k.store(out, 2, nxt, mask=hit)
+
+
+def _read_threshold(k, cum, B, out):
+    """(takeall, b, has_hi, gb, ga) as `_threshold` returns them, from `_cta_threshold`'s
+    words (uniform loads)."""
+    b0 = k.load(out, 0, i32)
+    takeall = b0 < 0
+    b = k.max(b0, 0)
+    has_hi = (b + 1) < B
+    gb = k.select(takeall, _i(k, k.load(cum, 0, u32)), k.load(out, 1, i32))
+    ga = k.select(takeall, k.select(has_hi, _i(k, k.load(cum, min(1, B - 1), u32)), 0),
+                  k.load(out, 2, i32))
+    return takeall, b, has_hi, gb, ga
+
+
 def _threshold(k, cum, B, need):
     """One wave, on the suffix sums cum[0..B-1] (LDS, #(digit >= b)) of the candidates:
     (takeall, b, has_hi, gb, ga): the threshold bin b, the last with cum[b] >= need

@@ -37,7 +37,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
-                "lean_coalesced", "lean_refill")
+                "lean_coalesced", "lean_refill", "tail_rank")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
@@ -421,12 +421,13 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             # the candidates (keys padded with key 0 to whole rank groups) and their slices
             out["fin_key"] = k.lds(f"{nm}_fin_key", u32, F + TAIL_RANK_GROUP)
             out["fin_slice"] = k.lds(f"{nm}_fin_slice", i32, F)
-            # per slice: its list's length, its keys above the 15-bit prefix, and its
-            # candidates above and at the final prefix
-            out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
+            # per slice: its keys above the 15-bit prefix, and its candidates above and at
+            # the final prefix
             out["fin_ab"] = k.lds(f"{nm}_fin_ab", i32, S)
             out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)
             out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)
+            out["fin_waves"] = k.lds(f"{nm}_fin_waves", i32, max(1, k.W))  # a pass's sums
+            out["fin_thr"] = k.lds(f"{nm}_fin_thr", i32, 3)  # ... and its threshold
             out["fin_hist"] = k.lds(f"{nm}_fin_hist", u32,
                                     max(4, max(c.bins(q) for q in range(c.passes,
                                                                         len(c.digits)))))

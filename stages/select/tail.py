@@ -7,21 +7,23 @@ from monokernel.types import i32, u32
 
 from ..cycles import CycleTally
 
-from .config import (TAIL_TALLIES, FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE,
-                     LOAD_KEYS, TAIL_LIST_AHEAD, TAIL_RANK_CHAINS, TAIL_RANK_GROUP, X_ABOVE, X_D, X_DONE,
-                     X_NEED, X_NLIST, X_Q)
+from .config import (FIN_COUNT, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE, LOAD_KEYS,
+                     TAIL_LIST_AHEAD, TAIL_RANK_CHAINS, TAIL_RANK_GROUP, TAIL_TALLIES, X_D,
+                     X_DONE, X_NEED, X_NLIST, X_Q)
 from . import config as _config
-from .lanes import (_State, _barrier, _i, _last, _prefix, _scan, _suffix_sums, _threshold, _u,
-                    _wave0)
+from .lanes import (_State, _barrier, _cta_suffix_sums, _cta_threshold, _i, _last, _prefix,
+                    _read_threshold, _scan, _u, _wave0)
 
 
 class _Lists:
-    """A lane's share of its row's lists: lanes_per slice G = T / S consecutive lanes read
-    one slice's list, lane u its 4-key groups u, u + G, ... (a group's keys are entries
-    4 (u + G i) ..). `first` holds the first TAIL_LIST_AHEAD groups, loaded unmasked inside
-    the list's room (entries past its length are read, never used)."""
+    """A lane's share of its row's lists: G = T / S consecutive lanes read one slice's list,
+    lane u its 4-key groups u, u + G, ... (group i's keys are entries 4 (u + G i) ..).
+    `first` holds the first TAIL_LIST_AHEAD groups, loaded unmasked inside the list's room
+    (entries past its length are read, never used). Lane u = 0 of a slice zeroes the
+    slice's counts and puts its list length into the row's longest (LDS atomics: the CTA
+    barriers of the cum sum and the decision come before they are read)."""
 
-    def __init__(self, k, io, cfg, sl):
+    def __init__(self, k, io, cfg, sl, lds):
         S, T = cfg.max_slices, k.W * k.L
         if S > T:
             raise ValueError(f"tail_finish: {S} slices a row exceed the CTA's {T} threads "
@@ -37,6 +39,11 @@ class _Lists:
         self.n = k.select(act, _i(k, io.load(cfg.msg(1), mb + X_NLIST, mask=act)), 0)
         self.base = (sl.r * S + ss) * cfg.max_slice_keys()
         self.first = [self.group(i) for i in range(TAIL_LIST_AHEAD)]
+        lead = act & self.u.eq(0)
+        zero = k.const(0, i32)
+        for name in ("fin_ab", "fin_gt", "fin_eq"):
+            k.store(lds[name], ss, zero, mask=lead)
+        k.atomic("max", lds["fin"], FIN_LONGEST, self.n, mask=lead, scope="cta")
 
     def entry(self, i):
         """The first entry of this lane's group i (runtime i or a Python int)."""
@@ -49,7 +56,7 @@ class _Lists:
 
     def rounds(self, longest):
         """Groups a lane of the row's longest list reads (uniform: every lane loops as
-        long, so a ballot in the loop sees the whole wave)."""
+        long, so a wave's scans in the loop see the whole wave)."""
         return (longest + (LOAD_KEYS * self.G - 1)) / (LOAD_KEYS * self.G)
 
     def batches(self, longest, fn):
@@ -62,16 +69,9 @@ class _Lists:
             keys = [self.group(i0 + i) for i in range(TAIL_LIST_AHEAD)]
             fn([(key4, self.valid(i0 + i)) for i, key4 in enumerate(keys)], self.s)
 
-    def each(self, longest, fn, ahead=True):
-        """fn(key4, valid4, slice) for every group of the row's lists: the loaded ones
-        first (ahead), then the rest from memory."""
-        k = self.k
-        start = 0
-        if ahead:
-            for i, key4 in enumerate(self.first):
-                fn(key4, self.valid(i), self.s)
-            start = TAIL_LIST_AHEAD
-        for i in k.range(start, self.rounds(longest)):
+    def each(self, longest, fn):
+        """fn(key4, valid4, slice) for every group of the row's lists, from memory."""
+        for i in self.k.range(0, self.rounds(longest)):
             fn(self.group(i), self.valid(i), self.s)
 
     def valid(self, i):
@@ -84,56 +84,35 @@ class TailFinish:
     (`_tail_prefetch`), then the row's candidates gathered, ranked (or resolved by local
     histogram passes) and this slice placed and emitted (`_tail_finish`)."""
 
-    def _tail_prefetch(self, k, io, sl):
+    # 1: rank up to a CTA's threads of candidates (a lane each); 0: always the histogram
+    # passes (--tune sel_out.tail_rank=0)
+    tail_rank = 1
+
+    def _tail_prefetch(self, k, io, sl, lds):
         """All waves, once message 1 is in (before its cum sum): this lane's share of the
         row's lists, loaded before the decision that says which of their keys are left."""
-        sl.tail = _Lists(k, io, self.cfg, sl)
+        sl.tail = _Lists(k, io, self.cfg, sl, lds)
 
     def _tail_finish(self, k, io, sl, lds):
         """All waves, after the decision on message 1 left the row undecided (LDS state:
-        prefix Q of d bits, `need`; fin: the threshold digit b and the row's candidates
-        FIN_N, the keys with that prefix). Gather them from the lists into LDS (key, slice;
-        at most TAIL_FINISH_LDS); up to a CTA's threads of them are ranked by key (each
-        lane one candidate against all: the threshold key T is the one whose candidates
-        span rank `need`); more take LDS histogram passes over the plan's remaining digits
+        prefix Q of d bits, `need`; fin: the row's candidates FIN_N, the keys with that
+        prefix, and its longest list). One pass over the lists (the loaded groups first)
+        counts each slice's keys above the prefix and gathers the candidates into LDS (key,
+        slice; at most TAIL_FINISH_LDS). Up to a CTA's threads of them are ranked by key (a
+        lane each against all: the threshold T is the least of those fewer than `need`
+        others exceed); more take LDS histogram passes over the plan's remaining digits
         (decided as the rounds decide, on the same counts), read from the lists again past
         TAIL_FINISH_LDS. Then each slice's candidates above and at the final prefix, this
         slice's place among the row's, and its emit: the rounds' outputs bit for bit."""
         c = self.cfg
         S, L, T = c.max_slices, k.L, k.W * k.L
         F = _config.TAIL_FINISH_LDS
-        p = self.q - 1
-        mw, msg, Bp = c.msg_words(p), c.msg(p), c.bins(p)
-        fin, length, above = lds["fin"], lds["fin_len"], lds["fin_ab"]
+        fin, above = lds["fin"], lds["fin_ab"]
         gt_n, eq_n = lds["fin_gt"], lds["fin_eq"]
         fkey, fslice = lds["fin_key"], lds["fin_slice"]
-        zero = k.const(0, i32)
         t = k.thread_id()
         lists = sl.tail
         cyc = CycleTally(k, io.env, TAIL_TALLIES)  # (a timeline kernel's accounts only)
-        with _wave0(k):  # per slice: the keys above the prefix; the longest list
-            b = k.load(fin, FIN_B, i32)
-            use_hi = k.load(fin, FIN_HAS_HI, i32).ne(0)
-            hi_i = k.min(b + 1, Bp - 1)
-            longest = k.uniform_var(0, i32)
-            for grp in range((S + L - 1) // L):
-                s2 = grp * L + k.lane_id()
-                act = s2 < sl.sc
-                ss = k.min(s2, S - 1)
-                mb = (sl.r * S + ss) * mw
-                c_hi = k.select(act & use_hi, _i(k, io.load(msg, mb + hi_i, mask=act & use_hi)),
-                                0)
-                ab0 = k.select(act, _i(k, io.load(msg, mb + c.state_word + X_ABOVE, mask=act)),
-                               0)
-                nl = k.select(act, _i(k, io.load(msg, mb + c.state_word + X_NLIST, mask=act)),
-                              0)
-                k.store(above, ss, ab0 + c_hi, mask=act)
-                k.store(length, ss, nl, mask=act)
-                k.store(gt_n, ss, zero, mask=act)
-                k.store(eq_n, ss, zero, mask=act)
-                longest.set(k.max(longest.get(), k.wave_reduce(nl, "max")))
-            k.store(fin, FIN_LONGEST, longest.get())
-        _barrier(k)
         nc = k.load(fin, FIN_N, i32)
         most = k.load(fin, FIN_LONGEST, i32)
         fits = nc <= F
@@ -141,31 +120,39 @@ class TailFinish:
         Q, d = st[X_Q], st.i(X_D)
 
         def gather(batch, s2):
-            """A batch's candidates appended to LDS: a lane's count, the wave's prefix of
-            them and one LDS atomic a wave for the wave's room, then predicated stores (no
-            branch a key: a wave holds a few candidates at most)."""
-            cands = [valid4 & _prefix(k, key4, d).eq(Q) for key4, valid4 in batch]
-            flags = [k.cast(k.extract(cd, e), i32) for cd in cands for e in range(LOAD_KEYS)]
-            own = flags[0]
-            for f in flags[1:]:
-                own = own + f
-            incl = _scan(k, own)
-            tot = _last(k, incl)
-            with k.if_(tot.ne(0)):
-                first = k.atomic("add", fin, FIN_COUNT, tot, mask=k.lane_id().eq(0),
-                                 scope="cta")
-                at = k.readfirstlane(k.shuffle(first, 0)) + incl - own
-                for g, (key4, _) in enumerate(batch):
-                    for e in range(LOAD_KEYS):
-                        f = flags[g * LOAD_KEYS + e]
-                        m = f.ne(0)
-                        i = k.min(at, F - 1)  # < nc <= F where m
-                        k.store(fkey, i, k.extract(key4, e), mask=m)
-                        k.store(fslice, i, s2, mask=m)
-                        at = at + f
-
-        with k.if_(fits):  # the gather
-            lists.batches(most, gather)
+            """A batch's keys above the prefix counted into their slice's word, and its
+            candidates appended to LDS: a lane's count, the wave's prefix of them and one
+            LDS atomic a wave for the wave's room, then predicated stores (no branch a key:
+            a wave holds a few candidates at most)."""
+            pres = [(_prefix(k, key4, d), valid4) for key4, valid4 in batch]
+            hi = [k.cast(valid4 & (pre > Q), i32) for pre, valid4 in pres]
+            ab = hi[0]
+            for h in hi[1:]:
+                ab = ab + h
+            ab = k.extract(ab, 0) + k.extract(ab, 1) + k.extract(ab, 2) + k.extract(ab, 3)
+            k.atomic("add", above, k.min(s2, S - 1), ab, mask=ab.ne(0), scope="cta")
+            with k.if_(fits):
+                flags = [k.cast(k.extract(valid4 & pre.eq(Q), e), i32)
+                         for pre, valid4 in pres for e in range(LOAD_KEYS)]
+                own = flags[0]
+                for f in flags[1:]:
+                    own = own + f
+                incl = _scan(k, own)
+                tot = _last(k, incl)
+                with k.if_(tot.ne(0)):
+                    first = k.atomic("add", fin, FIN_COUNT, tot, mask=k.lane_id().eq(0),
+                                     scope="cta")
+                    at = k.readfirstlane(k.shuffle(first, 0)) + incl - own
+                    for g, (key4, _) in enumerate(batch):
+                        for e in range(LOAD_KEYS):
+                            f = flags[g * LOAD_KEYS + e]
+                            m = f.ne(0)
+                            i = k.min(at, F - 1)  # < nc <= F where m
+                            k.store(fkey, i, k.extract(key4, e), mask=m)
+                            k.store(fslice, i, s2, mask=m)
+                            at = at + f
+        lists.batches(most, gather)
+        with k.if_(fits):
             for i in range((TAIL_RANK_GROUP + T - 1) // T):  # key 0 past the last: never
                 j = t + i * T  # above nor equal to a candidate (none is key 0)
                 k.store(fkey, k.min(nc, F) + k.min(j, TAIL_RANK_GROUP - 1), k.const(0, u32),
@@ -186,10 +173,11 @@ class TailFinish:
                         cand = valid4 & _prefix(k, key4, d).eq(Q)
                         for e in range(LOAD_KEYS):
                             fn(k.extract(key4, e), s2, k.extract(cand, e))
-                    lists.each(most, one, ahead=False)
+                    lists.each(most, one)
 
         need = st.i(X_NEED)
-        with k.if_else(fits & (nc <= min(T, _config.TAIL_RANK_MAX))) as (ranked, passes):
+        rank_max = min(T, _config.TAIL_RANK_MAX) if self._count_tunable("tail_rank", 0) else 0
+        with k.if_else(fits & (nc <= rank_max)) as (ranked, passes):
             with ranked:  # lane i: candidate i's rank by key among them (LDS broadcasts)
                 m = t < nc
                 key = k.load(fkey, k.min(t, F - 1), u32)
@@ -260,6 +248,7 @@ class TailFinish:
                 for i in range((B + T - 1) // T):
                     idx = t + i * T
                     k.store(hist, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+                k.store(lds["fin_thr"], 0, k.const(-1, i32), mask=t.eq(0))  # (take all)
                 _barrier(k)
                 Q, d = st[X_Q], st.i(X_D)
                 sh_lo = k.cast(32 - d - c.digits[q2], u32)
@@ -269,10 +258,13 @@ class TailFinish:
                             m & _prefix(k, key, d).eq(Q))
                 each(count)
                 _barrier(k)
+                _cta_suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m),
+                                 lds["fin_waves"])
+                _barrier(k)
+                _cta_threshold(k, hist, B, st.i(X_NEED), lds["fin_thr"])
+                _barrier(k)
                 with _wave0(k):
-                    _suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m))
-                    k.wave_sync()  # the lanes read bins other lanes summed
-                    takeall, b2, _, gb, ga = _threshold(k, hist, B, st.i(X_NEED))
+                    takeall, b2, _, gb, ga = _read_threshold(k, hist, B, lds["fin_thr"])
                     new, _ = self._advance(k, st, q2, takeall, b2, gb, ga)
                     new.store_lds(lds["state"])
                 _barrier(k)
