@@ -81,9 +81,10 @@ TAIL_EXCHANGED = 2  # SelectConfig.tail_finish: digits exchanged before sel_out'
 TAIL_FINISH_LDS = 2048  # candidates a tail finish holds in LDS (a key and a slice index each,
 # 16 KB): for normal scores at 512K keys ~200 are left after 15 bits (bench/NOTES.md v24); a
 # row with more is read again from the lists in every local pass (exact, slower)
-TAIL_LIST_AHEAD = 12  # 4-key groups of the lists a lane loads under the exchange (sel_out's
-# wait and cum sum), before it knows the prefix: a row's ~12K list entries at 512K keys x 8
-# rows (~3K groups) in one round for 256 lanes; longer lists take further rounds after it
+TAIL_LIST_AHEAD = 16  # 4-key groups of the lists a lane loads under the exchange (sel_out's
+# cum sum), before it knows the prefix: a row's lists at 512K keys x 8 rows (~800 entries a
+# slice, 16 lanes a slice) in one round; longer lists take further rounds after it (12
+# groups left a second round of loads on the finish's path: bench/NOTES.md v27)
 TAIL_RANK_MAX = 1 << 20  # a tail finish ranks at most this many candidates (and at most a
 # CTA's threads: a lane each); more take the local histogram passes (tests lower it)
 TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's

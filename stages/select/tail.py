@@ -20,8 +20,8 @@ class _Lists:
     lane u its 4-key groups u, u + G, ... (group i's keys are entries 4 (u + G i) ..).
     `first` holds the first TAIL_LIST_AHEAD groups, loaded unmasked inside the list's room
     (entries past its length are read, never used). Lane u = 0 of a slice zeroes the
-    slice's counts and puts its list length into the row's longest (LDS atomics: the CTA
-    barriers of the cum sum and the decision come before they are read)."""
+    slice's counts (constant stores: nothing waits on the loads; the CTA barriers of the cum
+    sum and the decision come before they are counted into)."""
 
     def __init__(self, k, io, cfg, sl, lds):
         S, T = cfg.max_slices, k.W * k.L
@@ -39,11 +39,18 @@ class _Lists:
         self.n = k.select(act, _i(k, io.load(cfg.msg(1), mb + X_NLIST, mask=act)), 0)
         self.base = (sl.r * S + ss) * cfg.max_slice_keys()
         self.first = [self.group(i) for i in range(TAIL_LIST_AHEAD)]
-        lead = act & self.u.eq(0)
+        self.lead = act & self.u.eq(0)
         zero = k.const(0, i32)
         for name in ("fin_ab", "fin_gt", "fin_eq"):
-            k.store(lds[name], ss, zero, mask=lead)
-        k.atomic("max", lds["fin"], FIN_LONGEST, self.n, mask=lead, scope="cta")
+            k.store(lds[name], ss, zero, mask=self.lead)
+
+    def longest(self, k, fin):
+        """All waves: the row's longest list (LDS atomic max of the slices' lengths, a CTA
+        barrier; here, long after their loads: an atomic on a load's result right after it
+        would stall the wave's next loads, the cum sum's, for the whole round trip)."""
+        k.atomic("max", fin, FIN_LONGEST, self.n, mask=self.lead, scope="cta")
+        _barrier(k)
+        return k.load(fin, FIN_LONGEST, i32)
 
     def entry(self, i):
         """The first entry of this lane's group i (runtime i or a Python int)."""
@@ -114,7 +121,7 @@ class TailFinish:
         lists = sl.tail
         cyc = CycleTally(k, io.env, TAIL_TALLIES)  # (a timeline kernel's accounts only)
         nc = k.load(fin, FIN_N, i32)
-        most = k.load(fin, FIN_LONGEST, i32)
+        most = lists.longest(k, fin)
         fits = nc <= F
         st = _State.load(k, lds["state"], 0)
         Q, d = st[X_Q], st.i(X_D)
