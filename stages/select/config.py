@@ -81,10 +81,10 @@ TAIL_EXCHANGED = 2  # SelectConfig.tail_finish: digits exchanged before sel_out'
 TAIL_FINISH_LDS = 2048  # candidates a tail finish holds in LDS (a key and a slice index each,
 # 16 KB): for normal scores at 512K keys ~200 are left after 15 bits (bench/NOTES.md v24); a
 # row with more is read again from the lists in every local pass (exact, slower)
-TAIL_LIST_AHEAD = 16  # 4-key groups of the lists a lane loads under the exchange (sel_out's
-# cum sum), before it knows the prefix: a row's lists at 512K keys x 8 rows (~800 entries a
-# slice, 16 lanes a slice) in one round; longer lists take further rounds after it (12
-# groups left a second round of loads on the finish's path: bench/NOTES.md v27)
+TAIL_AHEAD = 2  # 4-key groups of its slice's threshold bucket a lane of sel_out loads at once
+# (16 lanes a slice at rows 8: 128 entries a round, for the ~12 a slice normal scores leave
+# at 512K keys; rows 2, 4 lanes a slice: 32, for ~6)
+TAIL_BUCKET_UNROLL = 4  # 4-key groups of its list a thread of sel_h1 buckets at once
 TAIL_RANK_MAX = 1 << 20  # a tail finish ranks at most this many candidates (and at most a
 # CTA's threads: a lane each); more take the local histogram passes (tests lower it)
 TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's
@@ -107,11 +107,10 @@ NEXTRA = 16
 # a row finish's LDS words (SelectPass._finish_row): whether this job finishes its row (set by
 # the decision), the gather's append count, and the decision's threshold digit b and whether a
 # bin lies above it (the slices' counts above the new prefix: cum[b + 1] of message q-1)
-FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE, FIN_N, FIN_LONGEST = range(8)
-FIN_WORDS = FIN_LONGEST + 1
+FIN_GO, FIN_COUNT, FIN_B, FIN_HAS_HI, FIN_T, FIN_T_ABOVE, FIN_N = range(7)
+FIN_WORDS = FIN_N + 1
 # (FIN_T: the row's final threshold key, the candidate ranked at `need`; FIN_T_ABOVE: how
-# many candidates are larger; a tail finish's FIN_N: the row's candidates, FIN_LONGEST: its
-# longest list)
+# many candidates are larger; a tail finish's FIN_N: the row's candidates)
 DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible keys
 
 INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
@@ -413,6 +412,13 @@ class SelectConfig:
     def list_pos(self) -> str:
         """... and of their token positions [rows, S, max_slice_keys] i32."""
         return f"{self.prefix}_lpos"
+
+    @property
+    def list_bucket_keys(self) -> str:
+        """With tail_finish: sel_h1's candidates (keys of the first threshold digit's prefix)
+        in descending order of their second digit, a slice's bucket b after the buckets
+        above it ([rows, S, max_slice_keys] u32, positions in no order)."""
+        return f"{self.prefix}_lkeyb"
 
     @property
     def list2_keys(self) -> str:

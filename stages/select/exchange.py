@@ -6,7 +6,7 @@ from __future__ import annotations
 from monokernel.types import i32, u32
 
 from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
-                     FIN_LONGEST, FIN_N,
+                     FIN_N,
                      FIN_T,
                      FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
                      X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
@@ -78,12 +78,8 @@ class Exchange:
             st.store_lds(lds["state"])
             if self.finishes or self.tail_finishes:
                 k.store(lds["fin"], FIN_GO, k.const(0, i32))
-            if self.tail_finishes:  # (the lists' lengths meet there by atomic max)
-                k.store(lds["fin"], FIN_LONGEST, k.const(0, i32))
             io.env.phase(0)  # the messages this decision reads are in
         _barrier(k)
-        if self.tail_finishes:  # the lists' keys in flight while the messages are summed
-            self._tail_prefetch(k, io, sl, lds)
         st = _State.load(k, lds["state"], 0)
         with k.if_(~st.done):
             self._global_cum(k, io, sl, lds)

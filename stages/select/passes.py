@@ -139,7 +139,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         self.lean_copies = cfg.lean_copies
         # this pass may finish a row from every slice's list (SelectConfig.finish_max)
         self.finishes = cfg.finish_max is not None and 2 <= q < cfg.passes
-        # SelectConfig.tail_finish: sel_out finishes the row from every slice's list
+        # SelectConfig.tail_finish: sel_h1 buckets its candidates, sel_out finishes the row
+        self.buckets = cfg.tail_finish and self.compacts
         self.tail_finishes = cfg.tail_finish and self.is_out
 
     # -- declarations ---------------------------------------------------------------------
@@ -167,6 +168,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             shape = (c.rows, c.max_slices, c.max_slice_keys())
             out += [PlainBuffer(self.list_out[0], u32, shape),
                     PlainBuffer(self.list_out[1], i32, shape)]
+        if self.buckets:
+            out.append(PlainBuffer(c.list_bucket_keys, u32,
+                                   (c.rows, c.max_slices, c.max_slice_keys())))
         return out
 
     def buffers(self):
@@ -230,9 +234,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 if self.finishes:  # a row finish gathers every slice's list keys
                     lk = c.max_slice_keys() * c.max_slices
                     out.append(Use(keys, r * lk, (r + 1) * lk))
-                if self.tail_finishes:  # ... so does sel_out's tail finish
-                    lk = c.max_slice_keys() * c.max_slices
-                    out.append(Use(keys, r * lk, (r + 1) * lk))
+        if self.tail_finishes:  # a tail finish gathers every slice's threshold bucket
+            lk = c.max_slice_keys() * c.max_slices
+            out.append(Use(c.list_bucket_keys, r * lk, (r + 1) * lk))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.q == 0:
@@ -255,6 +259,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         out = [Use(c.msg(self.q), j * mw, (j + 1) * mw), Use(c.rdy(self.q), j, j + 1)]
         if self.list_out is not None:
             out += self._list_uses(j, list(self.list_out))
+        if self.buckets:
+            out += self._list_uses(j, [c.list_bucket_keys])
         return out
 
     def reference(self, env):
@@ -415,6 +421,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out["fin_len"] = k.lds(f"{nm}_fin_len", i32, S)
             out["fin_gt"] = k.lds(f"{nm}_fin_gt", i32, S)  # per slice: candidates above,
             out["fin_eq"] = k.lds(f"{nm}_fin_eq", i32, S)  # at the threshold
+        if self.buckets:  # where each bucket's next key goes, and its starts' wave sums
+            out["bucket_at"] = k.lds(f"{nm}_bucket_at", u32, c.bins(self.q))
+            out["bucket_waves"] = k.lds(f"{nm}_bucket_waves", i32, max(1, k.W))
         if self.tail_finishes:
             S, F = c.max_slices, TAIL_FINISH_LDS
             out["fin"] = k.lds(f"{nm}_fin", i32, FIN_WORDS)

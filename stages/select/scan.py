@@ -231,6 +231,8 @@ class ScanPasses:
         if later_count:
             _barrier(k)  # every wave's list stores, before any wave reads the list back
             self._scan_list(k, io, sl, lds, own=run.get())
+        if self.buckets and append:
+            self._bucket_list(k, io, sl, lds, run.get(), Q, d)
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")
 

@@ -1,116 +1,139 @@
-"""SelectPass's tail finish (SelectConfig.tail_finish; the package doc's "Tail finish"):
-sel_out, deciding on message 1, finishes the row from every slice's list, whose keys its
-lanes loaded while the messages were still being summed."""
+"""SelectPass's bucketed tail finish (SelectConfig.tail_finish; the package doc's "Tail
+finish"): sel_h1 writes its candidates bucketed by their second digit, and sel_out, deciding
+on message 1, finishes the row from the one bucket every slice holds at the threshold."""
 from __future__ import annotations
 
 from monokernel.types import i32, u32
 
 from ..cycles import CycleTally
 
-from .config import (FIN_COUNT, FIN_LONGEST, FIN_N, FIN_T, FIN_T_ABOVE, LOAD_KEYS,
-                     TAIL_LIST_AHEAD, TAIL_RANK_CHAINS, TAIL_RANK_GROUP, TAIL_TALLIES, X_D,
-                     X_DONE, X_NEED, X_NLIST, X_Q)
+from .config import (FIN_B, FIN_COUNT, FIN_HAS_HI, FIN_N, FIN_T, FIN_T_ABOVE, LOAD_KEYS,
+                     TAIL_AHEAD, TAIL_BUCKET_UNROLL, TAIL_RANK_CHAINS, TAIL_RANK_GROUP,
+                     TAIL_TALLIES, X_ABOVE, X_D, X_DONE, X_NEED, X_Q)
 from . import config as _config
 from .lanes import (_State, _barrier, _cta_suffix_sums, _cta_threshold, _i, _last, _prefix,
-                    _read_threshold, _scan, _u, _wave0)
+                    _read_threshold, _region_loader, _scan, _u, _wave0)
 
 
-class _Lists:
-    """A lane's share of its row's lists: G = T / S consecutive lanes read one slice's list,
-    lane u its 4-key groups u, u + G, ... (group i's keys are entries 4 (u + G i) ..).
-    `first` holds the first TAIL_LIST_AHEAD groups, loaded unmasked inside the list's room
-    (entries past its length are read, never used). Lane u = 0 of a slice zeroes the
-    slice's counts (constant stores: nothing waits on the loads; the CTA barriers of the cum
-    sum and the decision come before they are counted into)."""
+class _Buckets:
+    """A lane's share of its row's threshold buckets: G = T / S consecutive lanes read one
+    slice's bucket b (message 1: cum[b] - cum[b + 1] keys from entry cum[b + 1] of its
+    bucketed list), lane u its 16-byte groups u, u + G, .. from the bucket's start rounded
+    down to a group (a group's entries outside the bucket are read, never used). Lane u =
+    0 of a slice puts the slice's keys above the 15-bit prefix (X_ABOVE + cum[b + 1]) and
+    zeroes its counts."""
 
-    def __init__(self, k, io, cfg, sl, lds):
+    def __init__(self, k, io, cfg, sl, lds, b, use_hi):
         S, T = cfg.max_slices, k.W * k.L
         if S > T:
             raise ValueError(f"tail_finish: {S} slices a row exceed the CTA's {T} threads "
-                             "(a slice's list needs a lane at least)")
-        self.k, self.io, self.cfg, self.sl = k, io, cfg, sl
+                             "(a slice's bucket needs a lane at least)")
+        self.k, self.io, self.cfg = k, io, cfg
         self.G = G = T // S
         t = k.thread_id()
         self.s = t / G
         self.u = t - self.s * G
         act = self.s < sl.sc
         ss = k.min(self.s, S - 1)
-        mb = (sl.r * S + ss) * cfg.msg_words(1) + cfg.state_word
-        self.n = k.select(act, _i(k, io.load(cfg.msg(1), mb + X_NLIST, mask=act)), 0)
+        Bp = cfg.bins(1)
+        mb = (sl.r * S + ss) * cfg.msg_words(1)
+        c_lo = k.select(act, _i(k, io.load(cfg.msg(1), mb + b, mask=act)), 0)
+        hi = act & use_hi
+        c_hi = k.select(hi, _i(k, io.load(cfg.msg(1), mb + k.min(b + 1, Bp - 1), mask=hi)), 0)
+        ab0 = k.select(act, _i(k, io.load(cfg.msg(1), mb + cfg.state_word + X_ABOVE,
+                                          mask=act)), 0)
+        self.lo, self.hi = c_hi, c_lo  # the bucket's entries [lo, hi) of the slice's list
+        self.first = c_hi & ~(LOAD_KEYS - 1)
         self.base = (sl.r * S + ss) * cfg.max_slice_keys()
-        self.first = [self.group(i) for i in range(TAIL_LIST_AHEAD)]
-        self.lead = act & self.u.eq(0)
-        zero = k.const(0, i32)
-        for name in ("fin_ab", "fin_gt", "fin_eq"):
-            k.store(lds[name], ss, zero, mask=self.lead)
-
-    def longest(self, k, fin):
-        """All waves: the row's longest list (LDS atomic max of the slices' lengths, a CTA
-        barrier; here, long after their loads: an atomic on a load's result right after it
-        would stall the wave's next loads, the cum sum's, for the whole round trip)."""
-        k.atomic("max", fin, FIN_LONGEST, self.n, mask=self.lead, scope="cta")
-        _barrier(k)
-        return k.load(fin, FIN_LONGEST, i32)
+        lead = act & self.u.eq(0)
+        k.store(lds["fin_ab"], ss, ab0 + c_hi, mask=lead)
+        for name in ("fin_gt", "fin_eq"):
+            k.store(lds[name], ss, k.const(0, i32), mask=lead)
 
     def entry(self, i):
         """The first entry of this lane's group i (runtime i or a Python int)."""
-        return LOAD_KEYS * (self.u + self.G * i)
+        return self.first + LOAD_KEYS * (self.u + self.G * i)
 
     def group(self, i):
         lk = self.cfg.max_slice_keys()
-        return self.io.load(self.cfg.list_keys,
+        return self.io.load(self.cfg.list_bucket_keys,
                             self.base + self.k.min(self.entry(i), lk - LOAD_KEYS), 4)
-
-    def rounds(self, longest):
-        """Groups a lane of the row's longest list reads (uniform: every lane loops as
-        long, so a wave's scans in the loop see the whole wave)."""
-        return (longest + (LOAD_KEYS * self.G - 1)) / (LOAD_KEYS * self.G)
-
-    def batches(self, longest, fn):
-        """fn([(key4, valid4)] * TAIL_LIST_AHEAD, slice) for every batch of this lane's groups
-        of the row's lists: the loaded one first, then the rest from memory, a batch's loads
-        all issued before it is used."""
-        k = self.k
-        fn([(key4, self.valid(i)) for i, key4 in enumerate(self.first)], self.s)
-        for i0 in k.range(TAIL_LIST_AHEAD, self.rounds(longest), TAIL_LIST_AHEAD):
-            keys = [self.group(i0 + i) for i in range(TAIL_LIST_AHEAD)]
-            fn([(key4, self.valid(i0 + i)) for i, key4 in enumerate(keys)], self.s)
-
-    def each(self, longest, fn):
-        """fn(key4, valid4, slice) for every group of the row's lists, from memory."""
-        for i in self.k.range(0, self.rounds(longest)):
-            fn(self.group(i), self.valid(i), self.s)
 
     def valid(self, i):
         j = self.entry(i)
-        return self.k.vec(j, j + 1, j + 2, j + 3) < self.n
+        v = self.k.vec(j, j + 1, j + 2, j + 3)
+        return (v >= self.lo) & (v < self.hi)
+
+    def batches(self, bound, fn):
+        """fn([(key4, valid4)] * TAIL_AHEAD, slice) for every batch of this lane's groups of
+        its bucket, a batch's loads all issued before it is used; `bound`: at least any
+        slice's bucket (uniform, so every lane loops as long)."""
+        k = self.k
+        per = LOAD_KEYS * self.G * TAIL_AHEAD
+        for i0 in k.range(0, (bound + LOAD_KEYS + per - 1) / per * TAIL_AHEAD, TAIL_AHEAD):
+            keys = [self.group(i0 + i) for i in range(TAIL_AHEAD)]
+            fn([(key4, self.valid(i0 + i)) for i, key4 in enumerate(keys)], self.s)
 
 
 class TailFinish:
-    """SelectPass's tail finish: the lists' keys loaded under the exchange
-    (`_tail_prefetch`), then the row's candidates gathered, ranked (or resolved by local
-    histogram passes) and this slice placed and emitted (`_tail_finish`)."""
+    """SelectPass's bucketed finish: sel_h1's counting sort of its candidates by their second
+    digit (`_bucket_list`), and sel_out's finish from the row's threshold buckets
+    (`_tail_finish`): gathered, resolved by local histogram passes (or ranked), this slice
+    placed and emitted."""
 
-    # 1: rank up to a CTA's threads of candidates (a lane each); 0: always the histogram
-    # passes (--tune sel_out.tail_rank=0)
-    tail_rank = 1
+    # 1: rank up to a CTA's threads of candidates (a lane each against all); 0: the
+    # histogram passes always. H200 (bench/NOTES.md v27, same call, select_hist 512K x 8):
+    # ranked 31.45 against 30.08 us with the passes (--tune sel_out.tail_rank=1)
+    tail_rank = 0
 
-    def _tail_prefetch(self, k, io, sl, lds):
-        """All waves, once message 1 is in (before its cum sum): this lane's share of the
-        row's lists, loaded before the decision that says which of their keys are left."""
-        sl.tail = _Lists(k, io, self.cfg, sl, lds)
+    # -- sel_h1: the candidates by their second digit ---------------------------------------
+    def _bucket_list(self, k, io, sl, lds, n, Q, d):
+        """After sel_h1 counted digit 1 of its candidates into LDS `hist` (the list's first
+        n entries with prefix Q of d bits): write those candidates' keys into the slice's
+        bucketed list, bucket b (digit b) at cum[b + 1] = #(digit > b), so sel_out finds a
+        slice's candidates at any threshold bin as one range its message's cum gives. Order
+        within a bucket: LDS atomics' (no positions are kept: the emit walks the list)."""
+        c = self.cfg
+        q = self.q
+        B = c.bins(q)
+        T = k.W * k.L
+        hist, at = lds["hist"], lds["bucket_at"]
+        _barrier(k)  # the counts are in, every wave's list stores before the reads back
 
+        def put(bb, cum, m):  # bucket bb starts after the candidates of higher digits
+            k.store(at, bb, cum - k.load(hist, bb, u32, mask=m), mask=m)
+        _cta_suffix_sums(k, hist, B, put, lds["bucket_waves"])
+        _barrier(k)
+        base = sl.list_base()
+        lk = c.max_slice_keys()
+        load_key = _region_loader(io, c.list_keys, base)
+        sh_lo = k.cast(32 - d - c.digits[q], u32)
+        U = TAIL_BUCKET_UNROLL
+        with k.if_(n > 0):
+            for i0 in k.range(0, n, LOAD_KEYS * T * U):
+                idx = [i0 + u * LOAD_KEYS * T + LOAD_KEYS * k.thread_id() for u in range(U)]
+                keys = [load_key(i, mask=i < n) for i in idx]
+                for i, key in zip(idx, keys):
+                    cand = (k.vec(i, i + 1, i + 2, i + 3) < n) & _prefix(k, key, d).eq(Q)
+                    digit = _i(k, (key >> sh_lo) & (B - 1))
+                    for e in range(LOAD_KEYS):
+                        m = k.extract(cand, e)
+                        slot = k.atomic("add", at, k.extract(digit, e), k.const(1, u32),
+                                        mask=m, scope="cta")
+                        io.store(c.list_bucket_keys, base + k.min(_i(k, slot), lk - 1),
+                                 k.extract(key, e), mask=m)
+
+    # -- sel_out: the row's finish ------------------------------------------------------------
     def _tail_finish(self, k, io, sl, lds):
         """All waves, after the decision on message 1 left the row undecided (LDS state:
-        prefix Q of d bits, `need`; fin: the row's candidates FIN_N, the keys with that
-        prefix, and its longest list). One pass over the lists (the loaded groups first)
-        counts each slice's keys above the prefix and gathers the candidates into LDS (key,
-        slice; at most TAIL_FINISH_LDS). Up to a CTA's threads of them are ranked by key (a
-        lane each against all: the threshold T is the least of those fewer than `need`
-        others exceed); more take LDS histogram passes over the plan's remaining digits
-        (decided as the rounds decide, on the same counts), read from the lists again past
-        TAIL_FINISH_LDS. Then each slice's candidates above and at the final prefix, this
-        slice's place among the row's, and its emit: the rounds' outputs bit for bit."""
+        prefix Q of d bits, `need`; fin: the threshold digit b and the row's candidates
+        FIN_N, the keys with that prefix: bucket b of every slice). Gather them into LDS
+        (key, slice; at most TAIL_FINISH_LDS), resolve the plan's remaining digits by LDS
+        histogram passes (decided as the rounds decide, on the same counts; read from the
+        buckets again past TAIL_FINISH_LDS), or rank them by key (tail_rank: a lane each
+        against all, the threshold T the least of those fewer than `need` others exceed).
+        Then each slice's candidates above and at the final prefix, this slice's place among
+        the row's, and its emit: the rounds' outputs bit for bit."""
         c = self.cfg
         S, L, T = c.max_slices, k.L, k.W * k.L
         F = _config.TAIL_FINISH_LDS
@@ -118,48 +141,37 @@ class TailFinish:
         gt_n, eq_n = lds["fin_gt"], lds["fin_eq"]
         fkey, fslice = lds["fin_key"], lds["fin_slice"]
         t = k.thread_id()
-        lists = sl.tail
         cyc = CycleTally(k, io.env, TAIL_TALLIES)  # (a timeline kernel's accounts only)
         nc = k.load(fin, FIN_N, i32)
-        most = lists.longest(k, fin)
         fits = nc <= F
+        buckets = _Buckets(k, io, c, sl, lds, k.load(fin, FIN_B, i32),
+                           k.load(fin, FIN_HAS_HI, i32).ne(0))
         st = _State.load(k, lds["state"], 0)
-        Q, d = st[X_Q], st.i(X_D)
 
         def gather(batch, s2):
-            """A batch's keys above the prefix counted into their slice's word, and its
-            candidates appended to LDS: a lane's count, the wave's prefix of them and one
-            LDS atomic a wave for the wave's room, then predicated stores (no branch a key:
-            a wave holds a few candidates at most)."""
-            pres = [(_prefix(k, key4, d), valid4) for key4, valid4 in batch]
-            hi = [k.cast(valid4 & (pre > Q), i32) for pre, valid4 in pres]
-            ab = hi[0]
-            for h in hi[1:]:
-                ab = ab + h
-            ab = k.extract(ab, 0) + k.extract(ab, 1) + k.extract(ab, 2) + k.extract(ab, 3)
-            k.atomic("add", above, k.min(s2, S - 1), ab, mask=ab.ne(0), scope="cta")
-            with k.if_(fits):
-                flags = [k.cast(k.extract(valid4 & pre.eq(Q), e), i32)
-                         for pre, valid4 in pres for e in range(LOAD_KEYS)]
-                own = flags[0]
-                for f in flags[1:]:
-                    own = own + f
-                incl = _scan(k, own)
-                tot = _last(k, incl)
-                with k.if_(tot.ne(0)):
-                    first = k.atomic("add", fin, FIN_COUNT, tot, mask=k.lane_id().eq(0),
-                                     scope="cta")
-                    at = k.readfirstlane(k.shuffle(first, 0)) + incl - own
-                    for g, (key4, _) in enumerate(batch):
-                        for e in range(LOAD_KEYS):
-                            f = flags[g * LOAD_KEYS + e]
-                            m = f.ne(0)
-                            i = k.min(at, F - 1)  # < nc <= F where m
-                            k.store(fkey, i, k.extract(key4, e), mask=m)
-                            k.store(fslice, i, s2, mask=m)
-                            at = at + f
-        lists.batches(most, gather)
+            """A batch's candidates appended to LDS: a lane's count, the wave's prefix of
+            them and one LDS atomic a wave for the wave's room, then predicated stores."""
+            flags = [k.cast(k.extract(valid4, e), i32)
+                     for _, valid4 in batch for e in range(LOAD_KEYS)]
+            own = flags[0]
+            for f in flags[1:]:
+                own = own + f
+            incl = _scan(k, own)
+            tot = _last(k, incl)
+            with k.if_(tot.ne(0)):
+                first = k.atomic("add", fin, FIN_COUNT, tot, mask=k.lane_id().eq(0),
+                                 scope="cta")
+                at = k.readfirstlane(k.shuffle(first, 0)) + incl - own
+                for g, (key4, _) in enumerate(batch):
+                    for e in range(LOAD_KEYS):
+                        f = flags[g * LOAD_KEYS + e]
+                        m = f.ne(0)
+                        i = k.min(at, F - 1)  # < nc <= F where m
+                        k.store(fkey, i, k.extract(key4, e), mask=m)
+                        k.store(fslice, i, s2, mask=m)
+                        at = at + f
         with k.if_(fits):
+            buckets.batches(nc, gather)
             for i in range((TAIL_RANK_GROUP + T - 1) // T):  # key 0 past the last: never
                 j = t + i * T  # above nor equal to a candidate (none is key 0)
                 k.store(fkey, k.min(nc, F) + k.min(j, TAIL_RANK_GROUP - 1), k.const(0, u32),
@@ -168,7 +180,7 @@ class TailFinish:
         cyc.mark("gather")
 
         def each(fn):
-            """fn(key, slice, mask) on every candidate: from LDS, or from the lists."""
+            """fn(key, slice, mask) on every candidate: from LDS, or from the buckets."""
             with k.if_else(fits) as (held, reread):
                 with held:
                     for i0 in k.range(0, nc, T):
@@ -176,11 +188,11 @@ class TailFinish:
                         ii = k.min(i, F - 1)
                         fn(k.load(fkey, ii, u32), k.load(fslice, ii, i32), i < nc)
                 with reread:
-                    def one(key4, valid4, s2):
-                        cand = valid4 & _prefix(k, key4, d).eq(Q)
-                        for e in range(LOAD_KEYS):
-                            fn(k.extract(key4, e), s2, k.extract(cand, e))
-                    lists.each(most, one)
+                    def batch(groups, s2):
+                        for key4, valid4 in groups:
+                            for e in range(LOAD_KEYS):
+                                fn(k.extract(key4, e), s2, k.extract(valid4, e))
+                    buckets.batches(nc, batch)
 
         need = st.i(X_NEED)
         rank_max = min(T, _config.TAIL_RANK_MAX) if self._count_tunable("tail_rank", 0) else 0
