@@ -8,7 +8,7 @@ from layouts.scores import MAX_SLICES, ScoresLayout
 
 from ..launch import Launch
 from .config import (DEFAULT_DIGITS, DIAG_WORDS, SELECT_KIND_DIGITS, SELECT_KIND_DIGITS_WIDE,
-                     SelectConfig, WIDE_ROW_SLICES)
+                     TAIL_EXCHANGED, SelectConfig, WIDE_ROW_SLICES)
 from .passes import SelectPass
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel
 from .reference import segment_histograms
@@ -142,7 +142,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
     SELECT_KIND_DIGITS_WIDE past WIDE_ROW_SLICES slices a row; DEFAULT_DIGITS on AMD,
     unmeasured there), `lean_lists` (None: on off AMD), `finish_max` (None or 0: no row
-    finish), `tail_finish` (None: off; SelectConfig.tail_finish)."""
+    finish), `tail_finish` (None: on off AMD for rows of more than WIDE_ROW_SLICES slices,
+    rows 2 and 4 on the H200, where summing a round's messages costs most; SelectConfig.
+    tail_finish)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -151,15 +153,16 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
         else:
             max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
     amd = spec.target != "interp" and spec.target_info.is_amd
+    wide = max_slices > WIDE_ROW_SLICES
+    digits = digits or (DEFAULT_DIGITS if amd else SELECT_KIND_DIGITS_WIDE if wide
+                        else SELECT_KIND_DIGITS)
+    if tail_finish is None:  # (not with a row finish, nor a plan of two digits)
+        tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
-                        topk=spec.config.index_topk,
-                        digits=digits or (DEFAULT_DIGITS if amd else
-                                          SELECT_KIND_DIGITS_WIDE if max_slices > WIDE_ROW_SLICES
-                                          else SELECT_KIND_DIGITS),
+                        topk=spec.config.index_topk, digits=digits,
                         **measured_options(not amd),
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
-                        finish_max=finish_max or None,
-                        tail_finish=bool(tail_finish))
+                        finish_max=finish_max or None, tail_finish=bool(tail_finish))
 
 
 def _waves_for(spec) -> int:
