@@ -120,6 +120,23 @@ at T in position order, the exact top-k, so the rounds' outputs bit for bit. Its
 then final at 32 bits and flagged emitted (X_EMITTED): the later rounds pass it through and
 sel_out writes nothing for it.
 
+Tail finish (SelectConfig.tail_finish; the select kinds' default off AMD for rows of more
+than WIDE_ROW_SLICES slices: rows 2 and 4 on the H200). Only two digits are exchanged
+(stages sel_h0, sel_h1, sel_out). sel_h1, after counting digit 1 of its candidates, writes
+their keys into a bucketed list (a counting sort: bucket b at cum[b + 1], its start from
+CTA-parallel suffix sums, slots by LDS atomics); sel_out, deciding on message 1, finds the
+row's candidates left (prefix Q of 15 bits for (6, 9, ..)) as bucket b of every slice: cum[b]
+- cum[b + 1] keys from entry cum[b + 1] of that slice's bucketed list. Its lanes (T / S a
+slice) gather them into LDS, the plan's remaining digits are decided by LDS histogram
+passes on the same counts the rounds would sum (CTA-parallel suffix sums and threshold),
+each slice's candidates above and at the final prefix are counted, and the slice is placed
+(as `_placement`, its keys above the 15-bit prefix X_ABOVE + cum[b + 1]) and emitted from
+its position-ordered list: the rounds' outputs bit for bit. A row with more candidates than
+TAIL_FINISH_LDS reads them from the buckets again in every pass (exact at any count:
+all-equal scores make every key one). Measured (bench/NOTES.md v27): select_hist rows 2
+-1.5..-2.3 us, rows 4 -0.3..-1.5; rows 8 slower (sel_h1's bucketing, +1.7 us at 512K, +4 at
+64K where the first digit's bin holds half the row), so rows 8 keep the rounds.
+
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'
 before it: above(s') = its keys with prefix > Q, eq(s') = its keys with prefix == Q (one

@@ -79,14 +79,12 @@ FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a
 # gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
 TAIL_EXCHANGED = 2  # SelectConfig.tail_finish: digits exchanged before sel_out's finish
 TAIL_FINISH_LDS = 2048  # candidates a tail finish holds in LDS (a key and a slice index each,
-# 16 KB): for normal scores at 512K keys ~200 are left after 15 bits (bench/NOTES.md v24); a
-# row with more is read again from the lists in every local pass (exact, slower)
+# 16 KB): for normal scores at 512K keys ~190 are left after 15 bits (bench/NOTES.md v27); a
+# row with more is read again from the buckets in every local pass (exact, slower)
 TAIL_AHEAD = 2  # 4-key groups of its slice's threshold bucket a lane of sel_out loads at once
 # (16 lanes a slice at rows 8: 128 entries a round, for the ~12 a slice normal scores leave
 # at 512K keys; rows 2, 4 lanes a slice: 32, for ~6)
 TAIL_BUCKET_UNROLL = 4  # 4-key groups of its list a thread of sel_h1 buckets at once
-TAIL_RANK_MAX = 1 << 20  # a tail finish ranks at most this many candidates (and at most a
-# CTA's threads: a lane each); more take the local histogram passes (tests lower it)
 TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's
 # clocks in each part, time_layers --timeline)
 TAIL_RANK_GROUP = 32  # candidates one step of the rank reads (8 LDS broadcasts in flight)
@@ -284,13 +282,16 @@ class SelectConfig:
     # sel_h2. Off; --tune launch.finish_max=N
     finish_max: int | None = None
     # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Tail
-    # finish"): sel_out, deciding on message 1 (15 bits of (6, 9, ..)), takes the row's few
-    # candidates left from every slice's list (whose keys its lanes loaded while the
-    # messages were summed), ranks them by key in LDS (up to a CTA's threads of them; more
-    # take LDS histogram passes over the plan's remaining digits, read again from the lists
-    # past TAIL_FINISH_LDS: exact at any count), places its slice and emits it. Stages
-    # sel_h0, sel_h1, sel_out: the exchange rounds of the plan's later digits are gone.
-    # False: every digit exchanged (the AMD builds keep it: unmeasured)
+    # finish"): sel_h1 also writes its candidates bucketed by their second digit (a counting
+    # sort into `list_bucket_keys`); sel_out, deciding on message 1 (15 bits of (6, 9, ..)),
+    # finds the row's few candidates left as one bucket of every slice, gathers them into LDS
+    # (more than TAIL_FINISH_LDS are read again from the buckets: exact at any count),
+    # resolves the plan's remaining digits by LDS histogram passes, places its slice and
+    # emits it. Stages sel_h0, sel_h1, sel_out. H200 (bench/NOTES.md v27, same call):
+    # select_hist rows 2 64K / 512K 20.52 / 21.69 -> 18.30 / 20.16 us, rows 4 20.67 / 23.05 ->
+    # 20.35 / 21.70; rows 8 slower (sel_h1's bucketing: 24.8 -> 25.3-25.7 at 512K, 18.9 ->
+    # 25.6-26.2 at 64K). On in the select kinds off AMD past WIDE_ROW_SLICES slices a row
+    # (config_for); False: every digit exchanged (rows 8, the fused index, AMD: unmeasured)
     tail_finish: bool = False
 
     def __post_init__(self):

@@ -195,7 +195,7 @@ class TailFinish:
                     buckets.batches(nc, batch)
 
         need = st.i(X_NEED)
-        rank_max = min(T, _config.TAIL_RANK_MAX) if self._count_tunable("tail_rank", 0) else 0
+        rank_max = T if self._count_tunable("tail_rank", 0) else 0  # (a lane a candidate)
         with k.if_else(fits & (nc <= rank_max)) as (ranked, passes):
             with ranked:  # lane i: candidate i's rank by key among them (LDS broadcasts)
                 m = t < nc
