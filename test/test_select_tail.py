@@ -41,6 +41,19 @@ def _case(dist, seed=31):
     return s, n, random_block_table(CFG, rng)
 
 
+def _stepped_or(dist, seed):
+    """(scores, n_keys, block table): a check_topk distribution, or "steps": normal scores on
+    a grid of 1/64 (many equal keys at the threshold and within a bucket)."""
+    rng = np.random.default_rng(seed)
+    n = request_positions(12000, CFG.rows)
+    if dist == "steps":
+        s = (np.round(rng.standard_normal((CFG.rows, CFG.capacity)) * 64) / 64
+             ).astype(np.float32)
+    else:
+        s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    return s, n, random_block_table(CFG, rng)
+
+
 @pytest.mark.parametrize("dist", sorted(DISTS))
 def test_bucketed_finish_selects_what_the_rounds_select(dist):
     s, n, bt = _case(dist)
@@ -69,14 +82,7 @@ def test_ranked_and_histogram_passes_agree(dist, seed, monkeypatch):
     """The candidates ranked by key (a lane each) and the plan's remaining digits as LDS
     histogram passes: the same threshold, so the same selection ("steps": normal scores on
     a grid of 1/64, many equal keys at the threshold, so the finish splits their ties)."""
-    rng = np.random.default_rng(seed)
-    n = request_positions(12000, CFG.rows)
-    if dist == "steps":
-        s = (np.round(rng.standard_normal((CFG.rows, CFG.capacity)) * 64) / 64
-             ).astype(np.float32)
-    else:
-        s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
-    bt = random_block_table(CFG, rng)
+    s, n, bt = _stepped_or(dist, seed)
     cfg = dataclasses.replace(CFG, tail_finish=True)
     rounds = _run(CFG, s, n, bt).outputs
     ranked = _run(cfg, s, n, bt, tunes=[("sel_out", "tail_rank", "1")]).outputs
@@ -91,14 +97,7 @@ def test_the_buckets_are_a_counting_sort_of_the_candidates(dist):
     """Slice s's bucketed list: its candidates (selectable keys of the first threshold
     digit), bucket b (second digit b) at #(second digit > b), each bucket's keys the
     slice's keys of that digit (in any order)."""
-    rng = np.random.default_rng(5)
-    n = request_positions(12000, CFG.rows)
-    if dist == "steps":  # many equal keys within a bucket
-        s = (np.round(rng.standard_normal((CFG.rows, CFG.capacity)) * 64) / 64
-             ).astype(np.float32)
-    else:
-        s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
-    bt = random_block_table(CFG, rng)
+    s, n, bt = _stepped_or(dist, 5)
     cfg = dataclasses.replace(CFG, tail_finish=True)
     r = _run(cfg, s, n, bt)
     lk = cfg.max_slice_keys()
