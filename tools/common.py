@@ -633,9 +633,10 @@ def apply_tunes(launch, tunes):
 # its 128-blocks or does not fit the loads is an error naming it); lean_lists = 1 / 0, the
 # select kinds' SelectConfig.lean_lists (every pass of the selection must agree on it)
 # tail_finish = 1 / 0, the select kinds' SelectConfig.tail_finish (sel_out finishes a row
-# after two exchanged digits)
+# after two exchanged digits); cta_publish = 1 / 0, SelectConfig.cta_publish (the rounds'
+# messages summed and released by every wave), the select kinds and index
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
-                   "tail_finish")
+                   "tail_finish", "cta_publish")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
 # lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay)

@@ -281,6 +281,13 @@ class SelectConfig:
     # place 0.3, emit 1.1, where the two rounds it replaces end the launch ~4.6 us after
     # sel_h2. Off; --tune launch.finish_max=N
     finish_max: int | None = None
+    # a round's publish computes the message's cum histogram with every wave
+    # (`lanes._cta_suffix_sums`: a thread's few bins, one lane scan, the waves' totals through
+    # LDS) instead of wave 0 walking the bins L at a time (16 lane scans in series at 512
+    # bins); every wave releases its own stores (the pass's lists and buckets with them: the
+    # scan's own release is then left out), a CTA barrier, and wave 0 announces the message.
+    # False: wave 0's walk (AMD: unmeasured)
+    cta_publish: bool = False
     # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Tail
     # finish"): sel_h1 also writes its candidates bucketed by their second digit (a counting
     # sort into `list_bucket_keys`); sel_out, deciding on message 1 (15 bits of (6, 9, ..)),

@@ -10,7 +10,8 @@ from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN
                      FIN_T,
                      FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
                      X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
-from .lanes import _State, _barrier, _i, _last, _pick, _scan, _suffix_sums, _threshold, _u, _wave0
+from .lanes import (_State, _barrier, _cta_suffix_sums, _i, _last, _pick, _scan, _suffix_sums,
+                    _threshold, _u, _wave0)
 
 
 class Exchange:
@@ -20,32 +21,55 @@ class Exchange:
 
     # -- publish message q ----------------------------------------------------------------
     def _publish(self, k, io, sl, lds):
-        """Wave 0: the cum histogram (unless done) and the state -> message q; release;
-        announce with the tagged pair."""
+        """The cum histogram (unless done) and the state -> message q; release; announce
+        with the tagged pair. Wave 0 alone, or with SelectConfig.cta_publish every wave's
+        share of the sums and its own release, then wave 0's announcement after a CTA
+        barrier."""
         c = self.cfg
         q = self.q
         B = c.bins(q)
         S = c.max_slices
         mw = c.msg_words(q)
         msg = c.msg(q)
+        mb = (sl.r * S + sl.s) * mw
+        cta = self._publishes_by_cta(k)
+
+        def put(bb, v, m):
+            io.store(msg, mb + bb, v, mask=m)
+        if cta:
+            with k.if_(~_State.load(k, lds["state"], 0).done):
+                _cta_suffix_sums(k, lds["hist"], B, put, lds["pub_waves"])
         with _wave0(k):
             st = _State.load(k, lds["state"], 0)
-            mb = (sl.r * S + sl.s) * mw
             if q == 1:
                 cnt = k.load(lds["cnt"], 0, u32, 2)
                 st[X_NAN] = k.extract(cnt, 0)
                 st[X_UNSEL] = k.extract(cnt, 1)
-            with k.if_(~st.done):
-                _suffix_sums(k, lds["hist"], B,
-                             lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
+            if not cta:
+                with k.if_(~st.done):
+                    _suffix_sums(k, lds["hist"], B, put)
             for j, v in enumerate(st.vecs()):
                 io.store(msg, mb + c.state_word + 4 * j, v)
-            if self.release:
+            if not cta:
+                if self.release:
+                    k.fence("release", "device")
+                self._announce(k, io, sl, st)
+        if cta:
+            if self.release:  # every wave's stores: its sums, and its lists or buckets
                 k.fence("release", "device")
-            flag = st[X_DONE] + 1
-            if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
-                flag = flag + st[X_SOLO] * RDY_SOLO
-            io.publish(c.rdy(q), sl.r * S + sl.s, flag)
+            _barrier(k)
+            with _wave0(k):
+                self._announce(k, io, sl, _State.load(k, lds["state"], 0))
+
+    def _announce(self, k, io, sl, st):
+        """Wave 0, message q released: its tagged pair (done + 1, and RDY_SOLO on rdy1 for a
+        row that finishes solo)."""
+        c = self.cfg
+        q = self.q
+        flag = st[X_DONE] + 1
+        if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
+            flag = flag + st[X_SOLO] * RDY_SOLO
+        io.publish(c.rdy(q), sl.r * c.max_slices + sl.s, flag)
 
     # -- consume message q-1: the decision -------------------------------------------------
     def _consume(self, k, io, sl, lds, solo=None):

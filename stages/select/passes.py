@@ -37,7 +37,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
-                "lean_coalesced", "lean_refill", "tail_rank")
+                "lean_coalesced", "lean_refill", "tail_rank", "cta_publish")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
@@ -135,6 +135,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         self.list_bases = cfg.list_bases
         self.grouped_counts = cfg.grouped_counts
         self.one_wait = cfg.one_wait
+        self.cta_publish = cfg.cta_publish
         self.lean_scan = cfg.lean_scan
         self.lean_copies = cfg.lean_copies
         # this pass may finish a row from every slice's list (SelectConfig.finish_max)
@@ -392,6 +393,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         io.env.phase(3)  # the next digit is counted (sel_h1: the scan and the lists)
         self._publish(k, io, sl, lds)
 
+    def _publishes_by_cta(self, k) -> bool:
+        """SelectConfig.cta_publish, where the CTA has waves to share the sums."""
+        return bool(self.cta_publish) and not self.is_out and k.W > 1
+
+    def _releases_before_publish(self, k) -> bool:
+        """Whether the scan releases its list stores itself (else the publish's release, by
+        every wave, covers them)."""
+        return self.release and not self._publishes_by_cta(k)
+
     def _lds(self, k):
         c = self.cfg
         nm = self.name
@@ -401,6 +411,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
+        if self._publishes_by_cta(k):  # the publish's suffix sums: the waves' totals
+            out["pub_waves"] = k.lds(f"{nm}_pub_waves", i32, k.W)
         appends = (self.compacts or self.defers) and k.W > 1  # the appends' wave counts
         append_words = 2 * (max(self.scan_rounds, LIST_UNROLL) if c.batched_append else 1) * k.W
         if (self.is_out or self.solo_runs or self.emits_early or self.finishes) and k.W > 1:
