@@ -1,6 +1,7 @@
-"""The rounds' publish by every wave (SelectConfig.cta_publish): each wave writes its bins'
-share of the message's cum histogram (`lanes._cta_suffix_sums`) and releases its own
-stores, and wave 0 announces after a CTA barrier. Checked here: the exact top-k (independent
+"""The rounds' publish with the cum histogram summed by every wave (SelectConfig.cta_publish):
+each wave turns its bins' share of LDS hist into suffix sums in place
+(`lanes._cta_suffix_sums`), and wave 0 copies them into the message as vectors, releases and
+announces. Checked here: the exact top-k (independent
 numpy order) and the same slots, diagnostics and messages as wave 0's walk, bit for bit, on
 every check_topk distribution in relaxed memory mode (a missing release shows), with the
 deferred lists, the bucketed tail finish and first digits given; one wave keeps the walk;

@@ -283,10 +283,13 @@ class SelectConfig:
     finish_max: int | None = None
     # a round's publish computes the message's cum histogram with every wave
     # (`lanes._cta_suffix_sums`: a thread's few bins, one lane scan, the waves' totals through
-    # LDS) instead of wave 0 walking the bins L at a time (16 lane scans in series at 512
-    # bins); every wave releases its own stores (the pass's lists and buckets with them: the
-    # scan's own release is then left out), a CTA barrier, and wave 0 announces the message.
-    # False: wave 0's walk (AMD: unmeasured)
+    # LDS, in place in LDS hist), and wave 0 copies them out as 4-word vectors, releases and
+    # announces, instead of walking the bins L at a time itself (16 lane scans in series at
+    # 512 bins). A first form had every wave store and release its own bins: SLOWER on the
+    # H200 (bench/NOTES.md v28 call 1: select_hist 512K x 8 24.9 -> 30.2 us, 64K x 8 19.1 ->
+    # 23.1, fused index r8 W1 119.4 -> 124.1: from sel_h2 on only wave 0 has stores to
+    # release, and eight waves' device-scope fences cost ~1 us a round). False: wave 0's
+    # walk
     cta_publish: bool = False
     # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Tail
     # finish"): sel_h1 also writes its candidates bucketed by their second digit (a counting

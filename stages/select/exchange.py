@@ -21,45 +21,44 @@ class Exchange:
 
     # -- publish message q ----------------------------------------------------------------
     def _publish(self, k, io, sl, lds):
-        """The cum histogram (unless done) and the state -> message q; release; announce
-        with the tagged pair. Wave 0 alone, or with SelectConfig.cta_publish every wave's
-        share of the sums and its own release, then wave 0's announcement after a CTA
-        barrier."""
+        """Wave 0: the cum histogram (unless done) and the state -> message q; release;
+        announce with the tagged pair. With SelectConfig.cta_publish every wave first turns
+        its share of LDS hist into suffix sums in place, and wave 0 copies them out as
+        vectors: one release, by the wave that announces."""
         c = self.cfg
         q = self.q
         B = c.bins(q)
         S = c.max_slices
         mw = c.msg_words(q)
         msg = c.msg(q)
-        mb = (sl.r * S + sl.s) * mw
+        hist = lds["hist"]
         cta = self._publishes_by_cta(k)
-
-        def put(bb, v, m):
-            io.store(msg, mb + bb, v, mask=m)
         if cta:
             with k.if_(~_State.load(k, lds["state"], 0).done):
-                _cta_suffix_sums(k, lds["hist"], B, put, lds["pub_waves"])
+                _cta_suffix_sums(k, hist, B, lambda bb, v, m: k.store(hist, bb, v, mask=m),
+                                 lds["pub_waves"])
+            _barrier(k)
         with _wave0(k):
             st = _State.load(k, lds["state"], 0)
+            mb = (sl.r * S + sl.s) * mw
             if q == 1:
                 cnt = k.load(lds["cnt"], 0, u32, 2)
                 st[X_NAN] = k.extract(cnt, 0)
                 st[X_UNSEL] = k.extract(cnt, 1)
-            if not cta:
-                with k.if_(~st.done):
-                    _suffix_sums(k, lds["hist"], B, put)
+            with k.if_(~st.done):
+                if cta:
+                    for ch in range(-(-B // (4 * k.L))):
+                        i = (ch * k.L + k.lane_id()) * 4
+                        at = k.min(i, B - 4)
+                        io.store(msg, mb + at, k.load(hist, at, u32, 4), mask=i < B)
+                else:
+                    _suffix_sums(k, hist, B,
+                                 lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
             for j, v in enumerate(st.vecs()):
                 io.store(msg, mb + c.state_word + 4 * j, v)
-            if not cta:
-                if self.release:
-                    k.fence("release", "device")
-                self._announce(k, io, sl, st)
-        if cta:
-            if self.release:  # every wave's stores: its sums, and its lists or buckets
+            if self.release:
                 k.fence("release", "device")
-            _barrier(k)
-            with _wave0(k):
-                self._announce(k, io, sl, _State.load(k, lds["state"], 0))
+            self._announce(k, io, sl, st)
 
     def _announce(self, k, io, sl, st):
         """Wave 0, message q released: its tagged pair (done + 1, and RDY_SOLO on rdy1 for a

@@ -394,13 +394,10 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         self._publish(k, io, sl, lds)
 
     def _publishes_by_cta(self, k) -> bool:
-        """SelectConfig.cta_publish, where the CTA has waves to share the sums."""
-        return bool(self.cta_publish) and not self.is_out and k.W > 1
-
-    def _releases_before_publish(self, k) -> bool:
-        """Whether the scan releases its list stores itself (else the publish's release, by
-        every wave, covers them)."""
-        return self.release and not self._publishes_by_cta(k)
+        """SelectConfig.cta_publish, where the CTA has waves to share the sums and the
+        message's bins come in whole 4-word vectors."""
+        return (bool(self.cta_publish) and not self.is_out and k.W > 1
+                and self.cfg.bins(self.q) % 4 == 0)
 
     def _lds(self, k):
         c = self.cfg

@@ -233,8 +233,8 @@ class ScanPasses:
             self._scan_list(k, io, sl, lds, own=run.get())
         if self.buckets and append:
             self._bucket_list(k, io, sl, lds, run.get(), Q, d)
-        if self._releases_before_publish(k):  # every wave's list stores, before wave 0
-            k.fence("release", "device")  # announces the message
+        if self.release:  # every wave's list stores, before wave 0 announces the message
+            k.fence("release", "device")
 
     def _scan_body(self, k, io, sl, lds, first, append, nans, later_count, key_lo, run,
                    nan_acc, gated, Q, d):
@@ -462,8 +462,8 @@ class ScanPasses:
         if copy:
             with _wave0(k):
                 k.store(lds["state"], X_NLIST, _u(k, run.get()))
-            if self._releases_before_publish(k):  # every wave's list stores, before wave 0
-                k.fence("release", "device")  # announces the message
+            if self.release:  # every wave's list stores, before wave 0 announces the message
+                k.fence("release", "device")
 
     def _sum_segments(self, k, io, sl, hist):
         """sel_h0 with the scoring's first digits: this slice's segments, summed per bin into
