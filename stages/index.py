@@ -176,6 +176,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     lean = kw.pop("lean_lists", None)
     finish = kw.pop("finish_max", None)
     publish = kw.pop("cta_publish", None)
+    fold = kw.pop("fold_first_digits", None)
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -197,7 +198,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     p = replace(p, source="front", front=fp).check()
     front = [reloaded(st) for st in front_stages(fp)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
-                        cta_publish=publish)
+                        cta_publish=publish, fold_first_digits=fold)
     L = IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p) + fused_select(p, cfg),
                     **kw)
     L.select_cfg = cfg
@@ -205,21 +206,22 @@ def index_launch(spec, **kw) -> IndexLaunch:
 
 
 def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_max=None,
-                  cta_publish=None):
+                  cta_publish=None, fold_first_digits=None):
     """The exact top-k of the launch's own scores (stages.select, DESIGN.md section 7): the
     scoring's layout (rows, capacity, segment), each row's keys 0..positions[r] through its
     block-table row, K = the config's index_topk; up to grid / rows slice jobs a row; the
     radix plan `digits` (None: the selection's default); `lean_lists` (None: off, not
-    measured in the fused launch); `finish_max` (None or 0: no row finish); `cta_publish`
-    (None: SelectConfig's default)."""
+    measured in the fused launch); `finish_max` (None or 0: no row finish); `cta_publish`,
+    `fold_first_digits` (None: SelectConfig's defaults)."""
     from . import select as sel
     more = {} if digits is None else {"digits": digits}
     if finish_max:
         more["finish_max"] = int(finish_max)
     if lean_lists is not None:
         more["lean_lists"] = bool(lean_lists)
-    if cta_publish is not None:
-        more["cta_publish"] = bool(cta_publish)
+    for name, v in (("cta_publish", cta_publish), ("fold_first_digits", fold_first_digits)):
+        if v is not None:
+            more[name] = bool(v)
     return sel.SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment),
                             max_slices=max(1, min(sel.MAX_SLICES, p.grid // p.rows)),
                             topk=spec.config.index_topk, bt_width=p.max_pages, positions=True,
@@ -280,7 +282,8 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "the key cache append, the scores of every visible key with first-digit "
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
-                                              "lean_lists", "finish_max", "cta_publish")))
+                                              "lean_lists", "finish_max", "cta_publish",
+                                              "fold_first_digits")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",

@@ -258,17 +258,16 @@ def _parser():
 
 def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=None,
           waves=None, grid=None, tunes=()):
-    """The selection launch of one row width; `tunes` as --tune (stage tunables,
-    launch.select_digits, launch.lean_lists, launch.finish_max and launch.tail_finish; the
-    CTA size is --waves
-    here)."""
+    """The selection launch of one row width; `tunes` as --tune (stage tunables and the
+    config_for keywords below as launch.ATTR; the CTA size is --waves here)."""
     from spec import BuildSpec
     from stages import select as sel
     from tools import common
     spec = BuildSpec.make(config, None, rows, kv, target)
     # the launch tunables that are config_for keywords here
     config_kw = {"select_digits": "digits", "lean_lists": "lean_lists",
-                 "finish_max": "finish_max", "tail_finish": "tail_finish"}
+                 "finish_max": "finish_max", "tail_finish": "tail_finish",
+                 "cta_publish": "cta_publish", "fold_first_digits": "fold_first_digits"}
     kw = {}
     stage_tunes = []
     for stage_name, attr, text in tunes:

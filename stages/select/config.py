@@ -291,6 +291,14 @@ class SelectConfig:
     # release, and eight waves' device-scope fences cost ~1 us a round). False: wave 0's
     # walk
     cta_publish: bool = False
+    # with first digits given (the scoring's segment histograms: select_hist, the fused
+    # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
+    # its own slice's apart) and decides the first digit locally: no sel_h0 stage, no message
+    # 0 and its exchange round (its release, the wait for the row's last slice, the sums of
+    # the row's messages), for 16x the segment reads (128 KB a slice at 512K keys, from the
+    # L2 after the first). The same decision, lists and selection as sel_h0's round.
+    # False: sel_h0 sums the slice's segments and publishes message 0
+    fold_first_digits: bool = False
     # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Tail
     # finish"): sel_h1 also writes its candidates bucketed by their second digit (a counting
     # sort into `list_bucket_keys`); sel_out, deciding on message 1 (15 bits of (6, 9, ..)),
@@ -394,6 +402,12 @@ class SelectConfig:
 
     def rdy(self, q: int) -> str:
         return f"{self.prefix}_rdy{q}"
+
+    @property
+    def first_pass(self) -> int:
+        """The first histogram pass built: 1 when sel_h1 folds the first digit in
+        (fold_first_digits), else 0."""
+        return 1 if self.fold_first_digits else 0
 
     def stage_name(self, q: int) -> str:
         return f"{self.prefix}_out" if q == self.passes else f"{self.prefix}_h{q}"

@@ -3,6 +3,7 @@
     placement among the row's slices."""
 from __future__ import annotations
 
+from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.types import i32, u32
 
 from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
@@ -11,7 +12,7 @@ from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN
                      FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
                      X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
 from .lanes import (_State, _barrier, _cta_suffix_sums, _i, _last, _pick, _scan, _suffix_sums,
-                    _threshold, _u, _wave0)
+                    _threshold, _u, _wave0, initial_state)
 
 
 class Exchange:
@@ -74,6 +75,9 @@ class Exchange:
     def _consume(self, k, io, sl, lds, solo=None):
         """Leave in LDS `state` this slice's state after deciding on message q-1 (`solo`:
         uniform i1, the row finishes solo: no placement among the slices)."""
+        if self.folds:
+            self._fold_first(k, io, sl, lds)
+            return
         c = self.cfg
         p = self.q - 1
         S = c.max_slices
@@ -110,6 +114,71 @@ class Exchange:
             with _wave0(k):
                 self._decide(k, io, sl, lds, solo)
             _barrier(k)
+
+    def _fold_first(self, k, io, sl, lds):
+        """sel_h1 deciding the first digit without message 0 (SelectConfig.
+        fold_first_digits): sel_h0's wait and input checks, the row's first-digit cum summed
+        from every segment of the row into LDS gcum (what `_global_cum` sums from the row's
+        messages) and the own slice's into `own_cum`, then the decision."""
+        c = self.cfg
+        if self.ready is not None:
+            with _wave0(k):
+                self.ready.wait(k, io)
+            _barrier(k)
+        io.env.phase(0)  # the first digits are ready
+        self._check_inputs(k, io, sl)
+        initial_state(k, c).store_lds(lds["state"])
+        self._row_first_digits(k, io, sl, lds)
+        io.env.phase(1)  # the row's cum histogram is summed
+        with _wave0(k):
+            self._decide(k, io, sl, lds)
+        _barrier(k)
+
+    def _row_first_digits(self, k, io, sl, lds):
+        """All waves: LDS gcum = the cum of the sum of the row's segment histograms (the
+        nseg segments its slices tile), own_cum = the same over this slice's segments. A
+        thread holds a 4-bin group of T / 16 segment groups' running sums, segment_unroll
+        16-byte loads in flight; the groups meet in LDS by atomic adds (integers: any
+        order), and wave 0 turns both into suffix sums."""
+        c = self.cfg
+        B = FIRST_DIGIT_BINS
+        V = 4  # bins a load
+        Bq = B // V
+        T = k.W * k.L
+        t = k.thread_id()
+        gcum, own = lds["gcum"], lds["own_cum"]
+        for i in range((B + T - 1) // T):
+            idx = t + i * T
+            for h in (gcum, own):
+                k.store(h, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
+        _barrier(k)
+        G = max(1, T // Bq)
+        cq, grp = t % Bq, t / Bq
+        live = grp < G
+        seg = c.segment
+        g_lo = sl.lo / seg
+        g_hi = (sl.hi + (seg - 1)) / seg
+        U = self._count_tunable("segment_unroll")
+        zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+        acc, mine = k.lane_var(zero4), k.lane_var(zero4)
+        for g0 in k.range(0, sl.nseg, G * U):
+            got = []
+            for u in range(U):
+                g = g0 + grp + G * u
+                m = live & (g < sl.nseg)
+                idx = (sl.r * c.segments + k.min(g, c.segments - 1)) * B + V * cq
+                got.append((g, m, self.hist.read4(k, io, idx, m)))
+            for g, m, v in got:
+                acc.set(acc.get() + k.select(m, v, 0))
+                mine.set(mine.get() + k.select(m & (g >= g_lo) & (g < g_hi), v, 0))
+        for h, a in ((gcum, acc.get()), (own, mine.get())):
+            for e in range(V):
+                k.atomic("add", h, V * cq + e, k.extract(a, e), mask=live, scope="cta")
+        _barrier(k)
+        with _wave0(k):
+            for h in (gcum, own):
+                _suffix_sums(k, h, B, lambda bb, v, m, h=h: k.store(h, bb, v, mask=m))
+        _barrier(k)
 
     def _load_msg_state(self, k, io, msg, idx0):
         return _State(k, vecs=[io.load(msg, idx0 + 4 * j, 4) for j in range(NEXTRA // 4)])
@@ -187,7 +256,11 @@ class Exchange:
             k.store(fin, FIN_T_ABOVE, k.const(0, i32))
             k.store(fin, FIN_N, gb - ga)
         own = (sl.r * S + sl.s) * mw
-        hi_own = k.select(takeall | ~has_hi, 0, _i(k, io.load(msg, own + k.min(b + 1, Bp - 1))))
+        if self.folds:  # (message 0's own cum, summed here)
+            own_hi = k.load(lds["own_cum"], k.min(b + 1, Bp - 1), u32)
+        else:
+            own_hi = io.load(msg, own + k.min(b + 1, Bp - 1))
+        hi_own = k.select(takeall | ~has_hi, 0, _i(k, own_hi))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
         nst = new
         nst.store_lds(lds["state"])

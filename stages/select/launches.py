@@ -38,8 +38,11 @@ def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
         hist = HistPlain(cfg)
     elif hist is not None and not hasattr(hist, "read"):
         raise ValueError(f"hist {hist!r}: None, 'buffer', 'region' or 'plain'")
+    if cfg.fold_first_digits and not hasattr(hist, "read4"):
+        raise ValueError(f"fold_first_digits: sel_h1 sums a row's first digits with plain "
+                         f"16-byte loads (hist 'buffer' or 'plain'), not from {hist!r}")
     return [SelectPass(cfg, q, scores, hist, ready=ready, **fences)
-            for q in range(cfg.passes + 1)]
+            for q in range(cfg.first_pass, cfg.passes + 1)]
 
 
 def select_launch(cfg: SelectConfig, *, grid: int, waves: int = 1, hist=None, scores="buffer",
@@ -136,8 +139,8 @@ def measured_options(on: bool) -> dict:
 
 def config_for(spec, *, max_slices: int | None = None, digits=None,
                lean_lists: bool | None = None, finish_max: int | None = None,
-               tail_finish: bool | None = None, cta_publish: bool | None = None
-               ) -> SelectConfig:
+               tail_finish: bool | None = None, cta_publish: bool | None = None,
+               fold_first_digits: bool | None = None) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
@@ -145,7 +148,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     unmeasured there), `lean_lists` (None: on off AMD), `finish_max` (None or 0: no row
     finish), `tail_finish` (None: on off AMD for rows of more than WIDE_ROW_SLICES slices,
     rows 2 and 4 on the H200, where summing a round's messages costs most; SelectConfig.
-    tail_finish), `cta_publish` (None: SelectConfig's default)."""
+    tail_finish), `cta_publish` and `fold_first_digits` (None: SelectConfig's defaults)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -159,7 +162,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         else SELECT_KIND_DIGITS)
     if tail_finish is None:  # (not with a row finish, nor a plan of two digits)
         tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED
-    more = {} if cta_publish is None else {"cta_publish": bool(cta_publish)}
+    more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
+                                          ("fold_first_digits", fold_first_digits))
+            if v is not None}
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk, digits=digits,
                         **measured_options(not amd),
@@ -178,9 +183,10 @@ def _grid_for(spec) -> int:
 
 
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
-                 finish_max=None, tail_finish=None, cta_publish=None):
+                 finish_max=None, tail_finish=None, cta_publish=None, fold_first_digits=None):
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
-                     tail_finish=tail_finish, cta_publish=cta_publish)
+                     tail_finish=tail_finish, cta_publish=cta_publish,
+                     fold_first_digits=fold_first_digits)
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -205,4 +211,5 @@ register(Kind("select_hist", "the selection with first digits given (score_hist 
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
-                                              "tail_finish", "cta_publish")))
+                                              "tail_finish", "cta_publish",
+                                              "fold_first_digits")))

@@ -100,12 +100,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
                  release=True, acquire=True):
         self.cfg, self.q = cfg, q
-        self.ready = ready if q == 0 else None
+        # sel_h1 sums its row's first digits itself (SelectConfig.fold_first_digits): the
+        # first pass built, with sel_h0's inputs (what it waits for, the first digits)
+        self.folds = cfg.fold_first_digits and q == 1
+        self.ready = ready if q == cfg.first_pass else None
         # release=False / acquire=False drop the messages' fences: the broken variants the
         # interpreter's relaxed mode must catch (tests only)
         self.release, self.acquire = release, acquire
         self.scores = scores
-        self.hist = hist if q == 0 else None
+        self.hist = hist if q == cfg.first_pass else None
         self.name = cfg.stage_name(q)
         self.is_out = q == cfg.passes
         # sel_h1 compacts the slice's keys at or above the first threshold digit into its
@@ -151,6 +154,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         if self.from_list:  # about a first-digit bin's share, plus the keys above it
             keys = keys // FIRST_DIGIT_BINS + c.topk
         xbytes = 0 if self.q == 0 else c.max_slices * c.msg_words(self.q - 1) * 4
+        if self.folds:  # the row's segment histograms instead of message 0
+            xbytes = c.segments * FIRST_DIGIT_BINS * 4
         lds = 4 * (2 * 1024 + 64)
         # a solo finish: at most solo_max_candidates keys read by each remaining pass, keys
         # and positions by the emit
@@ -179,7 +184,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         out = {nm.n_keys: Buffer(i32, (c.rows,))}
         if not self.from_list or self.defers:
             out.update(self.scores.buffers())
-        if self.q == 0:
+        if self.q == 0 or self.folds:
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
                 out.update(self.hist.buffers())
@@ -240,7 +245,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out.append(Use(c.list_bucket_keys, r * lk, (r + 1) * lk))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
-        if self.q == 0:
+        if self.q == 0 or self.folds:
             if self.ready is not None:
                 out += self.ready.reads(r)
             if self.hist is not None:
@@ -408,6 +413,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out["cnt"] = k.lds(f"{nm}_cnt", u32, 4)
         if self.q > 0:
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
+        if self.folds:  # the own slice's first-digit cum (message 0's histogram)
+            out["own_cum"] = k.lds(f"{nm}_own_cum", u32, FIRST_DIGIT_BINS)
         if self._publishes_by_cta(k):  # the publish's suffix sums: the waves' totals
             out["pub_waves"] = k.lds(f"{nm}_pub_waves", i32, k.W)
         appends = (self.compacts or self.defers) and k.W > 1  # the appends' wave counts

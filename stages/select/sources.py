@@ -82,6 +82,9 @@ class HistBuffer:
     def read(self, k, io, index, mask):
         return k.load(getattr(io.args, self.name), index, u32, mask=mask)
 
+    def read4(self, k, io, index, mask):
+        return k.load(getattr(io.args, self.name), index, u32, 4, mask=mask)
+
 
 class HistRegion:
     """First digits from the scoring's tagged pairs [rows, segments, 64] u32 (region owned by
@@ -107,6 +110,9 @@ class HistPlain(HistRegion):
 
     def read(self, k, io, index, mask):
         return io.load(self.name, index, mask=mask)
+
+    def read4(self, k, io, index, mask):
+        return io.load(self.name, index, 4, mask=mask)
 
 
 class Ready:
