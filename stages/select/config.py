@@ -77,6 +77,14 @@ FINISH_TALLIES = ("gather", "rank", "place", "emit")  # a row finish's cycle acc
 # wave's clocks in each part, time_layers --timeline)
 FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a row finish's
 # gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
+# SelectConfig.fold_first_digits: sel_h1 reads its row's segment histograms in bands of this
+# many bins from the top (16 = a quarter of each 256-byte histogram: for top-2048 of a long
+# row the threshold digit lies in the top band, values >= 2 of positive floats), a band
+# more while the row holds fewer than K keys in those read
+FOLD_BAND_BINS = 16
+# ... and the bin just below the bands read counts this many keys (>= any K, and with a
+# row's 512K keys far from overflowing its i32 suffix sums)
+FOLD_UNREAD = 1 << 30
 TAIL_EXCHANGED = 2  # SelectConfig.tail_finish: digits exchanged before sel_out's finish
 TAIL_FINISH_LDS = 2048  # candidates a tail finish holds in LDS (a key and a slice index each,
 # 16 KB): for normal scores at 512K keys ~190 are left after 15 bits (bench/NOTES.md v27); a

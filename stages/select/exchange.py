@@ -3,10 +3,12 @@
     placement among the row's slices."""
 from __future__ import annotations
 
+import contextlib
+
 from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.types import i32, u32
 
-from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
+from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FOLD_UNREAD, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
                      FIN_N,
                      FIN_T,
                      FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
@@ -136,14 +138,21 @@ class Exchange:
 
     def _row_first_digits(self, k, io, sl, lds):
         """All waves: LDS gcum = the cum of the sum of the row's segment histograms (the
-        nseg segments its slices tile), own_cum = the same over this slice's segments. A
-        thread holds a 4-bin group of T / 16 segment groups' running sums, segment_unroll
-        16-byte loads in flight; the groups meet in LDS by atomic adds (integers: any
-        order), and wave 0 turns both into suffix sums."""
+        nseg segments its slices tile), own_cum = the same over this slice's segments, read
+        in bands of `fold_bins` bins from the top until the row holds K keys at or above the
+        band read last (the threshold digit, and the bin above it, then lie in what was
+        read). A bin below the bands read is given the row's K keys at least (FOLD_UNREAD
+        in the bin under them): the threshold search finds the same bin as from every bin.
+        A thread holds a 4-bin group of T / (bins / 4) segment groups' running sums,
+        segment_unroll 16-byte loads in flight; the groups meet in LDS by atomic adds
+        (integers: any order), and wave 0 turns both into suffix sums."""
         c = self.cfg
         B = FIRST_DIGIT_BINS
         V = 4  # bins a load
-        Bq = B // V
+        R = self._count_tunable("fold_bins", V)
+        if R % V or B % R:
+            raise ValueError(f"{self.name}: fold_bins = {R} must be a multiple of {V} "
+                             f"dividing {B}")
         T = k.W * k.L
         t = k.thread_id()
         gcum, own = lds["gcum"], lds["own_cum"]
@@ -152,6 +161,7 @@ class Exchange:
             for h in (gcum, own):
                 k.store(h, k.min(idx, B - 1), k.const(0, u32), mask=idx < B)
         _barrier(k)
+        Bq = R // V
         G = max(1, T // Bq)
         cq, grp = t % Bq, t / Bq
         live = grp < G
@@ -160,22 +170,42 @@ class Exchange:
         g_hi = (sl.hi + (seg - 1)) / seg
         U = self._count_tunable("segment_unroll")
         zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+        low = k.const(B, i32)  # the lowest bin read
+        total = k.const(0, i32)
         acc, mine = k.lane_var(zero4), k.lane_var(zero4)
-        for g0 in k.range(0, sl.nseg, G * U):
-            got = []
-            for u in range(U):
-                g = g0 + grp + G * u
-                m = live & (g < sl.nseg)
-                idx = (sl.r * c.segments + k.min(g, c.segments - 1)) * B + V * cq
-                got.append((g, m, self.hist.read4(k, io, idx, m)))
-            for g, m, v in got:
-                acc.set(acc.get() + k.select(m, v, 0))
-                mine.set(mine.get() + k.select(m & (g >= g_lo) & (g < g_hi), v, 0))
-        for h, a in ((gcum, acc.get()), (own, mine.get())):
-            for e in range(V):
-                k.atomic("add", h, V * cq + e, k.extract(a, e), mask=live, scope="cta")
-        _barrier(k)
+        go = None
+        for band in range(B // R):
+            lo = B - (band + 1) * R
+            with contextlib.nullcontext() if go is None else k.if_(go):
+                acc.set(zero4)
+                mine.set(zero4)
+                for g0 in k.range(0, sl.nseg, G * U):
+                    got = []
+                    for u in range(U):
+                        g = g0 + grp + G * u
+                        m = live & (g < sl.nseg)
+                        idx = (sl.r * c.segments + k.min(g, c.segments - 1)) * B + lo + V * cq
+                        got.append((g, m, self.hist.read4(k, io, idx, m)))
+                    for g, m, v in got:
+                        acc.set(acc.get() + k.select(m, v, 0))
+                        mine.set(mine.get() + k.select(m & (g >= g_lo) & (g < g_hi), v, 0))
+                for h, a in ((gcum, acc.get()), (own, mine.get())):
+                    for e in range(V):
+                        k.atomic("add", h, lo + V * cq + e, k.extract(a, e), mask=live,
+                                 scope="cta")
+                _barrier(k)
+            low = k.const(lo, i32) if go is None else k.select(go, k.const(lo, i32), low)
+            if band < B // R - 1:  # the row's keys in the bands read so far, from this
+                # band's bins (a wave past the barrier may be adding into lower ones already)
+                for ch in range(-(-R // k.L)):
+                    b = lo + ch * k.L + k.lane_id()
+                    m = b < lo + R
+                    g = _i(k, k.load(gcum, k.min(b, B - 1), u32, mask=m))
+                    total = total + k.wave_sum(k.select(m, g, 0))
+                go = total < c.topk
         with _wave0(k):
+            k.store(gcum, k.max(low - 1, 0), k.const(FOLD_UNREAD, u32),
+                    mask=(low > 0) & k.lane_id().eq(0))
             for h in (gcum, own):
                 _suffix_sums(k, h, B, lambda bb, v, m, h=h: k.store(h, bb, v, mask=m))
         _barrier(k)

@@ -12,7 +12,7 @@ from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
-from .config import (TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
+from .config import (FOLD_BAND_BINS, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
                      LIST_UNROLL, LOAD_KEYS, MAX_PAGE, PAGE, PAGE_SHIFT, SCAN_AHEAD, SCAN_UNROLL,
                      SEGMENT_UNROLL, SelectConfig, X_DEFER, X_EMITTED)
 from .tail import TailFinish
@@ -37,9 +37,12 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
-                "lean_coalesced", "lean_refill", "tail_rank", "cta_publish")
+                "lean_coalesced", "lean_refill", "tail_rank", "cta_publish", "fold_bins")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
+    # sel_h1 folding the first digit in (SelectConfig.fold_first_digits): bins of a band of
+    # its row's segment histograms read at once, from the top (FOLD_BAND_BINS; 64: all)
+    fold_bins = FOLD_BAND_BINS
     # rounds of 4 keys a lane an iteration of a pass over the scores reads (SCAN_UNROLL)
     scan_unroll = SCAN_UNROLL
     # iterations of score loads in flight ahead of the one a pass over the scores works on
