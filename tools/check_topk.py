@@ -279,7 +279,8 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
                              "--waves)")
         else:
             stage_tunes.append((stage_name, attr, text))
-    cfg = sel.config_for(spec, max_slices=max_slices, **kw)
+    cfg = sel.config_for(spec, max_slices=max_slices, first_digits_given=first_digits == "buffer",
+                         **kw)
     hist = {"local": None, "buffer": "buffer", "stage": "stage"}[first_digits]
     L = sel.select_launch(cfg, grid=grid or sel._grid_for(spec),
                           waves=waves or sel._waves_for(spec), hist=hist)

@@ -120,6 +120,16 @@ at T in position order, the exact top-k, so the rounds' outputs bit for bit. Its
 then final at 32 bits and flagged emitted (X_EMITTED): the later rounds pass it through and
 sel_out writes nothing for it.
 
+First digit folded (SelectConfig.fold_first_digits; select_hist's default off AMD). With the
+scoring's segment histograms given as plain data (an input buffer or the fused launch's
+plain region), there is no sel_h0: every slice's sel_h1 sums its row's segments itself (the
+own slice's apart, for its keys above the threshold), decides the first digit as sel_h1 would
+on message 0, and goes on. It reads the histograms in bands of `fold_bins` bins from the top
+while the row holds fewer than K keys in the bands read; the bin under the last band read
+counts FOLD_UNREAD keys, so the threshold search (the last bin with Gcum[b] >= need) finds
+the bin a full read finds, and Gcum[b], Gcum[b + 1] and the own cum at b + 1 all lie in the
+bands read. The same decision, lists and outputs as sel_h0's round, bit for bit.
+
 Tail finish (SelectConfig.tail_finish; the select kinds' default off AMD for rows of more
 than WIDE_ROW_SLICES slices: rows 2 and 4 on the H200). Only two digits are exchanged
 (stages sel_h0, sel_h1, sel_out). sel_h1, after counting digit 1 of its candidates, writes

@@ -78,10 +78,13 @@ FINISH_TALLIES = ("gather", "rank", "place", "emit")  # a row finish's cycle acc
 FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a row finish's
 # gather (32 keys a lane: a row's ~12K list entries at 512K x 8 in 2 rounds of 256 lanes)
 # SelectConfig.fold_first_digits: sel_h1 reads its row's segment histograms in bands of this
-# many bins from the top (16 = a quarter of each 256-byte histogram: for top-2048 of a long
-# row the threshold digit lies in the top band, values >= 2 of positive floats), a band
-# more while the row holds fewer than K keys in those read
-FOLD_BAND_BINS = 16
+# many bins from the top, a band more while the row holds fewer than K keys in those read.
+# 32 = the positive floats, half of each 256-byte histogram: one band for top-2048 of normal
+# scores at 64K and 512K keys. H200 (bench/NOTES.md v28 call 3, select_hist rows 2 / 4 / 8,
+# 64K / 512K, us): 16 bins 16.2 / 18.0, 18.2 / 19.2, 18.6 / 24.7 (two bands at 64K, where the
+# threshold lies below 2); 32: 15.3 / 18.4, 17.2 / 19.6, 17.6 / 24.0; 64 (every bin):
+# 15.0 / 20.2, 16.8 / 21.2, 17.1 / 25.0
+FOLD_BAND_BINS = 32
 # ... and the bin just below the bands read counts this many keys (>= any K, and with a
 # row's 512K keys far from overflowing its i32 suffix sums)
 FOLD_UNREAD = 1 << 30
@@ -304,7 +307,11 @@ class SelectConfig:
     # its own slice's apart) and decides the first digit locally: no sel_h0 stage, no message
     # 0 and its exchange round (its release, the wait for the row's last slice, the sums of
     # the row's messages), for 16x the segment reads (128 KB a slice at 512K keys, from the
-    # L2 after the first). The same decision, lists and selection as sel_h0's round.
+    # L2 after the first; read in bands from the top, FOLD_BAND_BINS). The same decision,
+    # lists and selection as sel_h0's round. H200, same call (bench/NOTES.md v28 call 3):
+    # select_hist rows 2 / 4 / 8 at 64K 18.2 / 20.0 / 18.8 -> 15.3 / 17.2 / 17.6 us, at 512K
+    # 20.4 / 21.5 / 24.8 -> 18.4 / 19.6 / 24.0; the fused index r8 slower (W1 119.9 ->
+    # 121.2, W2 151.5 -> 154.4: kept off there). On in select_hist off AMD (config_for);
     # False: sel_h0 sums the slice's segments and publishes message 0
     fold_first_digits: bool = False
     # the row finished after TWO exchanged digits, by sel_out itself (module doc, "Tail

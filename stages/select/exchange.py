@@ -286,11 +286,12 @@ class Exchange:
             k.store(fin, FIN_T_ABOVE, k.const(0, i32))
             k.store(fin, FIN_N, gb - ga)
         own = (sl.r * S + sl.s) * mw
+        none_above = takeall | ~has_hi
         if self.folds:  # (message 0's own cum, summed here)
             own_hi = k.load(lds["own_cum"], k.min(b + 1, Bp - 1), u32)
         else:
             own_hi = io.load(msg, own + k.min(b + 1, Bp - 1))
-        hi_own = k.select(takeall | ~has_hi, 0, _i(k, own_hi))
+        hi_own = k.select(none_above, 0, _i(k, own_hi))
         new[X_ABOVE] = _u(k, st.i(X_ABOVE) + hi_own)
         nst = new
         nst.store_lds(lds["state"])

@@ -140,7 +140,8 @@ def measured_options(on: bool) -> dict:
 def config_for(spec, *, max_slices: int | None = None, digits=None,
                lean_lists: bool | None = None, finish_max: int | None = None,
                tail_finish: bool | None = None, cta_publish: bool | None = None,
-               fold_first_digits: bool | None = None) -> SelectConfig:
+               fold_first_digits: bool | None = None,
+               first_digits_given: bool = False) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
@@ -148,7 +149,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     unmeasured there), `lean_lists` (None: on off AMD), `finish_max` (None or 0: no row
     finish), `tail_finish` (None: on off AMD for rows of more than WIDE_ROW_SLICES slices,
     rows 2 and 4 on the H200, where summing a round's messages costs most; SelectConfig.
-    tail_finish), `cta_publish` and `fold_first_digits` (None: SelectConfig's defaults)."""
+    tail_finish), `cta_publish` (None: SelectConfig's default), `fold_first_digits` (None: on
+    off AMD where the first digits are given as a plain buffer, `first_digits_given`: the
+    select_hist kind; SelectConfig.fold_first_digits)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -162,6 +165,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         else SELECT_KIND_DIGITS)
     if tail_finish is None:  # (not with a row finish, nor a plan of two digits)
         tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED
+    if fold_first_digits is None:
+        fold_first_digits = first_digits_given and not amd
     more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
                                           ("fold_first_digits", fold_first_digits))
             if v is not None}
@@ -186,7 +191,7 @@ def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=
                  finish_max=None, tail_finish=None, cta_publish=None, fold_first_digits=None):
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
                      tail_finish=tail_finish, cta_publish=cta_publish,
-                     fold_first_digits=fold_first_digits)
+                     fold_first_digits=fold_first_digits, first_digits_given=hist == "buffer")
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
