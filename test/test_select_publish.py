@@ -37,8 +37,13 @@ def _run(cfg, s, n, bt, waves=3, hist=None, **fences):
 
 
 def _same(a, b):
+    """The same outputs and the same messages, word for word."""
     for name in ("topk", "topk_diag"):
         assert np.array_equal(a.outputs[name], b.outputs[name]), name
+    msgs = [n for n in a.regions if n.startswith(f"{CFG.prefix}_msg")]
+    assert msgs
+    for name in msgs:
+        assert np.array_equal(a.regions[name], b.regions[name]), name
 
 
 @pytest.mark.parametrize("dist", sorted(DISTS))

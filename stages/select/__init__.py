@@ -125,10 +125,10 @@ scoring's segment histograms given as plain data (an input buffer or the fused l
 plain region), there is no sel_h0: every slice's sel_h1 sums its row's segments itself (the
 own slice's apart, for its keys above the threshold), decides the first digit as sel_h1 would
 on message 0, and goes on. It reads the histograms in bands of `fold_bins` bins from the top
-while the row holds fewer than K keys in the bands read; the bin under the last band read
-counts FOLD_UNREAD keys, so the threshold search (the last bin with Gcum[b] >= need) finds
-the bin a full read finds, and Gcum[b], Gcum[b + 1] and the own cum at b + 1 all lie in the
-bands read. The same decision, lists and outputs as sel_h0's round, bit for bit.
+while the row holds fewer than K keys in the bands read; an unread bin's cum is then the
+last band's, >= K, so the threshold search (the last bin with Gcum[b] >= need) finds the bin
+a full read finds, and Gcum[b], Gcum[b + 1] and the own cum at b + 1 all lie in the bands
+read. The same decision, lists and outputs as sel_h0's round, bit for bit.
 
 Tail finish (SelectConfig.tail_finish; the select kinds' default off AMD for rows of more
 than WIDE_ROW_SLICES slices: rows 2 and 4 on the H200). Only two digits are exchanged

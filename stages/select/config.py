@@ -85,9 +85,6 @@ FINISH_UNROLL = 8  # 4-entry groups of the row's lists a lane loads at once in a
 # threshold lies below 2); 32: 15.3 / 18.4, 17.2 / 19.6, 17.6 / 24.0; 64 (every bin):
 # 15.0 / 20.2, 16.8 / 21.2, 17.1 / 25.0
 FOLD_BAND_BINS = 32
-# ... and the bin just below the bands read counts this many keys (>= any K, and with a
-# row's 512K keys far from overflowing its i32 suffix sums)
-FOLD_UNREAD = 1 << 30
 TAIL_EXCHANGED = 2  # SelectConfig.tail_finish: digits exchanged before sel_out's finish
 TAIL_FINISH_LDS = 2048  # candidates a tail finish holds in LDS (a key and a slice index each,
 # 16 KB): for normal scores at 512K keys ~190 are left after 15 bits (bench/NOTES.md v27); a
@@ -296,10 +293,11 @@ class SelectConfig:
     # (`lanes._cta_suffix_sums`: a thread's few bins, one lane scan, the waves' totals through
     # LDS, in place in LDS hist), and wave 0 copies them out as 4-word vectors, releases and
     # announces, instead of walking the bins L at a time itself (16 lane scans in series at
-    # 512 bins). A first form had every wave store and release its own bins: SLOWER on the
-    # H200 (bench/NOTES.md v28 call 1: select_hist 512K x 8 24.9 -> 30.2 us, 64K x 8 19.1 ->
-    # 23.1, fused index r8 W1 119.4 -> 124.1: from sel_h2 on only wave 0 has stores to
-    # release, and eight waves' device-scope fences cost ~1 us a round). False: wave 0's
+    # 512 bins). SLOWER on the H200 at rows 8, in this form and in a first one where every
+    # wave stored and released its own bins (bench/NOTES.md v28 calls 1 / 2: select_hist 512K
+    # x 8 24.9 -> 29.8-30.2 us, 64K x 8 19.1 -> 23.0, fused index r8 W1 119.4 -> 124.1; rows
+    # 2 and 4 at noise). Call 5's timeline: the publish itself is not slower; the next
+    # round's sums of its messages take ~1 us more a round, not understood. False: wave 0's
     # walk
     cta_publish: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused

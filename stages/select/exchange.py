@@ -8,10 +8,8 @@ import contextlib
 from layouts.scores import FIRST_DIGIT_BINS
 from monokernel.types import i32, u32
 
-from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FOLD_UNREAD, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
-                     FIN_N,
-                     FIN_T,
-                     FIN_T_ABOVE, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
+from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
+                     FIN_N, FIN_T, FIN_T_ABOVE, LOAD_KEYS, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
                      X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
 from .lanes import (_State, _barrier, _cta_suffix_sums, _i, _last, _pick, _scan, _suffix_sums,
                     _threshold, _u, _wave0, initial_state)
@@ -50,10 +48,11 @@ class Exchange:
                 st[X_UNSEL] = k.extract(cnt, 1)
             with k.if_(~st.done):
                 if cta:
-                    for ch in range(-(-B // (4 * k.L))):
-                        i = (ch * k.L + k.lane_id()) * 4
-                        at = k.min(i, B - 4)
-                        io.store(msg, mb + at, k.load(hist, at, u32, 4), mask=i < B)
+                    V = LOAD_KEYS  # u32 words of a 16-byte access
+                    for ch in range(-(-B // (V * k.L))):
+                        i = (ch * k.L + k.lane_id()) * V
+                        at = k.min(i, B - V)
+                        io.store(msg, mb + at, k.load(hist, at, u32, V), mask=i < B)
                 else:
                     _suffix_sums(k, hist, B,
                                  lambda bb, v, m: io.store(msg, mb + bb, v, mask=m))
@@ -141,14 +140,14 @@ class Exchange:
         nseg segments its slices tile), own_cum = the same over this slice's segments, read
         in bands of `fold_bins` bins from the top until the row holds K keys at or above the
         band read last (the threshold digit, and the bin above it, then lie in what was
-        read). A bin below the bands read is given the row's K keys at least (FOLD_UNREAD
-        in the bin under them): the threshold search finds the same bin as from every bin.
+        read): an unread bin's cum is that band's, >= K, so the threshold search (the last
+        bin with cum >= need) finds the bin it finds from every bin.
         A thread holds a 4-bin group of T / (bins / 4) segment groups' running sums,
         segment_unroll 16-byte loads in flight; the groups meet in LDS by atomic adds
         (integers: any order), and wave 0 turns both into suffix sums."""
         c = self.cfg
         B = FIRST_DIGIT_BINS
-        V = 4  # bins a load
+        V = LOAD_KEYS  # bins (u32 words) of a 16-byte load
         R = self._count_tunable("fold_bins", V)
         if R % V or B % R:
             raise ValueError(f"{self.name}: fold_bins = {R} must be a multiple of {V} "
@@ -170,7 +169,6 @@ class Exchange:
         g_hi = (sl.hi + (seg - 1)) / seg
         U = self._count_tunable("segment_unroll")
         zero4 = k.vec(k.const(0, u32), 0, 0, 0)
-        low = k.const(B, i32)  # the lowest bin read
         total = k.const(0, i32)
         acc, mine = k.lane_var(zero4), k.lane_var(zero4)
         go = None
@@ -194,7 +192,6 @@ class Exchange:
                         k.atomic("add", h, lo + V * cq + e, k.extract(a, e), mask=live,
                                  scope="cta")
                 _barrier(k)
-            low = k.const(lo, i32) if go is None else k.select(go, k.const(lo, i32), low)
             if band < B // R - 1:  # the row's keys in the bands read so far, from this
                 # band's bins (a wave past the barrier may be adding into lower ones already)
                 for ch in range(-(-R // k.L)):
@@ -204,8 +201,6 @@ class Exchange:
                     total = total + k.wave_sum(k.select(m, g, 0))
                 go = total < c.topk
         with _wave0(k):
-            k.store(gcum, k.max(low - 1, 0), k.const(FOLD_UNREAD, u32),
-                    mask=(low > 0) & k.lane_id().eq(0))
             for h in (gcum, own):
                 _suffix_sums(k, h, B, lambda bb, v, m, h=h: k.store(h, bb, v, mask=m))
         _barrier(k)

@@ -167,14 +167,13 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
         tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
-    more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
-                                          ("fold_first_digits", fold_first_digits))
-            if v is not None}
+    more = {} if cta_publish is None else {"cta_publish": bool(cta_publish)}
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk, digits=digits,
                         **measured_options(not amd),
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
-                        finish_max=finish_max or None, tail_finish=bool(tail_finish), **more)
+                        finish_max=finish_max or None, tail_finish=bool(tail_finish),
+                        fold_first_digits=bool(fold_first_digits), **more)
 
 
 def _waves_for(spec) -> int:

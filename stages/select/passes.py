@@ -405,7 +405,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         """SelectConfig.cta_publish, where the CTA has waves to share the sums and the
         message's bins come in whole 4-word vectors."""
         return (bool(self.cta_publish) and not self.is_out and k.W > 1
-                and self.cfg.bins(self.q) % 4 == 0)
+                and self.cfg.bins(self.q) % LOAD_KEYS == 0)
 
     def _lds(self, k):
         c = self.cfg
