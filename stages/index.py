@@ -177,6 +177,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     finish = kw.pop("finish_max", None)
     publish = kw.pop("cta_publish", None)
     fold = kw.pop("fold_first_digits", None)
+    spans = kw.pop("lean_spans", None)
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -198,7 +199,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     p = replace(p, source="front", front=fp).check()
     front = [reloaded(st) for st in front_stages(fp)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
-                        cta_publish=publish, fold_first_digits=fold)
+                        cta_publish=publish, fold_first_digits=fold, lean_spans=spans)
     L = IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p) + fused_select(p, cfg),
                     **kw)
     L.select_cfg = cfg
@@ -206,20 +207,21 @@ def index_launch(spec, **kw) -> IndexLaunch:
 
 
 def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_max=None,
-                  cta_publish=None, fold_first_digits=None):
+                  cta_publish=None, fold_first_digits=None, lean_spans=None):
     """The exact top-k of the launch's own scores (stages.select, DESIGN.md section 7): the
     scoring's layout (rows, capacity, segment), each row's keys 0..positions[r] through its
     block-table row, K = the config's index_topk; up to grid / rows slice jobs a row; the
     radix plan `digits` (None: the selection's default); `lean_lists` (None: off, not
     measured in the fused launch); `finish_max` (None or 0: no row finish); `cta_publish`,
-    `fold_first_digits` (None: SelectConfig's defaults)."""
+    `fold_first_digits`, `lean_spans` (None: SelectConfig's defaults)."""
     from . import select as sel
     more = {} if digits is None else {"digits": digits}
     if finish_max:
         more["finish_max"] = int(finish_max)
     if lean_lists is not None:
         more["lean_lists"] = bool(lean_lists)
-    for name, v in (("cta_publish", cta_publish), ("fold_first_digits", fold_first_digits)):
+    for name, v in (("cta_publish", cta_publish), ("fold_first_digits", fold_first_digits),
+                    ("lean_spans", lean_spans)):
         if v is not None:
             more[name] = bool(v)
     return sel.SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment),
@@ -283,7 +285,7 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
                                               "lean_lists", "finish_max", "cta_publish",
-                                              "fold_first_digits")))
+                                              "fold_first_digits", "lean_spans")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",

@@ -702,3 +702,103 @@ def test_lean_refills_write_the_same_lists_and_messages(dist, waves, mode, refil
         st.lean_coalesced = int(where == "coalesced")
     _same_lists_and_messages(dist, [61, DISTS.index(dist), waves, refill], [
         (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
+
+
+@pytest.mark.parametrize("dist,waves,mode,tunes,where", [
+    ("normal", 3, "relaxed", {}, "lds"), ("allequal", 3, "relaxed", {}, "lds"),
+    ("nan", 2, "random", {}, "lds"), ("extreme", 3, "inorder", {}, "registers"),
+    ("zeros", 1, "random", {}, "lds"), ("few", 3, "relaxed", dict(lean_refill=2), "lds"),
+    ("normal", 2, "relaxed", dict(lean_refill=1, lean_early_loads=1,
+                                  lean_prefetch_ahead=1), "registers"),
+    ("allequal", 3, "random", dict(lean_lane_keys=sel.LEAN_WIDE_KEYS), "lds")])
+def test_lean_spans_write_the_same_lists_and_messages(dist, waves, mode, tunes, where,
+                                                      monkeypatch):
+    """lean_spans (each wave lists its own span of the slice into scratch lists with no CTA
+    barrier in its loop, then the waves' lists are laid end to end and the next digit
+    counted from the copies): the default scan's lists and messages bit for bit, sel_h1's
+    and sel_h2's re-listing of a deferred row (allequal, few); 3 waves of a slice whose
+    last wave's span is short or empty, 1 wave (no exchange), the store rounds picking
+    from LDS or registers, refills, 32 keys a lane, early loads; exact."""
+    from monokernel.dsl import KernelBuilder
+    lean = dataclasses.replace(DEFERRING, lean_scan=True, lean_spans=True)
+    if where == "registers":
+        monkeypatch.setattr(KernelBuilder, "lds_left", lambda self, align=16: 0)
+
+    def tweak(st):
+        for attr, value in tunes.items():
+            setattr(st, attr, value)
+    _same_lists_and_messages(dist, [67, DISTS.index(dist), waves], [
+        (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
+
+
+def test_lean_spans_list_each_wave_alone_and_gather_after_one_barrier():
+    """lean_spans moves the waves' count exchange out of the loop: sel_h1's kernel has
+    fewer CTA barriers on sm_90a's path (the loop's one is gone) and declares the scratch
+    lists it writes; the default has none."""
+    from monokernel.backend import nvptx
+
+    def build(spans):
+        cfg = dataclasses.replace(DEFERRING, lean_scan=True, lean_spans=bool(spans))
+        L = select_launch(cfg, grid=3, waves=2, hist="buffer")
+        scratch = [n for st in L.stages if isinstance(st, sel.SelectPass)
+                   for r in st.regions() for n in [r.name] if n.endswith("_span")]
+        return L, scratch
+    L0, none = build(0)
+    L1, scratch = build(1)
+    assert not none and sorted(scratch) == sorted(
+        f"{n}_span" for n in (CFG.list_keys, CFG.list_pos, CFG.list2_keys, CFG.list2_pos))
+    assert nvptx.build_ptx(L1.kernel("sm_90a", 32)).count("bar.sync") < \
+        nvptx.build_ptx(L0.kernel("sm_90a", 32)).count("bar.sync")
+
+
+@pytest.mark.parametrize("other", ["lean_coalesced", "lean_copies"])
+def test_lean_spans_refuse_the_cta_wide_iteration_layouts(other):
+    lean = dataclasses.replace(DEFERRING, lean_scan=True, lean_spans=True,
+                               lean_copies=other == "lean_copies")
+    with pytest.raises(ValueError, match="lean_spans = 1"):
+        L = select_launch(lean, grid=3, waves=2, hist="buffer")
+        for st in L.stages:
+            if isinstance(st, sel.SelectPass):
+                st.lean_coalesced = int(other == "lean_coalesced")
+        L.kernel("interp", 32)
+
+
+@pytest.mark.parametrize("dist,waves,form", [
+    ("normal", 3, "fold"), ("allequal", 2, "fold"), ("nan", 3, "tail"), ("few", 3, "tail"),
+    ("extreme", 2, "fold_tail")])
+def test_lean_spans_with_the_fold_and_the_tail_finish(dist, waves, form):
+    """lean_spans under the select_hist kind's forms on the H200 (the first digit folded
+    into sel_h1; the bucketed tail finish, whose bucketing reads the gathered list back):
+    every region both builds have (messages, lists, buckets) and every output the same as
+    without spans, in the relaxed memory mode; exact."""
+    base = dataclasses.replace(DEFERRING, lean_scan=True, digits=(6, 9, 9, 8),
+                               fold_first_digits="fold" in form, tail_finish="tail" in form)
+    rng = np.random.default_rng([71, DISTS.index(dist), waves])
+    n = request_positions(12000, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    out, scratch = [], set()
+    for cfg in (dataclasses.replace(base, lean_spans=True), base):
+        L = select_launch(cfg, grid=3, waves=waves, hist="buffer")
+        scratch |= {name for st in L.stages if isinstance(st, sel.SelectPass)
+                    and st.list_out is not None and cfg.lean_spans for name in st.span_lists()}
+        r = L.run_interp(make_inputs(cfg, s, n, bt, hist="buffer"), step=0, mode="relaxed",
+                         seed=5)
+        assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+        out.append(r)
+    a, b = out
+    shared = sorted(set(a.regions) & set(b.regions))
+    # the spans build differs only by its scratch lists: 2 per listing pass (3 with the fold,
+    # whose sel_h2 lists too; 1 in the tail forms, which finish after sel_h1's list)
+    assert CFG.list_keys in shared and set(a.regions) - set(b.regions) == scratch
+    assert len(scratch) == (4 if form == "fold" else 2)
+    for name in shared:
+        assert np.array_equal(a.regions[name], b.regions[name]), name
+    for name in ("topk", "topk_diag"):
+        assert np.array_equal(a.outputs[name], b.outputs[name]), name
+
+
+def test_the_fused_index_selects_exactly_through_lean_spans():
+    from tools import check_topk
+    assert check_topk.main(["--through", "index", "--rows", "2", "--pos", "2049",
+                            "--tune", "launch.lean_spans=1"]) == 0

@@ -300,6 +300,14 @@ class SelectConfig:
     # round's sums of its messages take ~1 us more a round, not understood. False: wave 0's
     # walk
     cta_publish: bool = False
+    # with lean_scan: each wave lists its own contiguous span of the slice (the CTA's lean
+    # iteration count of one wave's keys each) into scratch lists (SelectPass.span_lists),
+    # with no CTA barrier in the loop (the default exchanges the waves' counts through LDS
+    # behind one every iteration: the waves in lockstep), then one barrier and each wave's
+    # entries copied after the waves' before it, the next digit counted on the copies
+    # (`LeanScan._gather_spans`): the default's lists, counts and messages. Not yet timed
+    # on the H200 (bench/h200_v29_spans.sh); False
+    lean_spans: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
     # its own slice's apart) and decides the first digit locally: no sel_h0 stage, no message

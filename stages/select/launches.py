@@ -140,7 +140,7 @@ def measured_options(on: bool) -> dict:
 def config_for(spec, *, max_slices: int | None = None, digits=None,
                lean_lists: bool | None = None, finish_max: int | None = None,
                tail_finish: bool | None = None, cta_publish: bool | None = None,
-               fold_first_digits: bool | None = None,
+               fold_first_digits: bool | None = None, lean_spans: bool | None = None,
                first_digits_given: bool = False) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
@@ -151,7 +151,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     rows 2 and 4 on the H200, where summing a round's messages costs most; SelectConfig.
     tail_finish), `cta_publish` (None: SelectConfig's default), `fold_first_digits` (None: on
     off AMD where the first digits are given as a plain buffer, `first_digits_given`: the
-    select_hist kind; SelectConfig.fold_first_digits)."""
+    select_hist kind; SelectConfig.fold_first_digits), `lean_spans` (None: SelectConfig's
+    default)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -167,7 +168,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
         tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
-    more = {} if cta_publish is None else {"cta_publish": bool(cta_publish)}
+    more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
+                                          ("lean_spans", lean_spans)) if v is not None}
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk, digits=digits,
                         **measured_options(not amd),
@@ -187,10 +189,12 @@ def _grid_for(spec) -> int:
 
 
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
-                 finish_max=None, tail_finish=None, cta_publish=None, fold_first_digits=None):
+                 finish_max=None, tail_finish=None, cta_publish=None, fold_first_digits=None,
+                 lean_spans=None):
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
                      tail_finish=tail_finish, cta_publish=cta_publish,
-                     fold_first_digits=fold_first_digits, first_digits_given=hist == "buffer")
+                     fold_first_digits=fold_first_digits, lean_spans=lean_spans,
+                     first_digits_given=hist == "buffer")
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -210,10 +214,10 @@ from ..kinds import Kind, register  # noqa: E402
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
               launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
-                               "tail_finish", "cta_publish")))
+                               "tail_finish", "cta_publish", "lean_spans")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
                                               "tail_finish", "cta_publish",
-                                              "fold_first_digits")))
+                                              "fold_first_digits", "lean_spans")))

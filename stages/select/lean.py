@@ -8,9 +8,10 @@ import functools
 from monokernel.ir import L2_LINE_BYTES
 from monokernel.types import f32, i32, i64, u32
 
-from .config import LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LOAD_KEYS, SCAN_UNROLL
-from .lanes import (F32_NEG_INF_BITS, _flipped, _i, _lane_masks, _pick16, _u, keys_and_specials,
-                    score_floor)
+from .config import (LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL, LOAD_KEYS,
+                     SCAN_UNROLL, X_D, X_Q)
+from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_masks, _pick16,
+                    _prefix, _region_loader, _u, keys_and_specials, score_floor)
 
 
 class LeanScan:
@@ -33,9 +34,42 @@ class LeanScan:
         return ((it * self._lean_pieces + j) * T + k.thread_id()) * LOAD_KEYS
 
     def _lean_first_position(self, k, sl, it):
-        """The first of this thread's consecutive positions in lean iteration `it`."""
+        """The first of this thread's consecutive positions in lean iteration `it` (with
+        lean_spans: of its wave's span)."""
         n = self._lane_keys
+        if self._spans:
+            return (sl.lo + k.wave_id() * self._lean_span(k, sl) + it * (n * k.L)
+                    + n * k.lane_id())
         return sl.lo + it * (n * k.W * k.L) + n * k.thread_id()
+
+    @property
+    def _spans(self) -> bool:
+        """lean_spans, checked: each wave lists its own contiguous span of the slice."""
+        on = bool(self.lean_spans)
+        if on and (self._lean_copies or self._count_tunable("lean_coalesced", 0)):
+            raise ValueError(f"{self.name}: lean_spans = {int(on)} takes neither "
+                             "lean_copies nor lean_coalesced (both lay an iteration out "
+                             "across the CTA's waves)")
+        return on
+
+    def span_lists(self) -> tuple:
+        """lean_spans' scratch lists (keys, positions) of this pass's list_out: a wave's
+        entries at its span's offset in the slice (an entry's index there is at most its
+        key's offset, so the lists' room holds them)."""
+        return tuple(f"{name}_span" for name in self.list_out)
+
+    def _lean_span(self, k, sl):
+        """lean_spans: keys of a wave's span, the CTA's lean iterations of one wave's
+        lane_keys * L keys each (whole iterations: a 16-byte load never straddles two waves'
+        spans; the default loop's iteration count and key share a wave)."""
+        return self._lean_count(k, sl) * (self._lane_keys * k.L)
+
+    def _lean_wave_span(self, k, sl):
+        """lean_spans: (lo, hi, iterations) of this wave's span (empty past the slice)."""
+        lo = sl.lo + k.wave_id() * self._lean_span(k, sl)
+        hi = k.min(sl.hi, lo + self._lean_span(k, sl))
+        it_keys = self._lane_keys * k.L
+        return lo, hi, (k.max(hi - lo, 0) + (it_keys - 1)) / it_keys
 
     def _lean_count(self, k, sl):
         """Lean iterations over this slice (runtime)."""
@@ -75,16 +109,30 @@ class LeanScan:
         iteration, buffers by parity); then rounds over the kept keys only, each lane
         storing its lowest remaining one (its raw score read back from the lane's own LDS
         words). nan_acc (None: no counts) gets the NaN / unselectable counts, taken only in
-        a wave-uniform branch where a lane of the wave holds -inf or NaN."""
+        a wave-uniform branch where a lane of the wave holds -inf or NaN.
+
+        With lean_spans each wave lists its own span of the slice into the scratch lists
+        with no CTA barrier in the loop (the waves drift apart freely), and after it
+        `_gather_spans` lays the waves' lists end to end and counts the next digit. Returns
+        whether the next digit was counted (lean_spans)."""
         c = self.cfg
         W = k.W
         w = k.wave_id()
+        spans = self._spans
         n_it = self._lean_count(k, sl)
+        bound = sl.hi
         lk = c.max_slice_keys()
         last = c.capacity - LOAD_KEYS
         t_lo = score_floor(k, key_lo)
         neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
         offs = k.load(lds["list_at"], 0, i64, 2)
+        if spans:  # the scratch lists sit where the lists do in their own regions
+            span_lo, bound, n_it = self._lean_wave_span(k, sl)
+            start = span_lo - sl.lo
+            run.set(start)
+            shift = [io.arena[x].data_offset - io.arena[y].data_offset
+                     for x, y in zip(self.span_lists(), self.list_out)]
+            offs = offs + k.vec(*[k.const(x, i64) for x in shift])
         keys_at, pos_at = [k.ptr_add(io.env.arena, k.extract(offs, e)) for e in range(2)]
         em = lds.get("emit")
         n_lane = self._lane_keys
@@ -92,7 +140,7 @@ class LeanScan:
 
         def iteration(it, raws, pick, refill=None, refill_late=False):
             p0 = self._lean_first_position(k, sl, it)
-            nv = k.max(k.min(sl.hi - p0, n_lane), 0)
+            nv = k.max(k.min(bound - p0, n_lane), 0)
             if n_lane < 32:  # nv <= 16: no shift past 31
                 valid = _u(k, (k.const(1, i32) << nv) - 1)
             else:
@@ -122,7 +170,7 @@ class LeanScan:
                 tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
             if refill is not None and not refill_late:  # the raws are dead from here on
                 refill()
-            if W > 1:
+            if W > 1 and not spans:
                 par = it & 1
                 k.store(em, par * W + w, tot)
                 k.barrier()
@@ -162,7 +210,7 @@ class LeanScan:
                     iteration(it, [k.load(lds["lean"], self._lean_piece(k, it, j), u32,
                                           LOAD_KEYS) for j in range(self._lean_pieces)],
                               pick)
-            return
+            return False
 
         stage = lds.get("lean_stage")
         slot = k.thread_id() * n_lane
@@ -214,14 +262,65 @@ class LeanScan:
             if refill_mode < LEAN_REFILL_TURNS:
                 for it in k.range(0, n_it):
                     step(it, ring, it + 1 if refill_mode else None)
-                return
-            # two register sets taking turns, each refilled with the keys two iterations on
-            # (an odd count gets one iteration past the slice: no key valid, nothing listed
-            # or counted; a conditional second turn let ptxas sink its loads to its end)
-            other = [k.lane_var(x) for x in self._lean_loads(k, io, sl, 1, lds)]
-            for it in k.range(0, n_it + (n_it & 1), 2):
-                step(it, ring, it + 2)
-                step(it + 1, other, it + 3)
+            else:
+                # two register sets taking turns, each refilled with the keys two iterations
+                # on (an odd count gets one iteration past the slice: no key valid, nothing
+                # listed or counted; a conditional second turn let ptxas sink its loads to
+                # its end)
+                other = [k.lane_var(x) for x in self._lean_loads(k, io, sl, 1, lds)]
+                for it in k.range(0, n_it + (n_it & 1), 2):
+                    step(it, ring, it + 2)
+                    step(it + 1, other, it + 3)
+        if spans:
+            self._gather_spans(k, io, sl, lds, run, start)
+        return spans
+
+    def _gather_spans(self, k, io, sl, lds, run, start):
+        """lean_spans, after every wave's loop: the waves' entry counts through LDS (one CTA
+        barrier, which also orders their scratch stores before the reads back), then each
+        wave copies its scratch entries (at `start`, its span's offset) to its place in the
+        slice's list, after the lists of the waves before it (position order, as the
+        default's), and counts the next digit of the keys it copies into LDS hist (integer
+        atomics: the default's counts, in another order). `run` ends as the list's length.
+        The waves' destinations are disjoint, so they copy concurrently; the copy's stores
+        are word stores (a wave's place starts at any entry)."""
+        c = self.cfg
+        W, L = k.W, k.L
+        w = k.wave_id()
+        em = lds.get("emit")
+        own = run.get() - start
+        if W > 1:
+            k.store(em, w, own)
+            k.barrier()
+            off, total = k.const(0, i32), k.const(0, i32)
+            for u in range(W):
+                x = k.load(em, u, i32)
+                off = off + k.select(w > u, x, 0)
+                total = total + x
+        else:  # the lanes read each other's scratch stores
+            k.wave_sync()
+            off, total = k.const(0, i32), own
+        st = _State.load(k, lds["state"], 0)
+        Q, d = st[X_Q], st.i(X_D)
+        base = sl.list_base()
+        load_key, load_pos = (_region_loader(io, name, base + start)
+                              for name in self.span_lists())
+        U = LIST_UNROLL
+        with k.if_(own > 0):
+            for i0 in k.range(0, own, LOAD_KEYS * L * U):
+                idx = [i0 + u * LOAD_KEYS * L + LOAD_KEYS * k.lane_id() for u in range(U)]
+                keys = [load_key(i, mask=i < own) for i in idx]
+                poss = [load_pos(i, mask=i < own) for i in idx]
+                for i, key, pv in zip(idx, keys, poss):
+                    valid = k.vec(*[i + e for e in range(LOAD_KEYS)]) < own
+                    self._count_digits(k, lds["hist"], key, d,
+                                       valid & _prefix(k, key, d).eq(Q))
+                    for e in range(LOAD_KEYS):
+                        m = k.extract(valid, e)
+                        at = base + off + i + e
+                        io.store(self.list_out[0], at, k.extract(key, e), mask=m)
+                        io.store(self.list_out[1], at, k.extract(pv, e), mask=m)
+        run.set(total)
 
     def _coalesced(self, lds) -> bool:
         """lean_coalesced, where the loop has its LDS staging to pass the keys through."""

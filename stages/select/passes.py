@@ -86,7 +86,6 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # two iterations on. No gain: 25.27 (1), 25.36-25.49 (2) against 24.81-25.08 us, the scan
     # unchanged (the copies' wait was off the critical path)
     lean_refill = 0
-
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
         U = getattr(self, attr)
@@ -144,6 +143,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         self.cta_publish = cfg.cta_publish
         self.lean_scan = cfg.lean_scan
         self.lean_copies = cfg.lean_copies
+        self.lean_spans = cfg.lean_spans  # (a config option: its scratch lists are regions)
         # this pass may finish a row from every slice's list (SelectConfig.finish_max)
         self.finishes = cfg.finish_max is not None and 2 <= q < cfg.passes
         # SelectConfig.tail_finish: sel_h1 buckets its candidates, sel_out finishes the row
@@ -180,7 +180,16 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         if self.buckets:
             out.append(PlainBuffer(c.list_bucket_keys, u32,
                                    (c.rows, c.max_slices, c.max_slice_keys())))
+        if self._lists_spans:
+            keys, pos = self.span_lists()
+            out += [PlainBuffer(keys, u32, shape), PlainBuffer(pos, i32, shape)]
         return out
+
+    @property
+    def _lists_spans(self) -> bool:
+        """This pass writes lists, configured to list by spans (SelectConfig.lean_spans): its
+        scratch lists are regions (declared with the config, which the arena is built from)."""
+        return self.list_out is not None and bool(self.cfg.lean_spans)
 
     def buffers(self):
         c, nm = self.cfg, self.cfg.names
@@ -270,6 +279,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out += self._list_uses(j, list(self.list_out))
         if self.buckets:
             out += self._list_uses(j, [c.list_bucket_keys])
+        if self._lists_spans:
+            out += self._list_uses(j, list(self.span_lists()))
         return out
 
     def reference(self, env):

@@ -213,8 +213,9 @@ class ScanPasses:
         if later_count:  # prefix(key) >= Q and key != 0  <=>  key >= max(Q << (32 - d), 1)
             key_lo = k.max(_prefix_floor(k, Q, d), k.const(1, u32))
         from_lds = self._scans_lds
+        counted = False  # the next digit counted already (lean_spans)
         if self._lean and later_count:
-            self._lean_scan(k, io, sl, lds, key_lo, run, nan_acc if nans else None)
+            counted = self._lean_scan(k, io, sl, lds, key_lo, run, nan_acc if nans else None)
         else:
             self._scan_body(k, io, sl, lds, first, append, nans, later_count,
                             key_lo if later_count else None, run, nan_acc, gated, Q, d)
@@ -228,7 +229,7 @@ class ScanPasses:
             k.atomic("add", lds["cnt"], 1, _u(k, k.wave_sum(acc >> 16)), scope="cta")
         with _wave0(k):
             k.store(lds["state"], X_NLIST, _u(k, run.get()))
-        if later_count:
+        if later_count and not counted:
             _barrier(k)  # every wave's list stores, before any wave reads the list back
             self._scan_list(k, io, sl, lds, own=run.get())
         if self.buckets and append:
