@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# v29 (prepared while the device was paused, sessions 23-25): the lean scan listing by spans
+# v29 call 1 (prepared while the device was paused, sessions 23-25): the lean scan listing by spans
 # (SelectConfig.lean_spans, --tune launch.lean_spans=1: each wave lists its own contiguous
 # span into scratch with no per-iteration exchange or barrier, then one barrier and a gather
 # into the list) against the default in the same call; then the zero-code sel_h1 tunables

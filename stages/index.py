@@ -30,10 +30,12 @@ W (x * g), scaled by the row's rs in ix_key, the front's algebra); qr is the fro
 Modules (the stages in launch order, and what they share):
 
     stages/index_plan.py   IndexPlan, plan(), proj_splits, the constants; groups_of, score_runs
+                           (score_entries: the plan with shared pages)
     stages/index_dsl.py    the DSL helpers the stages share (lanes, rope, Hadamard, quantize,
                            wait_flags, the stage-body reloads)
     stages/index_proj.py   ix_qr, ix_proj, ix_q, ix_key: the projections and the cache append
     stages/index_score.py  ix_score; wait_scored, scored_reads (for the scores' consumers)
+    stages/index_share.py  ix_score's plan with shared pages scored once (share_pages, off)
     this module            the launch kinds `index_scoring` and `index` (index_stages, the
                            fused selection, inputs); it re-exports the names above
 """

@@ -259,28 +259,52 @@ def groups_of(positions, block_table):
     return [tuple(g) for g in out]
 
 
-def score_runs(p: IndexPlan, positions, block_table) -> list:
-    """The run map: per scoring job j, [(first row, rows, first segment, end segment)] it
-    scores (the kernel's formula). A row's scores are at scores[r, 0 .. pos[r]], its
-    histograms at score_hist[r, 0 .. pos[r] // S]."""
+def score_entries(p: IndexPlan, positions, block_table, share: bool = False) -> list:
+    """The scoring plan's entries in lane order: [(first row, rows, first segment, end
+    segment)], one a run (its segments [0, segs)); with `share` (IndexScore.share_pages,
+    stages/index_share.py) the super groups after them, each (first row, runs x rows, 0, F)
+    with its runs' own entries starting at F."""
     pos = np.asarray(positions).reshape(-1)
-    S, J = p.segment, p.score_jobs
+    bt = np.asarray(block_table)
+    S = p.segment
     gs = groups_of(pos, block_table)
+    own = [[f, n, 0, int(pos[f + n - 1]) // S + 1] for f, n in gs]
+    supers = []
+    i = 0
+    while share and i < len(gs):
+        f, n = gs[i]
+        j = i + 1
+        while j < len(gs) and gs[j][1] == n and pos[gs[j][0]] == pos[f] and \
+                bt[gs[j][0] + n - 1, 0] == bt[f + n - 1, 0]:
+            j += 1
+        first_seg = int(pos[f]) // S
+        if j - i > 1 and first_seg > 0:
+            supers.append((f, n * (j - i), 0, first_seg))
+            for e in own[i:j]:
+                e[2] = first_seg
+        i = j
+    return [tuple(e) for e in own] + supers
+
+
+def score_runs(p: IndexPlan, positions, block_table, share: bool = False) -> list:
+    """The run map: per scoring job j, [(first row, rows, first segment, end segment)] it
+    scores (the kernel's formula; `share`: with the super entries, score_entries). A row's
+    scores are at scores[r, 0 .. pos[r]], its histograms at score_hist[r, 0 .. pos[r] // S]."""
+    J = p.score_jobs
     cost, prefix, C = [], [], 0
-    for f, n in gs:
-        segs = (int(pos[f + n - 1]) // S) + 1
-        c = segs * ((n + 1) // 2)
+    entries = score_entries(p, positions, block_table, share)
+    for f, n, s0, s1 in entries:
         prefix.append(C)
-        cost.append((segs, (n + 1) // 2))
-        C += c
+        cost.append((s1 - s0, (n + 1) // 2))
+        C += (s1 - s0) * ((n + 1) // 2)
     runs = []
     for j in range(J):
         mine = []
-        for (f, n), P, (segs, pairs) in zip(gs, prefix, cost):
+        for (f, n, s0, _), P, (segs, pairs) in zip(entries, prefix, cost):
             den = pairs * J
             lo = min(-(-max(j * C - P * J, 0) // den), segs)
             hi = min(-(-max((j + 1) * C - P * J, 0) // den), segs)
             if lo < hi:
-                mine.append((f, n, lo, hi))
+                mine.append((f, n, s0 + lo, s0 + hi))
         runs.append(mine)
     return runs

@@ -11,6 +11,8 @@ and the consumer side of its protocol (wait_scored, scored_reads).
                  position, first-digit counts to an LDS histogram per (row, segment) (LDS
                  atomics), flushed to `score_hist` after a CTA barrier; each job then
                  announces itself in `score_done` (release fence, then the pair).
+                 share_pages (off): requests of one length sharing their pages score those
+                 once, in one group of all their rows (stages/index_share.py).
 
 Scoring tilings (stages/index_tiling.py: the head's 128 bytes are permuted onto the atom's K
 so a lane loads 32 contiguous key bytes, two 16-byte nontemporal loads, straight into
@@ -78,6 +80,7 @@ from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
+from .index_share import count_divergent, for_entries, plan_entries, plan_runs, plan_shared
 from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
@@ -101,7 +104,8 @@ class IndexScore(Stage):
     TUNABLES = ("ss_keys", "alternate_one_pair", "pipeline_min_pairs", "prefetch_pages",
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
-                "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap")
+                "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
+                "share_pages")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -254,6 +258,24 @@ class IndexScore(Stage):
     # 46.0 / 45.9 -> 43.2 / 43.1 us, r4 52.6 / 64.2 -> 52.6 / 61.1, r8 66.2 / 103.4 -> 65.2 /
     # 102.6, index r8 unchanged (132.3 / 167.3) but spilling 52 bytes (r4: 8)
     pages_per_step = None
+    # Requests of one length sharing their pages (prefix sharing; workload W2) scored as one
+    # group over the pages all of them read, each page's keys loaded once for all their rows
+    # (stages/index_share.py: the plan's super groups, a per-job test that the pages agree,
+    # each run alone where they do not). Off: prepared while no device was lent, not timed
+    # (bench/h200_v29_share.sh times it); on sm_90a W2's rows 8 become one N = 8 x HP chain
+    share_pages = False
+
+    @property
+    def hist_slots(self) -> int:
+        """(row, segment) histograms a job holds in LDS: the plan's bound, and with
+        share_pages one more a row (a job's range may touch 2R entries, each rounding up by
+        its rows: IndexPlan.hist_slots' argument)."""
+        return self.p.hist_slots + (self.p.rows if self.share_pages else 0)
+
+    @property
+    def plan_entries(self) -> int:
+        """Entries of the LDS plan: a row each, and with share_pages index_share's 3R."""
+        return plan_entries(self.p.rows, self.share_pages)
 
     @property
     def narrow_pages(self) -> int:
@@ -316,7 +338,8 @@ class IndexScore(Stage):
         p = self.p
         keys = p.capacity * p.rows // max(p.score_jobs, 1)
         return [Job(j, cost_bytes=keys * (HD + 4) // 2, cost_flops=keys * HD * p.heads * 2,
-                    lds_bytes=p.hist_slots * FIRST_DIGIT_BINS * 4) for j in range(p.score_jobs)]
+                    lds_bytes=self.hist_slots * FIRST_DIGIT_BINS * 4)
+                for j in range(p.score_jobs)]
 
     keys_read = 8192  # the byte floor's context (kind inputs with `pos` set it)
 
@@ -360,34 +383,19 @@ class IndexScore(Stage):
     # -- the plan, in LDS -------------------------------------------------------------------
     PW = 12  # plan words a row
 
-    def _plan(self, k, io, job, tab):
+    def _plan(self, k, io, job, tab, counters=None):
         """Wave 0, one row a lane (VGPRs, not SGPRs): per row r the words [active, n, s_lo,
         s_hi, slot_base, pos, btrow] (score_runs' formula; a group is listed at its first
         row; btrow = its last row, whose block table the group reads). All waves read it
-        after a barrier."""
+        after a barrier. share_pages: 2R entries and their divergence counters
+        (stages/index_share.py)."""
         p = self.p
         a = io.args
-        R, S, J, MP = p.rows, p.segment, p.score_jobs, p.max_pages
-        bt = a.block_table
+        if self.share_pages:
+            return plan_shared(self, k, io, job, tab, counters)
+        R, S, J = p.rows, p.segment, p.score_jobs
         with k.if_(k.wave_id().eq(0)):
-            lane = _lane(k)
-            one, z0 = k.const(1, i32), k.const(0, i32)
-            valid = lane < R
-            li = k.min(lane, R - 1)
-            pos = k.load(a.positions, li, i32)
-            prevl = k.min(k.max(lane - 1, 0), R - 1)
-            ppos = k.shuffle(pos, prevl)
-            pg = k.max(ppos, 0) >> 6
-            same = k.load(bt, li * MP + pg, i32).eq(k.load(bt, prevl * MP + pg, i32))
-            join = (lane > 0) & valid & pos.eq(ppos + 1) & same
-            nxtl = k.min(lane + 1, R - 1)
-            jn = k.shuffle(k.select(join, one, z0), nxtl).eq(1) & ((lane + 1) < R)
-            run = k.select(valid, one, z0)
-            for _ in range(R - 1):
-                run = k.select(jn, k.shuffle(run, nxtl) + 1, one)
-            n = run
-            start = valid & ~join
-            zero = k.select(valid, z0, z0)
+            lane, one, z0, valid, li, pos, n, start, zero = plan_runs(self, k, a)
             segs = k.select(start, (pos + n - 1) / S + 1, zero)
             pairs = (n + 1) >> 1
             cost = segs * pairs
@@ -418,13 +426,18 @@ class IndexScore(Stage):
         R = p.rows
         T = k.W * k.L
         tid = _tid(k)
-        tab = k.lds("ix_plan", i32, R * self.PW)
-        hist = k.lds("ix_hist", u32, p.hist_slots * FIRST_DIGIT_BINS)
-        self._plan(k, io, job, tab)
+        tab = k.lds("ix_plan", i32, self.plan_entries * self.PW)
+        hist = k.lds("ix_hist", u32, self.hist_slots * FIRST_DIGIT_BINS)
+        counters = k.lds("ix_share", u32, R) if self.share_pages else None
+        self._plan(k, io, job, tab, counters)
+        if self.share_pages:  # the block tables are inputs: compared before the queries' wait
+            if k.W > 1:
+                k.barrier()  # the plan, for every thread (its counters: after the next one)
+            count_divergent(self, k, io, tab, counters)
         wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads
         io.acquire("ix_nb")
         io.env.phase(0)  # the q heads and the new keys are in
-        nh = p.hist_slots * FIRST_DIGIT_BINS
+        nh = self.hist_slots * FIRST_DIGIT_BINS
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
         # the queries staged in LDS are wgmma's B: the barrier after them fences the stores
@@ -435,23 +448,18 @@ class IndexScore(Stage):
                 k.barrier()
         self._cyc = CycleTally(k, io.env, self.TALLIES)
         self._turns_open(k)
-        for gi in k.range(R):
-            g = self._row(k, tab, gi)
-            with k.if_(g[0].eq(1)):
-                if p.wgmma:
-                    self._group_wgmma(k, io, gi, g, hist, stage)
-                else:
-                    self._group_mfma(k, io, gi, g, hist, stage)
+        group = self._group_wgmma if p.wgmma else self._group_mfma
+        for_entries(self, k, tab, lambda gi, g: group(k, io, gi, g, hist, stage), counters)
         self._turns_close(k)
         if k.W > 1:
             k.barrier()
         io.env.phase(1)  # every key of the job is scored
         self._cyc.flush()
-        self._fixup(k, io, tab, hist)
+        self._fixup(k, io, tab, hist, counters)
         if k.W > 1:
             k.barrier()
         io.env.phase(2)  # the launch's own new keys are rescored
-        self._flush(k, io, tab, hist)
+        self._flush(k, io, tab, hist, counters)
         if k.W > 1:
             k.barrier()
         io.env.phase(3)  # the job's histograms are stored
@@ -460,30 +468,30 @@ class IndexScore(Stage):
             k.fence("release", "device")
         io.publish("score_done", job, k.const(1, u32), mask=w0 & _lane(k).eq(0))
 
-    def _flush(self, k, io, tab, hist):
+    def _flush(self, k, io, tab, hist, counters=None):
         p = self.p
         T = k.W * k.L
         tid = _tid(k)
-        for gi in k.range(p.rows):
-            g = self._row(k, tab, gi)
-            act, n, lo, hi, base, posf = g[0], g[1], g[2], g[3], g[4], g[5]
-            with k.if_(act.eq(1)):
-                tot = (hi - lo) * n * FIRST_DIGIT_BINS
-                for i0 in k.range(0, tot, T):
-                    idx = i0 + tid
-                    sl = idx >> 6
-                    b = idx & (FIRST_DIGIT_BINS - 1)
-                    seg = lo + sl / n
-                    rho = sl % n
-                    # a segment past this row's last key (the group's last row sees further)
-                    # stays untouched
-                    m = (idx < tot) & (seg * p.segment <= posf + rho)
-                    v = k.load(hist, (base + sl) * FIRST_DIGIT_BINS + b, u32, mask=m)
-                    io.store("score_hist", ((gi + rho) * p.segments + seg) * FIRST_DIGIT_BINS + b,
-                             v, mask=m)
+
+        def entry(gi, g):
+            n, lo, hi, base, posf = g[1], g[2], g[3], g[4], g[5]
+            tot = (hi - lo) * n * FIRST_DIGIT_BINS
+            for i0 in k.range(0, tot, T):
+                idx = i0 + tid
+                sl = idx >> 6
+                b = idx & (FIRST_DIGIT_BINS - 1)
+                seg = lo + sl / n
+                rho = sl % n
+                # a segment past this row's last key (the group's last row sees further)
+                # stays untouched
+                m = (idx < tot) & (seg * p.segment <= posf + rho)
+                v = k.load(hist, (base + sl) * FIRST_DIGIT_BINS + b, u32, mask=m)
+                io.store("score_hist", ((gi + rho) * p.segments + seg) * FIRST_DIGIT_BINS + b,
+                         v, mask=m)
+        for_entries(self, k, tab, entry, counters)
 
     # -- shared pieces ----------------------------------------------------------------------
-    def _fixup(self, k, io, tab, hist):
+    def _fixup(self, k, io, tab, hist, counters=None):
         """The scores of keys this launch writes. The key loops read every visible slot from
         the cache; a slot a row of this launch writes held a stale value there (the key job
         may be writing it), so its score and its histogram count are redone here, after the
@@ -494,32 +502,32 @@ class IndexScore(Stage):
         a = io.args
         R, S, MP, NB = p.rows, p.segment, p.max_pages, p.nb_words
         lane = _lane(k)
-        for gi in k.range(R):
-            g = self._row(k, tab, gi)
-            act, n, lo, hi, base, posf, btrow = g[0], g[1], g[2], g[3], g[4], g[5], g[6]
-            with k.if_(act.eq(1)):
-                key_lo = lo * S
-                key_hi = k.min(hi * S, posf + n)
-                for u in k.range(R):
-                    pu = k.load(a.positions, u, i32)
-                    pg = k.max(pu, 0) >> 6
-                    same = k.load(a.block_table, btrow * MP + pg, i32).eq(
-                        k.load(a.block_table, u * MP + pg, i32))
-                    with k.if_(same & (pu >= key_lo) & (pu < key_hi)):
-                        for rr in k.range(k.wave_id(), n, k.W):
-                            row = gi + rr
-                            with k.if_(pu <= posf + rr):
-                                score = self._new_dot(k, io, row, u) * k.bitcast(
-                                    io.load("ix_nb", u * NB + 32), f32)
-                                idx = row * p.capacity + pu
-                                old = io.load("scores", idx)
-                                slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) * FIRST_DIGIT_BINS
-                                one = lane.eq(0)
-                                k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, old), i32),
-                                         k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
-                                k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, score), i32),
-                                         k.const(1, u32), mask=one, scope="cta")
-                                io.store("scores", idx, score, mask=one)
+
+        def entry(gi, g):
+            n, lo, hi, base, posf, btrow = g[1], g[2], g[3], g[4], g[5], g[6]
+            key_lo = lo * S
+            key_hi = k.min(hi * S, posf + n)
+            for u in k.range(R):
+                pu = k.load(a.positions, u, i32)
+                pg = k.max(pu, 0) >> 6
+                same = k.load(a.block_table, btrow * MP + pg, i32).eq(
+                    k.load(a.block_table, u * MP + pg, i32))
+                with k.if_(same & (pu >= key_lo) & (pu < key_hi)):
+                    for rr in k.range(k.wave_id(), n, k.W):
+                        row = gi + rr
+                        with k.if_(pu <= posf + rr):
+                            score = self._new_dot(k, io, row, u) * k.bitcast(
+                                io.load("ix_nb", u * NB + 32), f32)
+                            idx = row * p.capacity + pu
+                            old = io.load("scores", idx)
+                            slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) * FIRST_DIGIT_BINS
+                            one = lane.eq(0)
+                            k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, old), i32),
+                                     k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
+                            k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, score), i32),
+                                     k.const(1, u32), mask=one, scope="cta")
+                            io.store("scores", idx, score, mask=one)
+        for_entries(self, k, tab, entry, counters)
 
     def _head_weight(self, k, io, row, head, mask=None):
         """Row `row`'s weight of head `head` (f32): (W_w h from ix_nb * s_q from ix_qb) * coef,

@@ -1,0 +1,199 @@
+"""Shared pages scored once (IndexScore.share_pages; off by default: prepared, not timed).
+
+Requests of one length whose block tables map the same physical pages (prefix sharing:
+parallel sampling of one prompt, a common system prompt; workload W2 by construction,
+DESIGN.md section 8) read those pages once per request without it: on sm_90a each request
+is a group of one row pair, a narrow N = 2 x HP chain a page and a key load per request.
+With it the plan (`plan_shared`) also lists *super groups*, scored as ONE group of all their
+rows (at W2's rows 8: all 4 pairs in one N = 8 x HP chain, one key load for the 8 rows):
+
+  * a super group is a maximal sequence of consecutive runs (row order) with the same row
+    count n0 and first position, whose block tables agree at logical page 0 (a cheap test
+    that they share at all; unrelated requests of one length differ there);
+  * its entry covers segments [0, F), F the segment of the runs' first row: keys every row
+    sees (each key below F x S <= the first row's position) and none this launch writes (a
+    run's new keys are at or above its first row). Each run keeps its own entry for
+    [F, segs), where its pages are its own;
+  * the plan's 3R entries (lane order): lane r (< R) the run starting at row r; lane R + r
+    the super group whose first run starts at row r; lane 2R + r the same super segments
+    for the run starting at row r alone, in the super entry's histogram slots (run j of
+    the group at base + j x n0 x (hi - lo)). The cost split and the slots count the first
+    2R (a job may hold R more (row, segment) histograms than without:
+    IndexScore.hist_slots); an entry of the third kind costs nothing: it replaces its
+    super entry;
+  * per job, every thread compares the super entry's pages [lo, hi) x S / PAGE across its
+    runs' tables before the queries' wait (`count_divergent`: one LDS counter a super
+    entry). If all agree the super entry is scored (one group); otherwise (requests
+    diverging before their last segment) its runs' entries of the third kind are:
+    correct, and as fast as without sharing. `for_entries` picks, so the key loop, the
+    fix-up and the flush read their words from LDS as without sharing (no loop nesting
+    around the key loop: an sm_90a rows-8 build has no register to spare).
+
+On AMD (a wave a row pair: each key load serves one pair whatever the group) and for super
+groups of fewer than all the plan's pairs on sm_90a (their chains run a pair at a time)
+sharing reads no fewer keys; it changes only the split. Host model:
+stages.index_plan.score_entries / score_runs(share=True)."""
+from __future__ import annotations
+
+from monokernel.types import i32, u32
+
+from .index_dsl import _lane, _scan, _tid
+from .index_plan import PAGE
+
+# plan words of an entry (IndexScore.PW = 12): the first seven are the unshared plan's; then
+# the super group's run rows and runs, its entry's first row (its divergence counter) and
+# the entry's first row
+ACT, ROWS, LO, HI, BASE, POS, BTROW, RUN_ROWS, RUNS, HEAD, FIRST = range(11)
+# the three kinds of entries, R lanes each
+OWN, SUPER, ALONE = range(3)
+
+
+def plan_entries(rows: int, share: bool) -> int:
+    return (ALONE + 1) * rows if share else rows
+
+
+def plan_runs(st, k, a):
+    """The rows' runs (wave 0, a row a lane): the unshared plan's first half (the same ops in
+    the same order: IndexScore._plan builds its words from these)."""
+    p = st.p
+    R, MP = p.rows, p.max_pages
+    bt = a.block_table
+    lane = _lane(k)
+    one, z0 = k.const(1, i32), k.const(0, i32)
+    valid = lane < R
+    li = k.min(lane, R - 1)
+    pos = k.load(a.positions, li, i32)
+    prevl = k.min(k.max(lane - 1, 0), R - 1)
+    ppos = k.shuffle(pos, prevl)
+    pg = k.max(ppos, 0) >> 6
+    same = k.load(bt, li * MP + pg, i32).eq(k.load(bt, prevl * MP + pg, i32))
+    join = (lane > 0) & valid & pos.eq(ppos + 1) & same
+    nxtl = k.min(lane + 1, R - 1)
+    jn = k.shuffle(k.select(join, one, z0), nxtl).eq(1) & ((lane + 1) < R)
+    run = k.select(valid, one, z0)
+    for _ in range(R - 1):
+        run = k.select(jn, k.shuffle(run, nxtl) + 1, one)
+    start = valid & ~join
+    zero = k.select(valid, z0, z0)
+    return lane, one, z0, valid, li, pos, run, start, zero
+
+
+def plan_shared(st, k, io, job, tab, counters):
+    """Wave 0: the 3R entries' words (module doc) into `tab`, the R divergence counters
+    zeroed."""
+    p = st.p
+    a = io.args
+    R, S, J, MP = p.rows, p.segment, p.score_jobs, p.max_pages
+    E = plan_entries(R, True)
+    if E > k.L:
+        raise ValueError(f"ix_score: share_pages plans {E} entries a lane of a {k.L}-lane "
+                         f"wave: {R} rows are too many")
+    with k.if_(k.wave_id().eq(0)):
+        lane, one, z0, valid, li, pos, n, start, zero = plan_runs(st, k, a)
+        last = li + n - 1
+        starti = k.select(start, one, z0)
+        # the previous run starts n rows before iff it is a run of n rows (adjacent, then)
+        page0 = k.load(a.block_table, last * MP, i32)
+        prv = k.max(lane - n, 0)
+        link = (start & (lane >= n) & k.shuffle(starti, prv).eq(1) & k.shuffle(n, prv).eq(n)
+                & k.shuffle(pos, prv).eq(pos) & k.shuffle(page0, prv).eq(page0))
+        linki = k.select(link, one, z0)
+        nxt = k.min(lane + n, R - 1)
+        has_next = (lane + n) < R
+        after, head = zero, li  # linked runs after this one; the first run of its chain
+        for _ in range(R - 1):
+            after = k.select(has_next & k.shuffle(linki, nxt).eq(1), k.shuffle(after, nxt) + 1,
+                             zero)
+            head = k.select(link, k.shuffle(head, prv), li)
+        first_seg = pos >> p.segment_shift  # the segment of the run's first row
+        shares = first_seg > 0
+        sup = start & ~link & (after > 0) & shares  # a super group's first run
+        member = (link & shares) | sup
+        segs = k.select(start, (pos + n - 1) / S + 1, zero)
+        seg0 = k.select(member, first_seg, zero)
+        # lanes of the three kinds, each pulling its row's values
+        kind = k.min(lane / R, ALONE + 1)  # ALONE + 1: no entry
+        row = k.min(lane - kind * R, R - 1)
+        own, alone = kind.eq(OWN), kind.eq(ALONE)
+        r_n, r_pos, r_first = k.shuffle(n, row), k.shuffle(pos, row), k.shuffle(first_seg, row)
+        r_runs, r_head = k.shuffle(after + 1, row), k.shuffle(head, row)
+        r_sup, r_member = (k.shuffle(k.select(x, one, z0), row).eq(1) for x in (sup, member))
+        s_act = kind.eq(SUPER) & r_sup
+        rows = k.select(own, n, k.select(s_act, r_n * r_runs, r_n))
+        e_act = (own & start) | s_act
+        e_lo = k.select(own, seg0, zero)
+        e_segs = k.select(own, segs - seg0, k.select(s_act, r_first, zero))
+        pairs = (rows + 1) >> 1
+        cost = k.select(e_act, e_segs * pairs, zero)
+        pre = _scan(k, cost, 2 * R) - cost
+        C = k.wave_sum(cost)
+        den = pairs * J
+        lo = e_lo + k.min((k.max(job * C - pre * J, 0) + den - 1) / den, e_segs)
+        hi = e_lo + k.min((k.max((job + 1) * C - pre * J, 0) + den - 1) / den, e_segs)
+        act = e_act & (lo < hi)
+        nsl = k.select(act, rows * (hi - lo), zero)
+        base = _scan(k, nsl, 2 * R) - nsl
+        # a run alone: its super entry's segments, its slots (run j: j x n0 x (hi - lo) in)
+        sup_lane = R + r_head
+        s_lo, s_hi = k.shuffle(lo, sup_lane), k.shuffle(hi, sup_lane)
+        s_on = k.shuffle(k.select(act, one, z0), sup_lane).eq(1)
+        a_act = alone & r_member & s_on
+        a_base = k.shuffle(base, sup_lane) + (row - r_head) * (s_hi - s_lo)
+        vals = [k.select(act | a_act, one, z0), rows, k.select(alone, s_lo, lo),
+                k.select(alone, s_hi, hi), k.select(alone, a_base, base),
+                k.select(own, pos, r_pos),
+                k.select(kind.eq(SUPER), r_head + r_n - 1, row + r_n - 1),
+                r_n, r_runs, r_head, row, zero]
+        assert len(vals) == st.PW
+        ents = lane < E
+        e = k.min(lane, E - 1)
+        for q in range(st.PW // 4):
+            k.store(tab, e * st.PW + 4 * q, k.vec(*vals[4 * q:4 * q + 4]), mask=ents)
+        k.store(counters, li, k.const(0, u32), mask=valid)
+
+
+def count_divergent(st, k, io, tab, counters):
+    """Every thread: the super entries' pages compared across their runs' tables, a
+    mismatch counted into the entry's LDS counter (read after the next CTA barrier)."""
+    p = st.p
+    a = io.args
+    R, MP = p.rows, p.max_pages
+    pages_a_segment = p.segment // PAGE
+    T = k.W * k.L
+    tid = _tid(k)
+    for e in k.range(R):
+        g = st._row(k, tab, SUPER * R + e)
+        with k.if_(g[ACT].eq(1)):
+            n0, runs = g[RUN_ROWS], g[RUNS]
+            npg = (g[HI] - g[LO]) * pages_a_segment
+            pg_lo = g[LO] * pages_a_segment
+            tot = (runs - 1) * npg
+            for i0 in k.range(0, tot, T):
+                i = i0 + tid
+                ok = i < tot
+                ic = k.min(i, tot - 1)
+                j = ic / npg + 1
+                pg = pg_lo + ic % npg
+                mine = k.load(a.block_table, g[BTROW] * MP + pg, i32)
+                theirs = k.load(a.block_table, (e + j * n0 + n0 - 1) * MP + pg, i32)
+                k.atomic("add", counters, e, k.const(1, u32), mask=ok & mine.ne(theirs),
+                         scope="cta")
+
+
+def for_entries(st, k, tab, fn, counters=None):
+    """fn(first row, words) for each entry scored in this job: the own entries, and with
+    sharing each super entry whose pages agree or else its runs alone."""
+    R = st.p.rows
+    if not st.share_pages:
+        for gi in k.range(R):
+            g = st._row(k, tab, gi)
+            with k.if_(g[ACT].eq(1)):
+                fn(gi, g)
+        return
+    for e in k.range(plan_entries(R, True)):
+        g = st._row(k, tab, e)
+        diverged = k.load(counters, g[HEAD], u32).ne(0)
+        # an own entry; a super entry whose pages agree; a run alone where they do not
+        on = g[ACT].eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
+        with k.if_(on):
+            fn(g[FIRST], g)

@@ -1,0 +1,236 @@
+"""Shared pages scored once (IndexScore.share_pages, stages/index_share.py; off by default,
+prepared while no device was lent).
+
+  * interpreter, the W2 layout (requests of 2 rows whose tables map the same pages below
+    their own): within test_index's float64 checks on the wgmma tiling (warp32) and the
+    gfx950 / gfx942 MFMA tilings, and on sm_90a the shared pages in ONE chain of all the
+    rows (the wgmmas of N = 2 x pairs x HP), the narrow chains only for each request's own
+    segment;
+  * requests whose tables diverge at a page below their own segment: the jobs holding it
+    score each request alone (narrow chains), the others one chain; still exact to the
+    checks; unrelated requests of one length (no common page 0) are not grouped at all
+    (the same wgmmas as without sharing);
+  * the host model of the plan (score_runs(share=True)): every (row, segment) once, within
+    the LDS histogram slots, the cost split even;
+  * the fused index selects exactly through it (check_topk --through index);
+  * default builds do not change (the artifacts of sharing off are those of HEAD: checked
+    by hand, bench/NOTES.md v29), and sm_90a builds with it compile without spills.
+"""
+import re
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from monokernel import interp
+from stages.index import groups_of, score_runs
+from stages.index_plan import score_entries
+from stages.index_ref import make_inputs, request_layout
+from stages.index_score import IndexScore
+
+from conftest import ptxas_report
+from stages.index_plan import HD, PAGE
+from test_index import PAGES, _launch, _run, check_launch
+
+KEY_CHUNK = 32  # K of a wgmma e4m3
+WARPS_A_WARPGROUP = 4
+ISSUES_A_STEP = (HD // KEY_CHUNK) * WARPS_A_WARPGROUP  # a page: 4 chained wgmmas, 4 warps each
+POS = 1500  # the first rows' position: 5 whole shared segments of tiny's 256 keys below it
+
+
+def _scoring(rows, chip, share, **kw):
+    L = _launch(rows, chip, **kw)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.share_pages = share
+    return L, st
+
+
+def _w2(p, rng, rows, pos=POS):
+    req = [(2, pos)] * (rows // 2)
+    return req, request_layout(replace(p, cache_pages=PAGES), rng, req, shared=True)
+
+
+def _run_counting(L, inp, mode):
+    """The run and its e4m3 wgmmas by N (a warp's issue each)."""
+    seen = Counter()
+    orig = interp.Wave.op_wgmma
+
+    def counting(self, op):
+        at = op.attrs["atom"]
+        if "e4m3" in at.name:
+            seen[at.n] += 1
+        return orig(self, op)
+    interp.Wave.op_wgmma = counting
+    try:
+        res = _run(L, inp, mode=mode, seed=5)
+    finally:
+        interp.Wave.op_wgmma = orig
+    return res, seen
+
+
+def expected_issues(p, pos, bt, share):
+    """The e4m3 wgmma issues (warp issues by N) the plan implies, from the host model
+    (score_runs): a step is a 64-key page; a group of all the plan's pairs runs one chain
+    of N = 2 x pairs x HP, a smaller one a chain a pair; a super entry whose pages diverge
+    within a job's range is scored a run at a time there."""
+    pos = np.asarray(pos)
+    supers = {(f, n) for f, n, s0, s1 in score_entries(p, pos, bt, share)
+              if (f, n) not in set(groups_of(pos, bt))}
+    run_rows = {f: n for f, n in groups_of(pos, bt)}
+    out = Counter()
+
+    def chains(n, steps):
+        pairs = (n + 1) // 2
+        if pairs == p.pairs:
+            out[2 * pairs * p.heads_pad] += steps * ISSUES_A_STEP
+        else:
+            out[2 * p.heads_pad] += pairs * steps * ISSUES_A_STEP
+    for mine in score_runs(p, pos, bt, share):
+        for f, n, lo, hi in mine:
+            key_hi = min(hi * p.segment, int(pos[f]) + n)  # a super entry: below its rows
+            steps = -(-(key_hi - lo * p.segment) // PAGE)
+            if (f, n) not in supers:
+                chains(n, steps)
+                continue
+            n0 = run_rows[f]
+            pages = range(lo * p.segment // PAGE, hi * p.segment // PAGE)
+            tables = bt[f + n0 - 1:f + n:n0][:, pages]
+            if (tables == tables[0]).all():
+                chains(n, steps)
+            else:
+                for _ in range(n // n0):
+                    chains(n0, steps)
+    return out
+
+
+@pytest.mark.parametrize("rows,mode", [(8, "relaxed"), (4, "random")])
+def test_shared_pages_score_in_one_chain_on_sm90a(rows, mode):
+    out = {}
+    for share in (True, False):
+        L, st = _scoring(rows, "sm_90a", share)
+        p = L.plan
+        rng = np.random.default_rng(rows)
+        req, lay = _w2(p, rng, rows)
+        inp = make_inputs(p, rng, req, cache_pages=PAGES, layout=lay)
+        res, seen = _run_counting(L, inp, mode)
+        check_launch(L, inp, res)
+        out[share] = seen
+    p = L.plan
+    wide, narrow = 2 * p.pairs * p.heads_pad, 2 * p.heads_pad  # N of the chains
+    issues_a_page = ISSUES_A_STEP
+    requests, pages = rows // 2, -(-(POS + 2) // PAGE)
+    shared = POS // p.segment * p.segment // PAGE  # whole segments below the first row
+    assert out[False] == {narrow: requests * pages * issues_a_page}, out
+    assert out[True] == {wide: shared * issues_a_page,
+                         narrow: requests * (pages - shared) * issues_a_page}, out
+
+
+def _diverged(p, rng, rows):
+    """W2's layout with request 1's table mapping one of its shared pages elsewhere (a page
+    no table maps: its keys are filled as any read page's)."""
+    req, (pos, bt) = _w2(p, rng, rows)
+    free = sorted(set(range(PAGES)) - set(bt[bt >= 0].tolist()))
+    bt = bt.copy()
+    bt[2:4, 3] = free[0]
+    return req, (pos, bt)
+
+
+def _unrelated(p, rng, rows):
+    req = [(2, POS * 3 // 5)] * (rows // 2)  # pages of their own: 4 x 15 of the cache's 80
+    return req, request_layout(replace(p, cache_pages=PAGES), rng, req)
+
+
+@pytest.mark.parametrize("rows,layout,mode", [(8, "w2", "inorder"), (8, "diverged", "relaxed"),
+                                              (8, "unrelated", "inorder"),
+                                              (4, "diverged", "random")])
+def test_the_wgmmas_are_those_the_host_plan_implies(rows, layout, mode):
+    """Exact wgmma counts by N against the host model, sharing on and off: the kernel's plan,
+    its page comparison and its fallback are the host's; every run within the checks."""
+    make = {"w2": _w2, "diverged": _diverged, "unrelated": _unrelated}[layout]
+    for share in (True, False):
+        L, st = _scoring(rows, "sm_90a", share)
+        p = L.plan
+        rng = np.random.default_rng([rows, len(layout)])
+        req, lay = make(p, rng, rows)
+        inp = make_inputs(p, rng, req, cache_pages=PAGES, layout=lay)
+        res, seen = _run_counting(L, inp, mode)
+        check_launch(L, inp, res)
+        assert seen == expected_issues(p, *lay, share), (share, seen)
+
+
+@pytest.mark.parametrize("chip,rows,layout,mode", [("gfx950", 8, "w2", "relaxed"),
+                                                   ("gfx950", 4, "diverged", "random"),
+                                                   ("gfx942", 8, "diverged", "inorder")])
+def test_the_mfma_tilings_score_shared_pages_within_the_checks(chip, rows, layout, mode):
+    """AMD's wave-a-pair tilings under sharing (no fewer key loads there: the module doc),
+    and the scores equal without it bit for bit (the same MFMAs on the same keys)."""
+    make = {"w2": _w2, "diverged": _diverged}[layout]
+    out = {}
+    for share in (True, False):
+        L, st = _scoring(rows, chip, share)
+        p = L.plan
+        rng = np.random.default_rng([rows, 7])
+        req, lay = make(p, rng, rows)
+        inp = make_inputs(p, rng, req, cache_pages=PAGES, layout=lay)
+        res = _run(L, inp, mode=mode, seed=3)
+        check_launch(L, inp, res)
+        out[share] = (res.regions["scores"].view(np.uint32).copy(), res.regions["score_hist"].copy())
+    assert np.array_equal(out[True][0], out[False][0])
+    assert np.array_equal(out[True][1], out[False][1])
+
+
+@pytest.mark.parametrize("requests", [[(2, 4000)] * 4, [(2, 700)] * 2 + [(4, 3000)],
+                                      [(1, 900)] * 4 + [(4, 2000)]])
+def test_the_host_plan_covers_every_unit_once_within_the_slots(requests):
+    """score_runs(share=True) on W2-like layouts: every (row, segment) a row sees scored by
+    exactly one entry of one job, each job within IndexScore.hist_slots' LDS histograms
+    and its cost within the split's rounding."""
+    L, st = _scoring(8, "sm_90a", True)
+    p = replace(L.plan, cache_pages=400)
+    pos, bt = request_layout(p, np.random.default_rng(5), requests, shared=True)
+    assert len(score_entries(p, pos, bt, True)) > len(groups_of(pos, bt))  # a super group
+    seen, costs = Counter(), []
+    for mine in score_runs(p, pos, bt, share=True):
+        c = slots = 0
+        for f, n, lo, hi in mine:
+            seen.update((r, s) for r in range(f, f + n) for s in range(lo, hi)
+                        if s * p.segment <= pos[r])
+            c += (hi - lo) * ((n + 1) // 2)
+            slots += (hi - lo) * n
+        costs.append(c)
+        assert slots <= st.hist_slots, (slots, st.hist_slots)
+    assert seen == Counter((r, s) for r in range(p.rows) for s in range(pos[r] // p.segment + 1))
+    assert max(costs) <= sum(costs) / p.score_jobs + p.pairs + 1
+
+
+def test_the_fused_index_selects_exactly_through_shared_pages():
+    from tools import check_topk
+    assert check_topk.main(["--through", "index", "--rows", "8", "--pos", "2049",
+                            "--workload", "W2", "--tune", "ix_score.share_pages=1"]) == 0
+
+
+@pytest.mark.parametrize("kind,rows", [("index_scoring", 8), ("index", 8), ("index", 2)])
+def test_sm90a_builds_with_shared_pages(kind, rows):
+    """glm5 builds with share_pages: the PTX has both chains (the wide N = 2 x pairs x HP one
+    where the plan has several pairs), more LDS atomic adds than without (the divergence
+    counters), and ptxas (where installed) takes it within the job loop's spill allowance."""
+    from monokernel.build import build_many
+    from spec import BuildSpec
+    from stages.index import index_launch, index_scoring_launch
+    from conftest import check_job_loop_spills
+    mk = index_scoring_launch if kind == "index_scoring" else index_launch
+    ptx = {}
+    for share in (True, False):
+        L = mk(BuildSpec.make("glm5", rows=rows, target="sm_90a"))
+        next(s for s in L.stages if isinstance(s, IndexScore)).share_pages = share
+        (art,) = build_many([L.kernel("sm_90a")])
+        ptx[share] = art.data.decode()
+    p = L.plan
+    for n in {2 * p.heads_pad, 2 * p.pairs * p.heads_pad}:
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3" in ptx[True], n
+    lds_adds = {s: len(re.findall(r"atom\.relaxed\.cta\.shared\.add\.u32", x)) for s, x in ptx.items()}
+    assert lds_adds[True] > lds_adds[False], lds_adds  # (LLVM may unroll the rows-2 loop)
+    report = ptxas_report(ptx[True])
+    if report is not None:
+        check_job_loop_spills(report, ptx[True])
