@@ -17,6 +17,14 @@ A finite negative never maps to 0 (~bits of a finite negative >= ~0xFF7FFFFF = 0
 so key 0 means exactly "never selected". The first radix digit is the top FIRST_DIGIT_BITS
 bits: key >> 26, 64 bins; the scoring stage histograms it per (row, segment) into the
 `score_hist` region so the selection can skip its first pass.
+
+Refined first digits (optional, SelectConfig.fine_digits): the scoring also counts the top
+REFINED_BITS = 10 bits (sign, the 8 exponent bits, one mantissa bit: half a binade a bin) per
+(scoring job, row) into a `score_fine` region [jobs, rows, 1024]; the selection decides the
+64-bin first digit as before, then the FINE_DIGIT_BITS below it from the 16 sub-bins of its
+threshold bin summed over the jobs. Why: a 6-bit bin spans 8 binades, and the indexer's
+scores put 6-86% of a row in the threshold's bin (a crowded row, listed only after a second
+scan); half-binade bins leave 0.4-1.8% there (bench/first_digit_bins.py, bench/NOTES.md v30).
 """
 from __future__ import annotations
 
@@ -28,6 +36,11 @@ KEY_BITS = 32
 FIRST_DIGIT_BITS = 6
 FIRST_DIGIT_BINS = 1 << FIRST_DIGIT_BITS
 FIRST_DIGIT_SHIFT = KEY_BITS - FIRST_DIGIT_BITS  # 26
+FINE_DIGIT_BITS = 4  # the refined first digit's bits below the 6-bit one
+FINE_DIGIT_BINS = 1 << FINE_DIGIT_BITS  # sub-bins of one first-digit bin
+REFINED_BITS = FIRST_DIGIT_BITS + FINE_DIGIT_BITS  # 10: sign, exponent, 1 mantissa bit
+REFINED_BINS = 1 << REFINED_BITS  # 1024 counts a (job, row) in `score_fine`
+REFINED_SHIFT = KEY_BITS - REFINED_BITS  # 22
 NOT_SELECTABLE = 0
 MAX_SLICES = 64
 MAX_KEYS = 1 << 19  # 512K scores per row: the selection's stated limit
@@ -47,6 +60,12 @@ def ordered_key(scores: np.ndarray) -> np.ndarray:
 
 def first_digit(keys: np.ndarray) -> np.ndarray:
     return (np.asarray(keys, np.uint32) >> FIRST_DIGIT_SHIFT).astype(np.int64)
+
+
+def refined_digit(keys: np.ndarray) -> np.ndarray:
+    """The refined first digit (REFINED_BITS from the top) of ordered keys: first_digit(key)
+    * FINE_DIGIT_BINS + its sub-bin."""
+    return (np.asarray(keys, np.uint32) >> REFINED_SHIFT).astype(np.int64)
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,11 @@ def index_scoring_launch(spec, **kw) -> IndexLaunch:
     score_jobs, k_splits, q_splits (plan()); the rest go to Launch."""
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "capacity", "cache_pages", "segment",
                                  "score_jobs", "k_splits", "q_splits") if n in kw}
+    fine = bool(kw.pop("fine_digits", False))
     p = plan(spec, **pk)
+    if fine:  # (the scoring's share of the refined first digits: its cost, timed alone)
+        from dataclasses import replace
+        p = replace(p, fine_digits=True)
     return IndexLaunch("index_scoring", p, index_stages(p), **kw)
 
 
@@ -180,6 +184,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     publish = kw.pop("cta_publish", None)
     fold = kw.pop("fold_first_digits", None)
     spans = kw.pop("lean_spans", None)
+    fine = bool(kw.pop("fine_digits", False))
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -198,7 +203,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     p = plan(spec, capacity=fp.capacity, cache_pages=fp.cache_pages, segment=pk.pop("segment", None),
              **{**pk, "grid": fp.grid, "waves": fp.waves})
     from dataclasses import replace
-    p = replace(p, source="front", front=fp).check()
+    p = replace(p, source="front", front=fp, fine_digits=fine).check()
     front = [reloaded(st) for st in front_stages(fp)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
                         cta_publish=publish, fold_first_digits=fold, lean_spans=spans)
@@ -226,11 +231,15 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
                     ("lean_spans", lean_spans)):
         if v is not None:
             more[name] = bool(v)
+    options = sel.measured_options(p.wgmma)
+    if p.fine_digits:  # the scoring's refined first digits: no row is crowded, none deferred
+        options.update(defer_fat_bins=False, count_from_list=True)
+        more.update(fine_digits=True, fine_parts=p.score_jobs)
+        more.setdefault("digits", sel.FINE_DIGITS)
     return sel.SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment),
                             max_slices=max(1, min(sel.MAX_SLICES, p.grid // p.rows)),
                             topk=spec.config.index_topk, bt_width=p.max_pages, positions=True,
-                            names=sel.Names(n_keys="positions"),
-                            **sel.measured_options(p.wgmma), **more)
+                            names=sel.Names(n_keys="positions"), **options, **more)
 
 
 def fused_select(p: IndexPlan, cfg) -> list:
@@ -238,7 +247,8 @@ def fused_select(p: IndexPlan, cfg) -> list:
     every `score_done` pair is in (wait_scored), as the stages.select package documents."""
     from . import select as sel
     ready = sel.Ready(lambda r: scored_reads(p), lambda k, io: wait_scored(k, io, p))
-    return sel.select_stages(cfg, scores="plain", hist="plain", ready=ready)
+    return sel.select_stages(cfg, scores="plain", hist="plain", ready=ready,
+                             fine="plain" if cfg.fine_digits else None)
 
 
 def _request(launch, rng, pos):
@@ -287,8 +297,10 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
                                               "lean_lists", "finish_max", "cta_publish",
-                                              "fold_first_digits", "lean_spans")))
+                                              "fold_first_digits", "lean_spans",
+                                              "fine_digits")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",
-              index_scoring_launch, _kind_inputs, launch_tunables=("waves", "q_splits")))
+              index_scoring_launch, _kind_inputs, launch_tunables=("waves", "q_splits",
+                                                                   "fine_digits")))

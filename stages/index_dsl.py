@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from layouts.scores import FIRST_DIGIT_SHIFT
+from layouts.scores import FIRST_DIGIT_SHIFT, REFINED_SHIFT
 from monokernel.types import bf16, f32, i32, u32, u64
 
 from .index_plan import HD, SCALE_FLOOR, IndexPlan
-from .select import sign_flip  # the scores' order: the selection's key mapping
+from .select import NORMAL_KEY_LO, sign_flip  # the scores' order: the selection's key mapping
 
 # a bf16 is the high half of an f32: a packed pair's (relu_bf16x2) low value is the f32
 # `pair << BF16_SHIFT`, its high value the f32 `pair & BF16_HIGH`
@@ -75,14 +75,15 @@ def _scan(k, x, n):
     return x
 
 
-def ordered_digit(k, score):
-    """layouts.scores.ordered_key(score) >> 26 (integer operations on the bits)."""
+def ordered_digit(k, score, shift=FIRST_DIGIT_SHIFT):
+    """layouts.scores.ordered_key(score) >> shift (integer operations on the bits; shift 26:
+    the first digit, REFINED_SHIFT: the refined one)."""
     u = k.bitcast(score, u32)
     mag = u & 0x7FFFFFFF
     key = k.select((u >> 31).eq(1), ~u, u | 0x80000000)
     key = k.select(mag.eq(0), 0x80000000, key)
     bad = (mag > 0x7F800000) | u.eq(0xFF800000)
-    return k.select(bad, 0, key) >> FIRST_DIGIT_SHIFT
+    return k.select(bad, 0, key) >> shift
 
 
 def ordered_digit_canonical(k, score):
@@ -94,6 +95,15 @@ def ordered_digit_canonical(k, score):
     flip would put at 63) is sent to 0."""
     digit = sign_flip(k, k.bitcast(score, u32)) >> FIRST_DIGIT_SHIFT
     return k.select(score.ne(score), k.const(0, u32), digit)
+
+
+def refined_digit_canonical(k, score):
+    """ordered_digit(score, REFINED_SHIFT) for a score that is not -0.0: the flip of
+    ordered_digit_canonical, then 0 for a NaN and for the flips below 2**23 (-inf's and the
+    negative NaNs': at 10 bits the flip alone would put -inf in digit 1)."""
+    flip = sign_flip(k, k.bitcast(score, u32))
+    bad = score.ne(score) | (flip < NORMAL_KEY_LO)
+    return k.select(bad, k.const(0, u32), flip >> REFINED_SHIFT)
 
 
 def stage_body(fn):

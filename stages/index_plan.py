@@ -66,6 +66,9 @@ class IndexPlan:
     q_splits: int = 1  # K-splits of each q head's job (W_qb_idx over q_lora)
     source: str = "buffers"  # "buffers": h, qr inputs (index_scoring); "front": the front's
     front: object = None  # FrontPlan (source "front")
+    # the scoring also counts every score's refined first digit (top 10 bits) per (job, row)
+    # into `score_fine` [score_jobs, rows, 1024] (layouts/scores.py; SelectConfig.fine_digits)
+    fine_digits: bool = False
 
     @property
     def heads(self): return self.config.index_heads

@@ -71,7 +71,7 @@ from __future__ import annotations
 import math
 
 from layouts.regions import PlainBuffer, TaggedPairs
-from layouts.scores import FIRST_DIGIT_BINS
+from layouts.scores import FIRST_DIGIT_BINS, REFINED_BINS, REFINED_SHIFT
 from monokernel.atoms.base import DESC_SHIFT, desc_units
 from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
 from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
@@ -84,6 +84,7 @@ from .index_share import count_divergent, for_entries, plan_entries, plan_runs, 
 from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
+                        refined_digit_canonical,
                         stage_body, wait_flags)
 
 # Key steps in the ring of the alternating one-pair pipeline (`_pipeline_alternate`): its
@@ -128,6 +129,7 @@ class IndexScore(Stage):
     # index_scoring r8 W1 74.0 vs 62.5 us, W2 109.3 vs 100.3): off, a tunable (--tune
     # ix_score.grouped_hist=1); AMD has no match instruction
     grouped_hist = False
+    _fine = None  # the job's LDS refined first-digit counts (body; IndexPlan.fine_digits)
     SUM_MMAS = ("wgmma", "sync")  # the head sum's MMA (`sum_mma`, below)
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
@@ -338,8 +340,14 @@ class IndexScore(Stage):
         p = self.p
         keys = p.capacity * p.rows // max(p.score_jobs, 1)
         return [Job(j, cost_bytes=keys * (HD + 4) // 2, cost_flops=keys * HD * p.heads * 2,
-                    lds_bytes=self.hist_slots * FIRST_DIGIT_BINS * 4)
+                    lds_bytes=(self.hist_slots * FIRST_DIGIT_BINS + self.fine_words) * 4)
                 for j in range(p.score_jobs)]
+
+    @property
+    def fine_words(self) -> int:
+        """u32 words of a job's refined first-digit counts (IndexPlan.fine_digits): one
+        REFINED_BINS histogram a row, in LDS and in its `score_fine` part."""
+        return self.p.rows * REFINED_BINS if self.p.fine_digits else 0
 
     keys_read = 8192  # the byte floor's context (kind inputs with `pos` set it)
 
@@ -351,9 +359,11 @@ class IndexScore(Stage):
 
     def regions(self):
         p = self.p
+        fine = [PlainBuffer("score_fine", u32, (p.score_jobs, p.rows, REFINED_BINS))] \
+            if p.fine_digits else []
         return [PlainBuffer("scores", f32, (p.rows, p.capacity)),
                 PlainBuffer("score_hist", u32, (p.rows, p.segments, FIRST_DIGIT_BINS)),
-                TaggedPairs("score_done", (p.score_jobs,), u32)]
+                *fine, TaggedPairs("score_done", (p.score_jobs,), u32)]
 
     def kernel_args(self) -> dict:
         out = super().kernel_args()
@@ -376,9 +386,11 @@ class IndexScore(Stage):
 
     def writes(self, j):
         p = self.p
+        fine = [Use("score_fine", j * self.fine_words, (j + 1) * self.fine_words)] \
+            if p.fine_digits else []
         return [Use("scores", 0, p.rows * p.capacity),
                 Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS),
-                Use("score_done", j, j + 1)]
+                *fine, Use("score_done", j, j + 1)]
 
     # -- the plan, in LDS -------------------------------------------------------------------
     PW = 12  # plan words a row
@@ -440,6 +452,12 @@ class IndexScore(Stage):
         nh = self.hist_slots * FIRST_DIGIT_BINS
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
+        self._fine = k.lds("ix_fine", u32, self.fine_words) if p.fine_digits else None
+        if self._fine is not None:
+            zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+            for i0 in range(0, self.fine_words, 4 * T):
+                i = i0 + 4 * tid
+                k.store(self._fine, k.min(i, self.fine_words - 4), zero4, mask=i < self.fine_words)
         # the queries staged in LDS are wgmma's B: the barrier after them fences the stores
         # for the async proxy (KernelBuilder.async_proxy_lds; no other barrier needs it)
         with k.async_proxy_lds():
@@ -460,6 +478,8 @@ class IndexScore(Stage):
             k.barrier()
         io.env.phase(2)  # the launch's own new keys are rescored
         self._flush(k, io, tab, hist, counters)
+        if self._fine is not None:
+            self._flush_fine(k, io, job)
         if k.W > 1:
             k.barrier()
         io.env.phase(3)  # the job's histograms are stored
@@ -489,6 +509,19 @@ class IndexScore(Stage):
                 io.store("score_hist", ((gi + rho) * p.segments + seg) * FIRST_DIGIT_BINS + b,
                          v, mask=m)
         for_entries(self, k, tab, entry, counters)
+
+    def _flush_fine(self, k, io, job):
+        """The job's refined first-digit counts, every row's (zeros where the job scored none
+        of it: the consumer sums every part of a row), to its `score_fine` part, 16 bytes a
+        store; released with score_hist by the job's fence."""
+        T = k.W * k.L
+        tid = _tid(k)
+        W = self.fine_words
+        for i0 in range(0, W, 4 * T):
+            i = i0 + 4 * tid
+            m = i < W
+            at = k.min(i, W - 4)
+            io.store("score_fine", job * W + at, k.load(self._fine, at, u32, 4), mask=m)
 
     # -- shared pieces ----------------------------------------------------------------------
     def _fixup(self, k, io, tab, hist, counters=None):
@@ -526,6 +559,14 @@ class IndexScore(Stage):
                                      k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
                             k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, score), i32),
                                      k.const(1, u32), mask=one, scope="cta")
+                            if self._fine is not None:  # (the same move at 10 bits)
+                                fs = row * REFINED_BINS
+                                k.atomic("add", self._fine, fs + k.bitcast(
+                                    ordered_digit(k, old, REFINED_SHIFT), i32),
+                                    k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
+                                k.atomic("add", self._fine, fs + k.bitcast(
+                                    ordered_digit(k, score, REFINED_SHIFT), i32),
+                                    k.const(1, u32), mask=one, scope="cta")
                             io.store("scores", idx, score, mask=one)
         for_entries(self, k, tab, entry, counters)
 
@@ -593,6 +634,9 @@ class IndexScore(Stage):
         digit = ordered_digit_canonical(k, score)
         k.count(hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32), ok,
                 grouped=self.grouped_hist)
+        if self._fine is not None:  # the row's refined first digit (IndexPlan.fine_digits)
+            k.count(self._fine, row * REFINED_BINS + k.bitcast(
+                refined_digit_canonical(k, score), i32), ok, grouped=self.grouped_hist)
 
     @staticmethod
     def _scaled(k, val, scale):

@@ -639,7 +639,8 @@ def apply_tunes(launch, tunes):
 # and index; lean_spans = 1 / 0, SelectConfig.lean_spans (the lean loop's waves list their
 # own spans, no barrier in the loop), the select kinds and index
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
-                   "tail_finish", "cta_publish", "fold_first_digits", "lean_spans")
+                   "tail_finish", "cta_publish", "fold_first_digits", "lean_spans",
+                   "fine_digits")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
 # lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay)
@@ -657,8 +658,10 @@ def launch_tune_value(attr: str, text: str):
         form = "bit counts joined by '-', e.g. 6-9-9-8" if attr == "select_digits" else \
             "an integer"
         raise ValueError(f"--tune launch.{attr}={text}: expected {form}") from None
-    from stages.select import check_digits
-    return check_digits(digits)  # a plan the selection cannot run: an error naming it
+    from stages.select import KEY_BITS, check_digits
+    # a plan the selection cannot run: an error naming it (a plan short of 32 bits by the
+    # fine digit's is one for launch.fine_digits=1, which the built config then checks)
+    return check_digits(digits, fine=sum(digits) != KEY_BITS)
 
 
 def launch_for(kind, spec, tunes=()):

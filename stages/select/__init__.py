@@ -184,11 +184,13 @@ the first digits as an input) selects on injected scores: any distribution can b
 """
 from __future__ import annotations
 
-from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, MAX_KEYS,
-                            MAX_SLICES, TOPK, ScoresLayout, exact_topk_positions,
-                            ordered_key)  # noqa: F401
+from layouts.scores import (FINE_DIGIT_BINS, FINE_DIGIT_BITS, FIRST_DIGIT_BINS,
+                            FIRST_DIGIT_BITS, FIRST_DIGIT_SHIFT, KEY_BITS, MAX_KEYS, MAX_SLICES,
+                            REFINED_BINS, TOPK, ScoresLayout, exact_topk_positions, ordered_key,
+                            refined_digit)  # noqa: F401
 
-from .config import (DEFAULT_DIGITS, DEFER_MIN_TOPKS, DEFER_SHIFT, DIAG_WORDS, FINISH_MAX_LIMIT,
+from .config import (DEFAULT_DIGITS, DEFER_MIN_TOPKS, DEFER_SHIFT, DIAG_WORDS, FINE_DIGITS,
+                     FINE_MISMATCH, FINISH_MAX_LIMIT,
                      FINISH_TALLIES, FINISH_UNROLL, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI, FIN_T,
                      FIN_T_ABOVE, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_GROUPS, LEAN_LANE_KEYS,
                      LEAN_REFILL_TURNS, LEAN_SENTINEL, LEAN_WIDE_KEYS, LIST_UNROLL, LOAD_KEYS,
@@ -198,11 +200,12 @@ from .config import (DEFAULT_DIGITS, DEFER_MIN_TOPKS, DEFER_SHIFT, DIAG_WORDS, F
                      UNROLL, WIDE_ROW_SLICES, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE, X_EMITTED,
                      X_NAN, X_NANS, X_NEED, X_NLIST, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL,
                      X_UNSELS, check_digits, slice_bounds)  # noqa: F401
-from .sources import (BufferScores, HistBuffer, HistPlain, HistRegion, Ready, RegionScores,
-                      score_done_ready)  # noqa: F401
+from .sources import (BufferScores, FineBuffer, FinePlain, HistBuffer, HistPlain, HistRegion,
+                      Ready, RegionScores, score_done_ready)  # noqa: F401
 from .lanes import (F32_NEG_INF_BITS, F32_QNAN_BITS, NORMAL_KEY_HI, NORMAL_KEY_LO, initial_state,
                     keys_and_specials, ordered_keys, score_floor, sign_flip)  # noqa: F401
-from .reference import reference_select, segment_histograms, validate_inputs  # noqa: F401
+from .reference import (fine_histograms, reference_select, segment_histograms,  # noqa: F401
+                        validate_inputs)
 from .passes import SelectPass  # noqa: F401
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel  # noqa: F401
 from .launches import (MEASURED_ON_NVIDIA, _grid_for, _kind_inputs, _kind_launch, _waves_for,

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layouts.scores import FIRST_DIGIT_BITS, MAX_KEYS, MAX_SLICES, ScoresLayout, TOPK
+from layouts.scores import (FINE_DIGIT_BITS, FIRST_DIGIT_BITS, KEY_BITS, MAX_KEYS, MAX_SLICES,
+                            ScoresLayout, TOPK)
 from spec.config import KEY_PAGE_TOKENS
 
 
@@ -24,6 +25,10 @@ SELECT_KIND_DIGITS = (6, 9, 9, 8)
 # halves that (H200, same call, select_hist rows 2: 64K 21.87 -> 20.62 us, 512K 23.89 ->
 # 22.69; rows 8 slower with it, 27.26 -> 28.38: bench/NOTES.md v18)
 SELECT_KIND_DIGITS_WIDE = (6, 8, 9, 9)
+# the plan with refined first digits (SelectConfig.fine_digits): 6 + 4 bits decided by sel_h1,
+# the other 22 in three exchanged digits (the fused index's default plan has four after the
+# first): 28 bits in the plan, the fine digit's 4 between its first two digits
+FINE_DIGITS = (6, 8, 7, 7)
 WIDE_ROW_SLICES = 32
 UNROLL = 8  # message loads in flight per lane while summing the slices' histograms
 SEGMENT_UNROLL = 8  # segment histograms a thread loads at once in sel_h0's sum: at 512K
@@ -121,6 +126,8 @@ DIAG_WORDS = 4  # NaNs, keys selected, unselectable keys (-inf or NaN), visible 
 
 INVALID_PAGE = "invalid input: a block-table entry < 0 (or past 2**25) for a visible key"
 INVALID_N = "invalid input: n_keys < 0 or past the scores' capacity"
+FINE_MISMATCH = ("invalid input: the refined first digits (score_fine) of the threshold bin do "
+                 "not add up to its count in score_hist")
 
 
 # ----------------------------------------------------------------------------- config
@@ -133,6 +140,7 @@ class Names:
     block_table: str = "block_table"
     score_hist: str = "score_hist"
     score_done: str = "score_done"
+    score_fine: str = "score_fine"
     out: str = "topk"
     diag: str = "topk_diag"
 
@@ -332,9 +340,35 @@ class SelectConfig:
     # 25.6-26.2 at 64K). On in the select kinds off AMD past WIDE_ROW_SLICES slices a row
     # (config_for); False: every digit exchanged (rows 8, the fused index, AMD: unmeasured)
     tail_finish: bool = False
+    # refined first digits (layouts/scores.py): the scoring also counts the top 10 bits of
+    # every score per (job, row) into `score_fine` [fine_parts, rows, 1024]; sel_h1 decides
+    # the first digit on the 64 bins as before, then its 4 sub-bits on the 16 sub-bins of the
+    # threshold bin summed over the parts (one round trip of 64 bytes a part), so its lists
+    # hold the keys at or above a 10-bit prefix. Why: the indexer's scores put 6-86% of a row
+    # in one 6-bit bin (8 binades), 0.4-1.8% in one 10-bit bin (bench/first_digit_bins.py):
+    # with them no row is crowded, none needs sel_h2's second scan (defer_fat_bins is off
+    # with it). A slice's keys above the prefix (X_ABOVE) are its list's length minus its
+    # count at the prefix (count_from_list). The plan then has 28 bits (FINE_DIGITS). Not yet
+    # timed (bench/NOTES.md v30); False
+    fine_digits: bool = False
+    fine_parts: int = 0  # partial fine histograms a row (the scoring's jobs; fine_digits)
 
     def __post_init__(self):
         lay = self.layout
+        if self.fine_digits:
+            bad = [name for name, on in (("defer_fat_bins", self.defer_fat_bins),
+                                         ("tail_finish", self.tail_finish),
+                                         ("solo_max_candidates",
+                                          self.solo_max_candidates is not None),
+                                         ("finish_max", self.finish_max is not None))
+                   if on]
+            if bad or not self.count_from_list:
+                raise ValueError("fine_digits needs count_from_list and excludes "
+                                 + ", ".join(bad or ["nothing else"]) + " (its keys above "
+                                 "the prefix come from the list's count; every row lists)")
+            if self.fine_parts < 1:
+                raise ValueError(f"fine_digits: fine_parts = {self.fine_parts} must be >= 1 "
+                                 "(the partial fine histograms of a row)")
         if self.tail_finish:
             if len(self.digits) < 3:
                 raise ValueError(f"tail_finish needs a plan of 3 or more digits, not "
@@ -358,7 +392,7 @@ class SelectConfig:
                              f"{MAX_KEYS} (512K keys)")
         if not 1 <= self.max_slices <= MAX_SLICES:
             raise ValueError(f"max_slices = {self.max_slices} must be in 1..{MAX_SLICES}")
-        object.__setattr__(self, "digits", check_digits(self.digits))
+        object.__setattr__(self, "digits", check_digits(self.digits, self.fine_digits))
         if lay.segment % 4:
             raise ValueError(f"segment {lay.segment} must be a multiple of 4 keys (16-byte loads)")
         if lay.capacity % PAGE:
@@ -477,14 +511,17 @@ class SelectConfig:
         return f"{self.prefix}_lpos2"
 
 
-def check_digits(digits) -> tuple:
+def check_digits(digits, fine: bool = False) -> tuple:
     """A radix plan as a tuple of ints, or a ValueError naming it: the first digit the
     scoring's FIRST_DIGIT_BITS, at least two digits of 2..10 bits (a pass's histogram lives in
-    LDS and in every slice's message), 32 bits in all."""
+    LDS and in every slice's message), 32 bits in all, or 32 - FINE_DIGIT_BITS with refined
+    first digits (`fine`: the fine digit's bits are not a pass of their own)."""
     d = tuple(int(x) for x in digits)
-    if len(d) < 2 or d[0] != FIRST_DIGIT_BITS or sum(d) != 32 or min(d) < 2 or max(d) > 10:
+    total = KEY_BITS - (FINE_DIGIT_BITS if fine else 0)
+    if len(d) < 2 or d[0] != FIRST_DIGIT_BITS or sum(d) != total or min(d) < 2 or max(d) > 10:
         raise ValueError(f"digits {d}: the first must be {FIRST_DIGIT_BITS} bits (the "
-                         "scoring's first digit), at least two, 2..10 bits each, 32 in all")
+                         "scoring's first digit), at least two, 2..10 bits each, "
+                         f"{total} in all" + (" (with fine_digits)" if fine else ""))
     return d
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 
-from layouts.scores import FIRST_DIGIT_BINS
+from layouts.scores import FINE_DIGIT_BINS, FINE_DIGIT_BITS, FIRST_DIGIT_BINS, FIRST_DIGIT_BITS, \
+    REFINED_BINS
 from monokernel.types import i32, u32
 
-from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
+from .config import (DEFER_MIN_TOPKS, DEFER_SHIFT, FINE_MISMATCH, FIN_B, FIN_COUNT, FIN_GO, FIN_HAS_HI,
                      FIN_N, FIN_T, FIN_T_ABOVE, LOAD_KEYS, NEXTRA, RDY_SOLO, UNROLL, X_ABOVE, X_BASE, X_D, X_DEFER, X_DONE,
-                     X_NAN, X_NANS, X_NEED, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
+                     X_NAN, X_NANS, X_NEED, X_NLIST, X_Q, X_SOLO, X_TIEBASE, X_TOTAL, X_UNSEL, X_UNSELS)
 from .lanes import (_State, _barrier, _cta_suffix_sums, _i, _last, _pick, _scan, _suffix_sums,
                     _threshold, _u, _wave0, initial_state)
 
@@ -46,6 +47,8 @@ class Exchange:
                 cnt = k.load(lds["cnt"], 0, u32, 2)
                 st[X_NAN] = k.extract(cnt, 0)
                 st[X_UNSEL] = k.extract(cnt, 1)
+                if self.refines:  # the list: keys above the 10-bit prefix, then at it
+                    st[X_ABOVE] = _u(k, st.i(X_NLIST) - self._hist_total(k, hist, B, cta))
             with k.if_(~st.done):
                 if cta:
                     V = LOAD_KEYS  # u32 words of a 16-byte access
@@ -61,6 +64,18 @@ class Exchange:
             if self.release:
                 k.fence("release", "device")
             self._announce(k, io, sl, st)
+
+    def _hist_total(self, k, hist, B, cum):
+        """Wave 0: the keys LDS hist counts (its suffix sums' bin 0 when `cum`)."""
+        if cum:
+            return _i(k, k.load(hist, 0, u32))
+        tot = k.uniform_var(0, i32)
+        for ch in range((B + k.L - 1) // k.L):
+            b = ch * k.L + k.lane_id()
+            m = b < B
+            g = _i(k, k.load(hist, k.min(b, B - 1), u32, mask=m))
+            tot.set(tot.get() + k.wave_sum(k.select(m, g, 0)))
+        return tot.get()
 
     def _announce(self, k, io, sl, st):
         """Wave 0, message q released: its tagged pair (done + 1, and RDY_SOLO on rdy1 for a
@@ -115,6 +130,8 @@ class Exchange:
             with _wave0(k):
                 self._decide(k, io, sl, lds, solo)
             _barrier(k)
+            if self.refines:
+                self._refine_first(k, io, sl, lds)
 
     def _fold_first(self, k, io, sl, lds):
         """sel_h1 deciding the first digit without message 0 (SelectConfig.
@@ -133,6 +150,69 @@ class Exchange:
         io.env.phase(1)  # the row's cum histogram is summed
         with _wave0(k):
             self._decide(k, io, sl, lds)
+        _barrier(k)
+        if self.refines:
+            self._refine_first(k, io, sl, lds)
+
+    def _refine_first(self, k, io, sl, lds):
+        """sel_h1 after deciding the first digit b (SelectConfig.fine_digits, all waves): the
+        row's 16 sub-bins of b summed over the fine parts (a 16-byte load a part a thread,
+        four threads a part; the lanes of one quarter summed by lane swaps, then one LDS add a
+        word a wave), their suffix sums, and the decision on them: the prefix becomes the 10
+        bits (b, f) with f the last sub-bin whose cum holds `need`, need less the keys above
+        it. A row that takes every key (no first digit decided) is left as it is. Sub-bins
+        that do not add up to b's count in the first digits are an input error
+        (FINE_MISMATCH): a wrong split would select wrong keys silently."""
+        c = self.cfg
+        F, V = FINE_DIGIT_BINS, LOAD_KEYS
+        Q4 = F // V  # 16-byte loads a part
+        fc = lds["fine_cum"]
+        T = k.W * k.L
+        t = k.thread_id()
+        with _wave0(k):
+            for ch in range(-(-F // k.L)):
+                i = ch * k.L + k.lane_id()
+                k.store(fc, k.min(i, F - 1), k.const(0, u32), mask=i < F)
+        st = _State.load(k, lds["state"], 0)
+        refine = st.i(X_D).eq(FIRST_DIGIT_BITS)  # (0: the row takes every key)
+        b = st.i(X_Q)
+        _barrier(k)
+        with k.if_(refine):
+            J = c.fine_parts
+            items = J * Q4
+            cq = t % Q4  # (T is a multiple of Q4: a thread keeps its quarter)
+            zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+            acc = k.lane_var(zero4)
+            for it in range(-(-items // T)):
+                item = t + it * T
+                m = item < items
+                j = k.min(item / Q4, J - 1)
+                idx = (j * c.rows + sl.r) * REFINED_BINS + b * F + V * cq
+                acc.set(acc.get() + k.select(m, self.fine.read4(k, io, idx, m), 0))
+            a = [k.extract(acc.get(), e) for e in range(V)]
+            swap = Q4
+            while swap < k.L:  # the lanes of one quarter (lane % Q4) summed
+                a = [x + k.lane_swap(x, swap) for x in a]
+                swap *= 2
+            for e in range(V):
+                k.atomic("add", fc, V * cq + e, a[e], mask=k.lane_id() < Q4, scope="cta")
+        _barrier(k)
+        with _wave0(k):
+            with k.if_(refine):
+                _suffix_sums(k, fc, F, lambda bb, v, m: k.store(fc, bb, v, mask=m))
+        _barrier(k)
+        gcum = lds["gcum"]
+        coarse = _i(k, k.load(gcum, b, u32)) - k.select(
+            (b + 1) < FIRST_DIGIT_BINS, _i(k, k.load(gcum, k.min(b + 1, FIRST_DIGIT_BINS - 1),
+                                                 u32)), 0)
+        io.env.fail(refine & _i(k, k.load(fc, 0, u32)).ne(coarse), FINE_MISMATCH)
+        with _wave0(k):
+            with k.if_(refine):
+                need = st.i(X_NEED)
+                _, f, _, _, fa = _threshold(k, fc, F, need)
+                k.store(lds["state"], X_Q, _u(k, (b << FINE_DIGIT_BITS) | f))
+                k.store(lds["state"], X_D, _u(k, st.i(X_D) + FINE_DIGIT_BITS))
+                k.store(lds["state"], X_NEED, _u(k, need - fa))
         _barrier(k)
 
     def _row_first_digits(self, k, io, sl, lds):

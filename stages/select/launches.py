@@ -7,23 +7,25 @@ import numpy as np
 from layouts.scores import MAX_SLICES, ScoresLayout
 
 from ..launch import Launch
-from .config import (DEFAULT_DIGITS, DIAG_WORDS, SELECT_KIND_DIGITS, SELECT_KIND_DIGITS_WIDE,
-                     TAIL_EXCHANGED, SelectConfig, WIDE_ROW_SLICES)
+from .config import (DEFAULT_DIGITS, DIAG_WORDS, FINE_DIGITS, SELECT_KIND_DIGITS,
+                     SELECT_KIND_DIGITS_WIDE, TAIL_EXCHANGED, SelectConfig, WIDE_ROW_SLICES)
 from .passes import SelectPass
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel
-from .reference import segment_histograms
-from .sources import (BufferScores, HistBuffer, HistPlain, HistRegion, RegionScores,
-                      score_done_ready)
+from .reference import fine_histograms, segment_histograms
+from .sources import (BufferScores, FineBuffer, FinePlain, HistBuffer, HistPlain, HistRegion,
+                      RegionScores, score_done_ready)
 
 
 # ----------------------------------------------------------------------------- composition
 
 def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
-                  **fences) -> list:
+                  fine=None, **fences) -> list:
     """The selection's stages (sel_h0 .. sel_out). `scores`: "buffer" (input [rows,
     capacity] f32), "region" (an arena BulkBuffer of that shape written earlier in the
     launch) or a source object; `hist`: None (local first pass), "buffer" (input [rows,
-    segments, 64] u32) or "region" (the scoring's tagged pairs)."""
+    segments, 64] u32) or "region" (the scoring's tagged pairs); `fine` (with
+    cfg.fine_digits): "buffer" (input score_fine [fine_parts, rows, 1024] u32) or "plain"
+    (the scoring's region)."""
     if scores == "buffer":
         scores = BufferScores(cfg)
     elif scores == "region":
@@ -38,10 +40,19 @@ def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
         hist = HistPlain(cfg)
     elif hist is not None and not hasattr(hist, "read"):
         raise ValueError(f"hist {hist!r}: None, 'buffer', 'region' or 'plain'")
+    if fine == "buffer":
+        fine = FineBuffer(cfg)
+    elif fine == "plain":
+        fine = FinePlain(cfg)
+    elif fine is not None:
+        raise ValueError(f"fine {fine!r}: None, 'buffer' or 'plain'")
+    if cfg.fine_digits and hist is None:
+        raise ValueError("fine_digits refines the scoring's first digits: it needs hist "
+                         "'buffer', 'region' or 'plain' (not a local first pass)")
     if cfg.fold_first_digits and not hasattr(hist, "read4"):
         raise ValueError(f"fold_first_digits: sel_h1 sums a row's first digits with plain "
                          f"16-byte loads (hist 'buffer' or 'plain'), not from {hist!r}")
-    return [SelectPass(cfg, q, scores, hist, ready=ready, **fences)
+    return [SelectPass(cfg, q, scores, hist, ready=ready, fine=fine, **fences)
             for q in range(cfg.first_pass, cfg.passes + 1)]
 
 
@@ -78,8 +89,15 @@ def select_launch(cfg: SelectConfig, *, grid: int, waves: int = 1, hist=None, sc
         h = hist
     else:
         raise ValueError(f"hist {hist!r}: None, 'buffer', 'stage' or 'scoring'")
-    L = Launch(name, pre + select_stages(cfg, scores=src, hist=h, ready=ready, release=release,
-                                         acquire=acquire), grid=grid, waves=waves, **kw)
+    fine = None
+    if cfg.fine_digits:
+        if hist != "buffer":
+            raise ValueError(f"fine_digits: a standalone selection takes score_fine as an "
+                             f"input with hist='buffer', not hist={hist!r}")
+        fine = "buffer"
+    L = Launch(name, pre + select_stages(cfg, scores=src, hist=h, ready=ready, fine=fine,
+                                         release=release, acquire=acquire),
+               grid=grid, waves=waves, **kw)
     L.select_cfg = cfg
     L.select_mode = dict(hist=hist, scores=scores)
     return L
@@ -100,6 +118,8 @@ def make_inputs(cfg: SelectConfig, scores, n_keys, block_table, *, hist=None,
     d["scores_in" if scores_in_stage else nm.scores] = np.asarray(scores, np.float32).copy()
     if hist == "buffer":
         d[nm.score_hist] = segment_histograms(cfg, np.asarray(scores, np.float32), n_keys)
+        if cfg.fine_digits:
+            d[nm.score_fine] = fine_histograms(cfg, np.asarray(scores, np.float32), n_keys)
     return d
 
 
@@ -141,7 +161,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                lean_lists: bool | None = None, finish_max: int | None = None,
                tail_finish: bool | None = None, cta_publish: bool | None = None,
                fold_first_digits: bool | None = None, lean_spans: bool | None = None,
-               first_digits_given: bool = False) -> SelectConfig:
+               first_digits_given: bool = False, fine_digits: bool = False,
+               fine_parts: int = 0) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
@@ -152,7 +173,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     tail_finish), `cta_publish` (None: SelectConfig's default), `fold_first_digits` (None: on
     off AMD where the first digits are given as a plain buffer, `first_digits_given`: the
     select_hist kind; SelectConfig.fold_first_digits), `lean_spans` (None: SelectConfig's
-    default)."""
+    default), `fine_digits` (refined first digits from `fine_parts` partial histograms a
+    row: SelectConfig.fine_digits; its plan FINE_DIGITS unless `digits` is given, no deferred
+    lists, no tail finish)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -162,17 +185,21 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
             max_slices = max(1, min(MAX_SLICES, spec.target_info.num_ctas // spec.rows))
     amd = spec.target != "interp" and spec.target_info.is_amd
     wide = max_slices > WIDE_ROW_SLICES
-    digits = digits or (DEFAULT_DIGITS if amd else SELECT_KIND_DIGITS_WIDE if wide
-                        else SELECT_KIND_DIGITS)
+    digits = digits or (FINE_DIGITS if fine_digits else DEFAULT_DIGITS if amd
+                        else SELECT_KIND_DIGITS_WIDE if wide else SELECT_KIND_DIGITS)
     if tail_finish is None:  # (not with a row finish, nor a plan of two digits)
-        tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED
+        tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED \
+            and not fine_digits
+    options = measured_options(not amd)
+    if fine_digits:  # (every row lists: none is crowded at 10 bits)
+        options["defer_fat_bins"] = False
+        more.update(fine_digits=True, fine_parts=fine_parts)
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
     more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
                                           ("lean_spans", lean_spans)) if v is not None}
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
-                        topk=spec.config.index_topk, digits=digits,
-                        **measured_options(not amd),
+                        topk=spec.config.index_topk, digits=digits, **options,
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
                         finish_max=finish_max or None, tail_finish=bool(tail_finish),
                         fold_first_digits=bool(fold_first_digits), **more)
@@ -190,11 +217,15 @@ def _grid_for(spec) -> int:
 
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
                  finish_max=None, tail_finish=None, cta_publish=None, fold_first_digits=None,
-                 lean_spans=None):
+                 lean_spans=None, fine_digits=None):
+    if fine_digits and hist != "buffer":
+        raise ValueError("fine_digits: the select kind has no scoring's first digits to refine "
+                         "(select_hist has)")
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
                      tail_finish=tail_finish, cta_publish=cta_publish,
                      fold_first_digits=fold_first_digits, lean_spans=lean_spans,
-                     first_digits_given=hist == "buffer")
+                     first_digits_given=hist == "buffer", fine_digits=bool(fine_digits),
+                     fine_parts=_grid_for(spec))
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -220,4 +251,5 @@ register(Kind("select_hist", "the selection with first digits given (score_hist 
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
                                               "tail_finish", "cta_publish",
-                                              "fold_first_digits", "lean_spans")))
+                                              "fold_first_digits", "lean_spans",
+                                              "fine_digits")))

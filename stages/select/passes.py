@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 
 from layouts.regions import PlainBuffer, TaggedPairs
-from layouts.scores import FIRST_DIGIT_BINS
+from layouts.scores import FINE_DIGIT_BINS, FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
@@ -100,8 +100,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         return self._count_tunable("scan_unroll")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
-                 release=True, acquire=True):
+                 release=True, acquire=True, fine=None):
         self.cfg, self.q = cfg, q
+        # sel_h1 refines the first digit by 4 bits (SelectConfig.fine_digits) from `fine`
+        # (a FineBuffer / FinePlain source)
+        self.fine = fine if cfg.fine_digits and q == 1 else None
+        if cfg.fine_digits and q == 1 and fine is None:
+            raise ValueError("fine_digits: sel_h1 needs the refined first digits' source "
+                             "(score_fine: 'buffer' or 'plain')")
+        self.refines = self.fine is not None
         # sel_h1 sums its row's first digits itself (SelectConfig.fold_first_digits): the
         # first pass built, with sel_h0's inputs (what it waits for, the first digits)
         self.folds = cfg.fold_first_digits and q == 1
@@ -196,6 +203,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         out = {nm.n_keys: Buffer(i32, (c.rows,))}
         if not self.from_list or self.defers:
             out.update(self.scores.buffers())
+        if self.refines:
+            out.update(self.fine.buffers())
         if self.q == 0 or self.folds:
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
@@ -257,6 +266,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out.append(Use(c.list_bucket_keys, r * lk, (r + 1) * lk))
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
+        if self.refines:
+            out += self.fine.reads(r)
         if self.q == 0 or self.folds:
             if self.ready is not None:
                 out += self.ready.reads(r)
@@ -429,6 +440,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out["gcum"] = k.lds(f"{nm}_gcum", u32, max(4, c.bins(self.q - 1)))
         if self.folds:  # the own slice's first-digit cum (message 0's histogram)
             out["own_cum"] = k.lds(f"{nm}_own_cum", u32, FIRST_DIGIT_BINS)
+        if self.refines:  # the row's sub-bins of the threshold bin, then their cum
+            out["fine_cum"] = k.lds(f"{nm}_fine_cum", u32, FINE_DIGIT_BINS)
         if self._publishes_by_cta(k):  # the publish's suffix sums: the waves' totals
             out["pub_waves"] = k.lds(f"{nm}_pub_waves", i32, k.W)
         appends = (self.compacts or self.defers) and k.W > 1  # the appends' wave counts

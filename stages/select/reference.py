@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_SHIFT, MAX_KEYS, TOPK,
-                            exact_topk_positions, ordered_key)
+from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_SHIFT, MAX_KEYS, REFINED_BINS, TOPK,
+                            exact_topk_positions, ordered_key, refined_digit)
 
 from .config import DIAG_WORDS, MAX_PAGE, PAGE, SelectConfig
 
@@ -21,6 +21,20 @@ def segment_histograms(cfg: SelectConfig, scores: np.ndarray, n_keys) -> np.ndar
         keys = ordered_key(scores[r, :n]) >> FIRST_DIGIT_SHIFT
         for g in range(-(-n // seg)):
             out[r, g] = np.bincount(keys[g * seg:(g + 1) * seg], minlength=FIRST_DIGIT_BINS)
+    return out
+
+
+def fine_histograms(cfg: SelectConfig, scores: np.ndarray, n_keys) -> np.ndarray:
+    """[fine_parts, rows, 1024] u32: refined first-digit counts of each row's visible keys
+    split into cfg.fine_parts contiguous parts (any split sums to the row's counts, which is
+    all the selection reads; the scoring's parts are its jobs)."""
+    R, J = scores.shape[0], cfg.fine_parts
+    out = np.zeros((J, R, REFINED_BINS), np.uint32)
+    for r in range(R):
+        n = int(n_keys[r])
+        digits = refined_digit(ordered_key(scores[r, :n]))
+        for j in range(J):
+            out[j, r] = np.bincount(digits[j * n // J:(j + 1) * n // J], minlength=REFINED_BINS)
     return out
 
 

@@ -2,7 +2,7 @@
 an arena region, tagged pairs or plain data) and how a fused launch says they are ready."""
 from __future__ import annotations
 
-from layouts.scores import FIRST_DIGIT_BINS
+from layouts.scores import FIRST_DIGIT_BINS, REFINED_BINS
 from monokernel.types import f32, u32
 
 from ..base import Buffer, Use
@@ -110,6 +110,39 @@ class HistPlain(HistRegion):
 
     def read(self, k, io, index, mask):
         return io.load(self.name, index, mask=mask)
+
+    def read4(self, k, io, index, mask):
+        return io.load(self.name, index, 4, mask=mask)
+
+
+class FineBuffer:
+    """Refined first digits (SelectConfig.fine_digits) from an input buffer [fine_parts,
+    rows, 1024] u32 (the select_hist kind: the host's stages.select.reference.
+    fine_histograms)."""
+    def __init__(self, cfg: SelectConfig):
+        self.cfg, self.name = cfg, cfg.names.score_fine
+
+    def buffers(self):
+        c = self.cfg
+        return {self.name: Buffer(u32, (c.fine_parts, c.rows, REFINED_BINS))}
+
+    def reads(self, r):
+        return []
+
+    def read4(self, k, io, index, mask):
+        return k.load(getattr(io.args, self.name), index, u32, 4, mask=mask)
+
+
+class FinePlain(FineBuffer):
+    """Refined first digits from the scoring's plain region [jobs, rows, 1024] u32 (the
+    index launch's `score_fine`), written before the scoring's `score_done` pairs that
+    sel_h0 (or a folding sel_h1) acquires."""
+    def buffers(self):
+        return {}
+
+    def reads(self, r):
+        c = self.cfg
+        return [Use(self.name, 0, c.fine_parts * c.rows * REFINED_BINS)]
 
     def read4(self, k, io, index, mask):
         return io.load(self.name, index, 4, mask=mask)
