@@ -1,0 +1,181 @@
+"""Refined first digits (SelectConfig.fine_digits, layouts/scores.py): the scoring counts
+every score's top 10 bits per (job, row) into `score_fine`; sel_h1 decides the 64-bin first
+digit as before, then its 4 sub-bits from the 16 sub-bins of the threshold bin summed over the
+parts, and lists at the 10-bit prefix. Checked here: exact top-k (independent numpy order) and
+the same slots and diagnostics as the coarse plan, bit for bit, on every check_topk
+distribution in relaxed memory mode (1 and 3 waves, rows that take every key); message 1's
+state against numpy (the 10-bit prefix, the keys still needed, every slice's keys above the
+prefix and its list length); a split that does not add up rejected by name; the scoring's
+region against a bincount of its own scores and the fused index exact through check_topk
+(W1, W2, the launch's own new keys rescored); the sm_90a and gfx950 builds; bad settings."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from conftest import check_job_loop_spills, ptxas_report
+from layouts.scores import ScoresLayout, ordered_key, refined_digit
+from monokernel.link import LaunchFailed
+from spec import BuildSpec
+from stages import kinds
+from stages.select import (FINE_DIGITS, X_ABOVE, X_D, X_NEED, X_NLIST, X_Q, SelectConfig,
+                           make_inputs, random_block_table, request_positions, select_launch,
+                           select_stages, slice_bounds)
+from tools import common
+from tools.check_topk import DISTS, check_rows, scores_for
+
+# K = 128 of 12K keys a row, 4 slices a row over 3 CTAs (test_select_fold's CFG)
+CFG = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4, topk=128, defer_fat_bins=True,
+                   digits=(6, 9, 9, 8))
+# the fused sm_90a rows-8 index with refined digits: 40 bytes of spills in its job loop
+# (conftest's JOB_LOOP_SPILL_BYTES is the default build's 20), none in an inner loop
+FINE_JOB_LOOP_SPILL_BYTES = 40
+PARTS = 3  # partial fine histograms a row (the scoring's jobs; any split adds up the same)
+FINE = dataclasses.replace(CFG, fine_digits=True, fine_parts=PARTS, defer_fat_bins=False,
+                           digits=FINE_DIGITS)
+
+
+def _case(dist, seed=61, pos=12000):
+    rng = np.random.default_rng([seed, sorted(DISTS).index(dist)])
+    n = request_positions(pos, CFG.rows)
+    s = scores_for(dist, rng, n, CFG.capacity, CFG.topk)
+    return s, n, random_block_table(CFG, rng)
+
+
+def _run(cfg, s, n, bt, waves=3, inputs=None):
+    L = select_launch(cfg, grid=3, waves=waves, hist="buffer")
+    inp = inputs if inputs is not None else make_inputs(cfg, s, n, bt, hist="buffer")
+    r = L.run_interp(inp, step=0, mode="relaxed", seed=9)
+    assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+    return r
+
+
+def _same(a, b):
+    for name in ("topk", "topk_diag"):
+        assert np.array_equal(a.outputs[name], b.outputs[name]), name
+
+
+@pytest.mark.parametrize("dist", sorted(DISTS))
+def test_refined_first_digits_select_what_the_coarse_plan_selects(dist):
+    s, n, bt = _case(dist)
+    _same(_run(FINE, s, n, bt), _run(CFG, s, n, bt))
+
+
+@pytest.mark.parametrize("dist,waves,pos", [("normal", 1, 12000), ("few", 1, 12000),
+                                            ("normal", 3, 100), ("allequal", 1, 5000)])
+def test_one_wave_and_rows_that_take_every_key(dist, waves, pos):
+    """pos 100: fewer keys than K, the first decision takes them all and nothing is refined."""
+    s, n, bt = _case(dist, seed=62, pos=pos)
+    _same(_run(FINE, s, n, bt, waves=waves), _run(CFG, s, n, bt, waves=waves))
+
+
+@pytest.mark.parametrize("dist", ["normal", "few", "above2048"])
+def test_message_1_holds_the_ten_bit_decision(dist):
+    """Per row: the prefix X_Q is the refined digit of the row's K-th key, X_NEED the keys
+    still needed at it; per slice: X_ABOVE its keys above the prefix (its list length less its
+    count at the prefix), X_NLIST every selectable key at or above it."""
+    s, n, bt = _case(dist, seed=63)
+    r = _run(FINE, s, n, bt)
+    msg = np.asarray(r.regions[FINE.msg(1)]).reshape(FINE.rows, FINE.max_slices, -1)
+    for row in range(FINE.rows):
+        keys = ordered_key(s[row, :n[row]])
+        digits = refined_digit(keys)
+        kth = np.sort(keys[keys != 0])[-FINE.topk]
+        q = int(refined_digit(kth))
+        sc = slice_bounds(int(n[row]), FINE.segment, FINE.max_slices, 0)[0]
+        for sl in range(sc):
+            _, lo, hi = slice_bounds(int(n[row]), FINE.segment, FINE.max_slices, sl)
+            st = msg[row, sl, FINE.state_word:FINE.state_word + 16]
+            assert st[X_D] == 10 and st[X_Q] == q, (row, sl, st[X_D], st[X_Q], q)
+            assert st[X_NEED] == FINE.topk - np.count_nonzero(digits > q), (row, sl)
+            mine, dmine = keys[lo:hi], digits[lo:hi]
+            assert st[X_ABOVE] == np.count_nonzero(dmine > q), (row, sl)
+            assert st[X_NLIST] == np.count_nonzero((dmine >= q) & (mine != 0)), (row, sl)
+
+
+def test_sub_bins_that_do_not_add_up_are_rejected():
+    s, n, bt = _case("normal", seed=64)
+    inp = make_inputs(FINE, s, n, bt, hist="buffer")
+    inp["score_fine"][0] += 1  # every bin of part 0: the threshold bin's sum is off by 16
+    L = select_launch(FINE, grid=3, waves=3, hist="buffer")
+    with pytest.raises(LaunchFailed, match="sel_h1.*refined first digits .score_fine. of the "
+                                           "threshold bin do not add up"):
+        L.run_interp(inp, step=0, mode="relaxed", seed=9)
+
+
+def _fused(rows, pos, workload, tunes=(("launch", "fine_digits", "1"),)):
+    kind = kinds.kind("index")
+    spec = BuildSpec.make("tiny", rows=rows, target="interp")
+    L = common.launch_for(kind, spec, list(tunes))
+    inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows), pos, workload)
+    return L, inp, L.run_interp(inp, step=0, mode="relaxed", seed=3)
+
+
+@pytest.mark.parametrize("rows,workload", [(2, "W1"), (8, "W2")])
+def test_the_scorings_fine_counts_are_its_scores_refined_digits(rows, workload):
+    """Summed over the jobs, score_fine holds each row's refined first digits of the scores
+    the launch stored, the launch's own new keys included; the selection on them is exact.
+    (The fix-up's move of a stale digit at 10 bits is not observable here: in the interpreter
+    the key job's cache write lands before the key loops read the slot, so the stale score is
+    the new one. On a GPU a count it missed shows as FINE_MISMATCH, not as a wrong set.)"""
+    L, inp, r = _fused(rows, 2049, workload)
+    p = L.plan
+    assert p.fine_digits and L.select_cfg.fine_digits and L.select_cfg.digits == FINE_DIGITS
+    scores = np.asarray(r.regions["scores"], np.float32).reshape(p.rows, -1)
+    fine = np.asarray(r.regions["score_fine"]).reshape(p.score_jobs, p.rows, -1).sum(0)
+    n = np.asarray(inp["positions"]).reshape(-1) + 1
+    for row in range(p.rows):
+        want = np.bincount(refined_digit(ordered_key(scores[row, :n[row]])), minlength=1024)
+        assert np.array_equal(fine[row], want), row
+    assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
+
+
+def test_the_fused_index_selects_the_same_through_refined_digits():
+    from tools import check_topk
+    assert check_topk.main(["--through", "index", "--rows", "2,8", "--pos", "2049",
+                            "--workload", "W1,W2", "--tune", "launch.fine_digits=1"]) == 0
+
+
+def test_the_builds_with_refined_digits():
+    """sm_90a: the fused index at rows 8 through ptxas (FINE_JOB_LOOP_SPILL_BYTES, none in a
+    loop of the job loop);
+    gfx950: zero spills; gfx942: its 64 KB of LDS cannot hold a row's 1024 counts beside the
+    rest, an error naming the budget."""
+    from monokernel.dsl import DSLError
+    kind = kinds.kind("index")
+    tune = [("launch", "fine_digits", "1")]
+    ptx = common.launch_for(kind, BuildSpec.make("glm5", rows=8, target="sm_90a"),
+                            tune).kernel("sm_90a")
+    from monokernel.build import build_many
+    text = build_many([ptx])[0].data.decode()
+    report = ptxas_report(text)
+    if report is not None:
+        check_job_loop_spills(report, text, FINE_JOB_LOOP_SPILL_BYTES)
+    L = common.launch_for(kind, BuildSpec.make("glm5", rows=2, target="gfx950"), tune)
+    assert L.kernel("gfx950") is not None
+    with pytest.raises(DSLError, match="gfx942 gives a CTA 65536"):
+        common.launch_for(kind, BuildSpec.make("glm5", rows=8, target="gfx942"),
+                          tune).kernel("gfx942")
+
+
+def test_bad_settings_are_rejected():
+    with pytest.raises(ValueError, match="fine_digits needs count_from_list and excludes "
+                                         "defer_fat_bins"):
+        dataclasses.replace(FINE, defer_fat_bins=True)
+    with pytest.raises(ValueError, match="fine_parts = 0"):
+        dataclasses.replace(FINE, fine_parts=0)
+    with pytest.raises(ValueError, match=r"digits \(6, 9, 9, 8\).*28 in all"):
+        dataclasses.replace(FINE, digits=(6, 9, 9, 8))
+    with pytest.raises(ValueError, match="a standalone selection takes score_fine as an input"):
+        select_launch(FINE, grid=3, waves=1, hist=None)
+    with pytest.raises(ValueError, match="fine_digits refines the scoring's first digits"):
+        select_stages(FINE, hist=None, fine="buffer")
+    with pytest.raises(ValueError, match="sel_h1 needs the refined first digits' source"):
+        select_stages(FINE, hist="buffer")
+    tiny = BuildSpec.make("tiny", rows=2, target="interp")
+    with pytest.raises(ValueError, match="kind select builds that part of its launch itself"):
+        common.launch_for(kinds.kind("select"), tiny, [("launch", "fine_digits", "1")])
+    with pytest.raises(ValueError, match="the select kind has no scoring's first digits"):
+        kinds.kind("select").launch(tiny, fine_digits=True)
