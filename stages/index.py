@@ -220,7 +220,10 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
     block-table row, K = the config's index_topk; up to grid / rows slice jobs a row; the
     radix plan `digits` (None: the selection's default); `lean_lists` (None: off, not
     measured in the fused launch); `finish_max` (None or 0: no row finish); `cta_publish`,
-    `fold_first_digits`, `lean_spans` (None: SelectConfig's defaults)."""
+    `fold_first_digits`, `lean_spans` (None: SelectConfig's defaults). With the plan's
+    `fine_digits` (IndexPlan.fine_digits, launch tunable fine_digits): the scoring's refined
+    first digits from its score_jobs parts, plan FINE_DIGITS unless `digits` is given, no
+    deferred lists."""
     from . import select as sel
     more = {} if digits is None else {"digits": digits}
     if finish_max:

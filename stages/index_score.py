@@ -60,6 +60,9 @@ Scores/selection contract (layouts/scores.py; the region protocol is this module
     score_hist  PlainBuffer u32 [R, capacity / S, 64]: first-digit (ordered_key >> 26)
                 counts of the stored scores of row r in segment s (segments past the row's
                 last key are untouched)
+    score_fine  PlainBuffer u32 [J, R, 1024] (IndexPlan.fine_digits only): job j's counts
+                of the refined first digit (ordered_key >> 22) of every score it stored,
+                row by row (zeros for rows it scored none of); SelectConfig.fine_digits
     score_done  TaggedPairs u32 [J]: job j's pair is published after its scores and
                 histograms (device-scope release fence first). A consumer polls all J pairs,
                 takes an acquire fence (`wait_scored`; declare `scored_reads`), then reads

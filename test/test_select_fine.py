@@ -179,3 +179,17 @@ def test_bad_settings_are_rejected():
         common.launch_for(kinds.kind("select"), tiny, [("launch", "fine_digits", "1")])
     with pytest.raises(ValueError, match="the select kind has no scoring's first digits"):
         kinds.kind("select").launch(tiny, fine_digits=True)
+
+
+def test_the_select_hist_kind_refines_through_the_fold():
+    """The select_hist kind folds the first digit into sel_h1 (off AMD): the refinement after
+    the fold's decision, exact on a crowded, a tied and a normal distribution."""
+    from tools import check_topk
+    assert check_topk.main(["--first-digits", "buffer", "--rows", "2", "--pos", "8447",
+                            "--dist", "normal,few,above2049",
+                            "--tune", "launch.fine_digits=1"]) == 0
+    _, cfg, L = check_topk.build("tiny", 2, "interp", first_digits="buffer",
+                                 tunes=[("launch", "fine_digits", "1")])
+    assert cfg.fine_digits and cfg.fold_first_digits and L.stages[0].refines
+    with pytest.raises(ValueError, match="needs --first-digits buffer"):
+        check_topk.build("tiny", 2, "interp", tunes=[("launch", "fine_digits", "1")])

@@ -268,7 +268,7 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
     config_kw = {"select_digits": "digits", "lean_lists": "lean_lists",
                  "finish_max": "finish_max", "tail_finish": "tail_finish",
                  "cta_publish": "cta_publish", "fold_first_digits": "fold_first_digits",
-                 "lean_spans": "lean_spans"}
+                 "lean_spans": "lean_spans", "fine_digits": "fine_digits"}
     kw = {}
     stage_tunes = []
     for stage_name, attr, text in tunes:
@@ -280,6 +280,11 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
                              "--waves)")
         else:
             stage_tunes.append((stage_name, attr, text))
+    if kw.get("fine_digits"):
+        if first_digits != "buffer":
+            raise ValueError("--tune launch.fine_digits=1 refines the scoring's first digits: "
+                             "it needs --first-digits buffer")
+        kw["fine_parts"] = grid or sel._grid_for(spec)  # (the scoring's jobs: one a CTA)
     cfg = sel.config_for(spec, max_slices=max_slices, first_digits_given=first_digits == "buffer",
                          **kw)
     hist = {"local": None, "buffer": "buffer", "stage": "stage"}[first_digits]

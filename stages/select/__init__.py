@@ -50,6 +50,13 @@ list just written, read back after a CTA barrier: every candidate is in it. With
 float compare against `score_floor` of the threshold prefix, ballot-counted offsets, and
 store rounds over the kept keys only (the same list, bit for bit).
 
+Refined first digits (SelectConfig.fine_digits, off by default; layouts/scores.py). The
+scoring also counts every score's top 10 bits per (job, row) into `score_fine`; sel_h1, once
+it has decided the 64-bin first digit b, sums b's 16 sub-bins over the parts and decides 4
+more bits, so its lists hold the keys at or above a 10-bit prefix (half a binade: 0.4-2.2% of
+an indexer row at 512K, against 10-75% in b). No row is then deferred (defer_fat_bins off);
+a slice's keys above the prefix are its list's length less its count at the prefix.
+
 Deferred lists (SelectConfig.defer_fat_bins, NVIDIA). The first digit is the sign and five
 exponent bits: scores from the indexer put 3-66% of a row in the threshold's bin (H200, 512K
 x 8), and such a list is written by sel_h1 and read by every later pass. A row whose bin

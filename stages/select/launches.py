@@ -190,14 +190,14 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     if tail_finish is None:  # (not with a row finish, nor a plan of two digits)
         tail_finish = not amd and wide and not finish_max and len(digits) > TAIL_EXCHANGED \
             and not fine_digits
-    options = measured_options(not amd)
-    if fine_digits:  # (every row lists: none is crowded at 10 bits)
-        options["defer_fat_bins"] = False
-        more.update(fine_digits=True, fine_parts=fine_parts)
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
     more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
                                           ("lean_spans", lean_spans)) if v is not None}
+    options = measured_options(not amd)
+    if fine_digits:  # (every row lists: none is crowded at 10 bits; its X_ABOVE is the list's)
+        options.update(defer_fat_bins=False, count_from_list=True)
+        more.update(fine_digits=True, fine_parts=fine_parts)
     return SelectConfig(ScoresLayout(spec.rows, cap, seg), max_slices=max_slices,
                         topk=spec.config.index_topk, digits=digits, **options,
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
