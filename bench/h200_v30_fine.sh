@@ -7,7 +7,8 @@
 # kind on every distribution), then the fused index r8 / r2 and index_scoring r8 (the
 # scoring's extra count) against the default in the same call, twice; the r8 W1 timelines.
 # The first calls of a lent session (bench/NOTES.md v30 says why), in two device calls:
-# PART=1 (exactness, the fused index) then PART=2 (the scoring alone, select_hist, timelines).
+# PART=1 (exactness, the fused index) then PART=2 (the fused index r8 with the fold too, the
+# scoring alone, select_hist, timelines).
 source "$(dirname "$0")/steps.sh"
 PART=${PART:-1}
 TAIL=${TAIL:-8}
@@ -23,6 +24,9 @@ step ix_fine 80 python3 -m tools.time_layers "${IX[@]}" "${FINE[@]}"
 step ix2 80 python3 -m tools.time_layers "${IX[@]}"
 step ix_fine2 80 python3 -m tools.time_layers "${IX[@]}" "${FINE[@]}"
 else
+IX8=(--kind index --config glm5 --rows 8 --pos 524287 --workload W1,W2 --backend cuda --reps 5)
+step ix8_fine_fold 60 python3 -m tools.time_layers "${IX8[@]}" "${FINE[@]}" \
+    --tune launch.fold_first_digits=1
 SCO=(--kind index_scoring --config glm5 --rows 8 --pos 524287 --workload W1,W2 --backend cuda --reps 5)
 step sco 50 python3 -m tools.time_layers "${SCO[@]}"
 step sco_fine 50 python3 -m tools.time_layers "${SCO[@]}" "${FINE[@]}"
