@@ -455,7 +455,7 @@ class IndexScore(Stage):
         nh = self.hist_slots * FIRST_DIGIT_BINS
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
-        self._fine = k.lds("ix_fine", u32, self.fine_words) if p.fine_digits else None
+        self._fine = self._fine_lds(k) if p.fine_digits else None
         if self._fine is not None:
             zero4 = k.vec(k.const(0, u32), 0, 0, 0)
             for i0 in range(0, self.fine_words, 4 * T):
@@ -512,6 +512,16 @@ class IndexScore(Stage):
                 io.store("score_hist", ((gi + rho) * p.segments + seg) * FIRST_DIGIT_BINS + b,
                          v, mask=m)
         for_entries(self, k, tab, entry, counters)
+
+    def _fine_lds(self, k):
+        """The job's refined first-digit counts in LDS (fine_words u32), or a DSLError that
+        names fine_digits where the chip's LDS cannot hold them beside the rest (gfx942)."""
+        from monokernel.dsl import DSLError
+        try:
+            return k.lds("ix_fine", u32, self.fine_words)
+        except DSLError as e:
+            raise DSLError(f"fine_digits: the scoring's {self.fine_words * 4} bytes of refined "
+                           f"first-digit counts do not fit: {e}") from None
 
     def _flush_fine(self, k, io, job):
         """The job's refined first-digit counts, every row's (zeros where the job scored none

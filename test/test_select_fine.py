@@ -155,7 +155,8 @@ def test_the_builds_with_refined_digits():
         check_job_loop_spills(report, text, FINE_JOB_LOOP_SPILL_BYTES)
     L = common.launch_for(kind, BuildSpec.make("glm5", rows=2, target="gfx950"), tune)
     assert L.kernel("gfx950") is not None
-    with pytest.raises(DSLError, match="gfx942 gives a CTA 65536"):
+    with pytest.raises(DSLError, match="fine_digits: the scoring's 32768 bytes .* gfx942 gives "
+                                       "a CTA 65536"):
         common.launch_for(kind, BuildSpec.make("glm5", rows=8, target="gfx942"),
                           tune).kernel("gfx942")
 
