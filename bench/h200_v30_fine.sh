@@ -8,7 +8,7 @@
 # scoring's extra count) against the default in the same call, twice; the r8 W1 timelines.
 # The first calls of a lent session (bench/NOTES.md v30 says why), in two device calls:
 # PART=1 (exactness, the fused index) then PART=2 (the fused index r8 with the fold too, the
-# scoring alone, select_hist, timelines).
+# scoring alone, select_hist, timelines, and v29's share_pages / lean_spans in short).
 source "$(dirname "$0")/steps.sh"
 PART=${PART:-1}
 TAIL=${TAIL:-8}
@@ -36,4 +36,11 @@ step sel_fine 40 python3 -m tools.time_layers "${SC[@]}" "${FINE[@]}"
 TL=(--kind index --config glm5 --rows 8 --pos 524287 --workload W1 --backend cuda --reps 3 --timeline)
 step timeline 60 python3 -m tools.time_layers "${TL[@]}"
 step timeline_fine 60 python3 -m tools.time_layers "${TL[@]}" "${FINE[@]}"
+# v29's two prepared options, short (their own scripts are the full A/Bs): exact first
+step topk_share 60 python3 -m tools.check_topk --through index --config glm5 --pos 524287 \
+    --rows 8 --workload W1,W2 --backend cuda --tune ix_score.share_pages=1
+step sco_share 50 python3 -m tools.time_layers "${SCO[@]}" --tune ix_score.share_pages=1
+step topk_spans 60 python3 -m tools.check_topk --config glm5 --pos 524287 --rows 8 \
+    --backend cuda --first-digits buffer --tune launch.lean_spans=1
+step sel_spans 40 python3 -m tools.time_layers "${SC[@]}" --tune launch.lean_spans=1
 fi
