@@ -167,7 +167,13 @@ def index_scoring_launch(spec, **kw) -> IndexLaunch:
     return IndexLaunch("index_scoring", p, index_stages(p), **kw)
 
 
-INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE  # keys the interpreter's `index` cache holds past K
+INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE
+# The fused index on NVIDIA refines the scoring's first digits (IndexPlan.fine_digits) and
+# folds them into sel_h1 (SelectConfig.fold_first_digits) by default: the indexer's rows put
+# 10-75% of their keys in the 6-bit threshold bin, which the coarse plan lists only after a
+# second scan. Measured on an H100 (bench/NOTES.md v31, one call, twice): r8 W1 / W2 125.3-126.0
+# / 155.3-155.8 -> 117.7-117.9 / 148.8-149.0 us. Either stays a launch tunable.
+FINE_DIGITS_ON_NVIDIA = True  # keys the interpreter's `index` cache holds past K
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
@@ -175,7 +181,10 @@ def index_launch(spec, **kw) -> IndexLaunch:
     indexer (qr from the front's partial sums, the key/weight projections from x * g with
     the front's rs, cache append, scoring) and the exact top-k of its scores (stages.select,
     fused after the scoring: topk [rows, index_topk] int32 slots, topk_diag [rows, 4]) in
-    one persistent kernel. Keywords as index_scoring_launch plus the front's (splits)."""
+    one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
+    selection's (select_digits, lean_lists, finish_max, cta_publish, fold_first_digits,
+    lean_spans, fine_digits); fine_digits None: on where the chip is sm_90a
+    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too."""
     from .front import front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -184,10 +193,15 @@ def index_launch(spec, **kw) -> IndexLaunch:
     publish = kw.pop("cta_publish", None)
     fold = kw.pop("fold_first_digits", None)
     spans = kw.pop("lean_spans", None)
-    fine = bool(kw.pop("fine_digits", False))
+    fine = kw.pop("fine_digits", None)
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
+    if fine is None:  # (measured on NVIDIA only: gfx950 unmeasured, gfx942's LDS cannot hold it)
+        fine = chip == SM90 and FINE_DIGITS_ON_NVIDIA
+    fine = bool(fine)
+    if fold is None and fine and chip == SM90:
+        fold = FINE_DIGITS_ON_NVIDIA  # (measured with the refined digits: -1.7 .. -2.8 us more)
     fp8 = "fp8e4m3fnuz" if chip == "gfx942" else "fp8e4m3fn"
     fw = pk.get("waves") or (4 if chip == SM90 and spec.target == "interp" else None)
     if "cache_pages" not in fk:  # every page of a row's context mapped (the scoring reads them)

@@ -102,6 +102,10 @@ def ptxas_report(ptx: str, arch: str = "sm_90a"):
 # NOTES.md v22); a key or scan loop holds none (tools.sass.inner_loop_spills, where nvdisasm
 # is installed)
 JOB_LOOP_SPILL_BYTES = 20
+# ... and the fused index's at rows 8 with its refined first digits (on by default on sm_90a,
+# stages.index.FINE_DIGITS_ON_NVIDIA: 36 bytes with the fold, 40 without), none in a loop of
+# the job loop either (checked with nvdisasm 13.5, bench/NOTES.md v31)
+INDEX_JOB_LOOP_SPILL_BYTES = 40
 
 
 def check_job_loop_spills(report: str, ptx: str, limit: int = JOB_LOOP_SPILL_BYTES):

@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import check_job_loop_spills, ptxas_report
+from conftest import INDEX_JOB_LOOP_SPILL_BYTES, check_job_loop_spills, ptxas_report
 from layouts.scores import ScoresLayout, ordered_key, refined_digit
 from monokernel.link import LaunchFailed
 from spec import BuildSpec
@@ -29,9 +29,8 @@ from tools.check_topk import DISTS, check_rows, scores_for
 # K = 128 of 12K keys a row, 4 slices a row over 3 CTAs (test_select_fold's CFG)
 CFG = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4, topk=128, defer_fat_bins=True,
                    digits=(6, 9, 9, 8))
-# the fused sm_90a rows-8 index with refined digits: 40 bytes of spills in its job loop
-# (conftest's JOB_LOOP_SPILL_BYTES is the default build's 20), none in an inner loop
-FINE_JOB_LOOP_SPILL_BYTES = 40
+# the fused sm_90a rows-8 index with refined digits: conftest's INDEX_JOB_LOOP_SPILL_BYTES
+FINE_JOB_LOOP_SPILL_BYTES = INDEX_JOB_LOOP_SPILL_BYTES
 PARTS = 3  # partial fine histograms a row (the scoring's jobs; any split adds up the same)
 FINE = dataclasses.replace(CFG, fine_digits=True, fine_parts=PARTS, defer_fat_bins=False,
                            digits=FINE_DIGITS)
@@ -159,6 +158,31 @@ def test_the_builds_with_refined_digits():
                                        "a CTA 65536"):
         common.launch_for(kind, BuildSpec.make("glm5", rows=8, target="gfx942"),
                           tune).kernel("gfx942")
+
+
+def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
+    """stages.index.FINE_DIGITS_ON_NVIDIA (measured on an H100, bench/NOTES.md v31): the
+    sm_90a fused index refines its first digits and folds them into sel_h1 unless told not
+    to; AMD (unmeasured; gfx942's LDS cannot hold the counts) and the interpreter's default
+    chip (gfx950) keep the coarse plan; launch.fine_digits=0 gives it back on sm_90a, and
+    the fold then follows the selection's own default (off)."""
+    kind = kinds.kind("index")
+    for target, chip, on in (("sm_90a", None, True), ("interp", "sm_90a", True),
+                             ("interp", None, False), ("gfx950", None, False),
+                             ("gfx942", None, False)):
+        spec = BuildSpec.make("glm5" if target != "interp" else "tiny", rows=8, target=target)
+        L = kind.launch(spec, **({"chip": chip} if chip else {}))
+        cfg = L.select_cfg
+        assert (L.plan.fine_digits, cfg.fine_digits, cfg.fold_first_digits) == (on, on, on), \
+            (target, chip)
+        assert (cfg.digits == FINE_DIGITS) is on and not (on and cfg.defer_fat_bins), \
+            (target, chip)
+    spec = BuildSpec.make("glm5", rows=8, target="sm_90a")
+    off = common.launch_for(kind, spec, [("launch", "fine_digits", "0")])
+    assert not off.plan.fine_digits and not off.select_cfg.fine_digits
+    assert not off.select_cfg.fold_first_digits
+    unfolded = common.launch_for(kind, spec, [("launch", "fold_first_digits", "0")])
+    assert unfolded.select_cfg.fine_digits and not unfolded.select_cfg.fold_first_digits
 
 
 def test_bad_settings_are_rejected():
