@@ -50,7 +50,8 @@ list just written, read back after a CTA barrier: every candidate is in it. With
 float compare against `score_floor` of the threshold prefix, ballot-counted offsets, and
 store rounds over the kept keys only (the same list, bit for bit).
 
-Refined first digits (SelectConfig.fine_digits, off by default; layouts/scores.py). The
+Refined first digits (SelectConfig.fine_digits; layouts/scores.py; the fused index's default on
+NVIDIA, stages.index.FINE_DIGITS_ON_NVIDIA, off elsewhere and in the select kinds). The
 scoring also counts every score's top 10 bits per (job, row) into `score_fine`; sel_h1, once
 it has decided the 64-bin first digit b, sums b's 16 sub-bins over the parts and decides 4
 more bits, so its lists hold the keys at or above a 10-bit prefix (half a binade: 0.4-2.2% of
