@@ -171,14 +171,11 @@ INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE
 # The fused index on NVIDIA refines the scoring's first digits (IndexPlan.fine_digits) and
 # folds them into sel_h1 (SelectConfig.fold_first_digits) by default: the indexer's rows put
 # 10-75% of their keys in the 6-bit threshold bin, which the coarse plan lists only after a
-# second scan. Measured on an H100 (bench/NOTES.md v31, one call, twice): r8 W1 / W2 125.3-126.0
-# / 155.3-155.8 -> 117.7-117.9 / 148.8-149.0 us with the fold, r2 98.1-98.7 / 98.4-99.0 ->
-# 96.0 / 97.8-98.0 without. Either stays a launch tunable.
-FINE_DIGITS_ON_NVIDIA = True
-# ... folded into sel_h1 (no sel_h0 round) at the row widths where that was measured with
-# them: rows 8 (fine alone measured at rows 2 and 8; the fold without them was slower in the
-# fused index, v28)
-FOLD_FINE_MEASURED_ROWS = (8,)  # keys the interpreter's `index` cache holds past K
+# second scan (the fold without them was slower in the fused index, v28). Measured on an
+# H100 (bench/NOTES.md v31): r8 W1 / W2 125.3-126.0 / 155.3-155.8 -> 117.4-117.9 / 148.3-149.0
+# us (one call, twice), r4 103.6 / 111.6 -> 99.1 / 106.1, r2 98.0 / 99.3 -> 95.3 / 94.9 (one
+# call). Either stays a launch tunable.
+FINE_DIGITS_ON_NVIDIA = True  # keys the interpreter's `index` cache holds past K
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
@@ -189,8 +186,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
     selection's (select_digits, lean_lists, finish_max, cta_publish, fold_first_digits,
     lean_spans, fine_digits); fine_digits None: on where the chip is sm_90a
-    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too at the rows of
-    FOLD_FINE_MEASURED_ROWS."""
+    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too."""
     from .front import front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -206,8 +202,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
     if fine is None:  # (measured on NVIDIA only: gfx950 unmeasured, gfx942's LDS cannot hold it)
         fine = chip == SM90 and FINE_DIGITS_ON_NVIDIA
     fine = bool(fine)
-    if fold is None and fine and chip == SM90 and spec.rows in FOLD_FINE_MEASURED_ROWS:
-        fold = True  # (measured with the refined digits at rows 8: -1.7 .. -2.8 us more)
+    if fold is None and fine and chip == SM90:
+        fold = FINE_DIGITS_ON_NVIDIA  # (with the refined digits: -1.7 .. -3.3 us more, v31)
     fp8 = "fp8e4m3fnuz" if chip == "gfx942" else "fp8e4m3fn"
     fw = pk.get("waves") or (4 if chip == SM90 and spec.target == "interp" else None)
     if "cache_pages" not in fk:  # every page of a row's context mapped (the scoring reads them)

@@ -266,8 +266,9 @@ class IndexScore(Stage):
     # Requests of one length sharing their pages (prefix sharing; workload W2) scored as one
     # group over the pages all of them read, each page's keys loaded once for all their rows
     # (stages/index_share.py: the plan's super groups, a per-job test that the pages agree,
-    # each run alone where they do not). Off: prepared while no device was lent, not timed
-    # (bench/h200_v29_share.sh times it); on sm_90a W2's rows 8 become one N = 8 x HP chain
+    # each run alone where they do not); on sm_90a W2's rows 8 become one N = 8 x HP chain.
+    # Off: timed on an H100 (bench/NOTES.md v31, twice in one call), index_scoring r8 W2
+    # 100.6 / 99.4 -> 92.9 / 93.0 us, but W1 (no super group) 66.6 -> 70.2-70.3
     share_pages = False
 
     @property

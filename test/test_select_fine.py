@@ -20,7 +20,6 @@ from layouts.scores import ScoresLayout, ordered_key, refined_digit
 from monokernel.link import LaunchFailed
 from spec import BuildSpec
 from stages import kinds
-from stages.index import FOLD_FINE_MEASURED_ROWS
 from stages.select import (FINE_DIGITS, X_ABOVE, X_D, X_NEED, X_NLIST, X_Q, SelectConfig,
                            make_inputs, random_block_table, request_positions, select_launch,
                            select_stages, slice_bounds)
@@ -164,8 +163,7 @@ def test_the_builds_with_refined_digits():
 def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
     """stages.index.FINE_DIGITS_ON_NVIDIA (measured on an H100, bench/NOTES.md v31): the
     sm_90a fused index refines its first digits and folds them into sel_h1 unless told not
-    to (folded at the rows of FOLD_FINE_MEASURED_ROWS); AMD (unmeasured; gfx942's LDS cannot
-    hold the counts) and the interpreter's default
+    to; AMD (unmeasured; gfx942's LDS cannot hold the counts) and the interpreter's default
     chip (gfx950) keep the coarse plan; launch.fine_digits=0 gives it back on sm_90a, and
     the fold then follows the selection's own default (off)."""
     kind = kinds.kind("index")
@@ -177,9 +175,8 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
                                   target=target)
             L = kind.launch(spec, **({"chip": chip} if chip else {}))
             cfg = L.select_cfg
-            fold = on and rows in FOLD_FINE_MEASURED_ROWS
             assert (L.plan.fine_digits, cfg.fine_digits, cfg.fold_first_digits) == \
-                (on, on, fold), (target, chip, rows)
+                (on, on, on), (target, chip, rows)
         assert (cfg.digits == FINE_DIGITS) is on and not (on and cfg.defer_fat_bins), \
             (target, chip)
     spec = BuildSpec.make("glm5", rows=8, target="sm_90a")

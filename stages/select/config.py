@@ -313,8 +313,9 @@ class SelectConfig:
     # with no CTA barrier in the loop (the default exchanges the waves' counts through LDS
     # behind one every iteration: the waves in lockstep), then one barrier and each wave's
     # entries copied after the waves' before it, the next digit counted on the copies
-    # (`LeanScan._gather_spans`): the default's lists, counts and messages. Not yet timed
-    # on the H200 (bench/h200_v29_spans.sh); False
+    # (`LeanScan._gather_spans`): the default's lists, counts and messages. Timed (bench/
+    # NOTES.md v31, an H100): select_hist r8 64K / 512K 17.96 / 24.87 -> 18.49 / 25.13 us,
+    # no gain; False
     lean_spans: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
@@ -348,8 +349,10 @@ class SelectConfig:
     # in one 6-bit bin (8 binades), 0.4-1.8% in one 10-bit bin (bench/first_digit_bins.py):
     # with them no row is crowded, none needs sel_h2's second scan (defer_fat_bins is off
     # with it). A slice's keys above the prefix (X_ABOVE) are its list's length minus its
-    # count at the prefix (count_from_list). The plan then has 28 bits (FINE_DIGITS). Not yet
-    # timed (bench/NOTES.md v30); False
+    # count at the prefix (count_from_list). The plan then has 28 bits (FINE_DIGITS). Timed
+    # (bench/NOTES.md v31, an H100): the fused index r8 -6 us, its NVIDIA default
+    # (stages.index.FINE_DIGITS_ON_NVIDIA); select_hist on normal scores +4 us (no bin is
+    # crowded there); False
     fine_digits: bool = False
     fine_parts: int = 0  # partial fine histograms a row (the scoring's jobs; fine_digits)
 
