@@ -83,7 +83,8 @@ from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
-from .index_share import count_divergent, for_entries, plan_entries, plan_runs, plan_shared
+from .index_share import (count_divergent, counter_words, for_entries, plan_entries,
+                          plan_runs, plan_shared)
 from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
@@ -444,7 +445,7 @@ class IndexScore(Stage):
         tid = _tid(k)
         tab = k.lds("ix_plan", i32, self.plan_entries * self.PW)
         hist = k.lds("ix_hist", u32, self.hist_slots * FIRST_DIGIT_BINS)
-        counters = k.lds("ix_share", u32, R) if self.share_pages else None
+        counters = k.lds("ix_share", u32, counter_words(R)) if self.share_pages else None
         self._plan(k, io, job, tab, counters)
         if self.share_pages:  # the block tables are inputs: compared before the queries' wait
             if k.W > 1:

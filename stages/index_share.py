@@ -49,6 +49,21 @@ ACT, ROWS, LO, HI, BASE, POS, BTROW, RUN_ROWS, RUNS, HEAD, FIRST = range(11)
 OWN, SUPER, ALONE = range(3)
 
 
+def SUPERS_WORD(rows: int) -> int:
+    """The word of the LDS counters (R divergence counters, then this) holding how many
+    super entries the job scores: zero, and its entry loops run over the own entries alone
+    (a job with no super entry has no run alone either)."""
+    return rows
+
+
+def counter_words(rows: int) -> int:
+    return SUPERS_WORD(rows) + 1
+
+
+def _u32(k, v):
+    return k.cast(v, u32)
+
+
 def plan_entries(rows: int, share: bool) -> int:
     return (ALONE + 1) * rows if share else rows
 
@@ -151,6 +166,10 @@ def plan_shared(st, k, io, job, tab, counters):
         for q in range(st.PW // 4):
             k.store(tab, e * st.PW + 4 * q, k.vec(*vals[4 * q:4 * q + 4]), mask=ents)
         k.store(counters, li, k.const(0, u32), mask=valid)
+        # the job's super entries (SUPERS_WORD): none (W1; unrelated requests), and the entry
+        # loops stop after the R own entries, as without sharing
+        supers = k.wave_sum(k.select(kind.eq(SUPER) & act, one, z0))
+        k.store(counters, SUPERS_WORD(R), _u32(k, supers), mask=lane.eq(0))
 
 
 def count_divergent(st, k, io, tab, counters):
@@ -191,7 +210,9 @@ def for_entries(st, k, tab, fn, counters=None):
             with k.if_(g[ACT].eq(1)):
                 fn(gi, g)
         return
-    for e in k.range(plan_entries(R, True)):
+    shared = k.load(counters, SUPERS_WORD(R), u32).ne(0)
+    n_entries = k.select(shared, k.const(plan_entries(R, True), i32), k.const(R, i32))
+    for e in k.range(n_entries):
         g = st._row(k, tab, e)
         diverged = k.load(counters, g[HEAD], u32).ne(0)
         # an own entry; a super entry whose pages agree; a run alone where they do not
