@@ -167,7 +167,8 @@ def index_scoring_launch(spec, **kw) -> IndexLaunch:
     return IndexLaunch("index_scoring", p, index_stages(p), **kw)
 
 
-INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE
+INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE  # keys the interpreter's `index` cache holds past K
+
 # The fused index on NVIDIA refines the scoring's first digits (IndexPlan.fine_digits) and
 # folds them into sel_h1 (SelectConfig.fold_first_digits) by default: the indexer's rows put
 # 10-75% of their keys in the 6-bit threshold bin, which the coarse plan lists only after a
@@ -175,7 +176,7 @@ INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE
 # H100 (bench/NOTES.md v31): r8 W1 / W2 125.3-126.0 / 155.3-155.8 -> 117.4-117.9 / 148.3-149.0
 # us (one call, twice), r4 103.6 / 111.6 -> 99.1 / 106.1, r2 98.0 / 99.3 -> 95.3 / 94.9 (one
 # call). Either stays a launch tunable.
-FINE_DIGITS_ON_NVIDIA = True  # keys the interpreter's `index` cache holds past K
+FINE_DIGITS_ON_NVIDIA = True
 
 
 def index_launch(spec, **kw) -> IndexLaunch:

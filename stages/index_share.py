@@ -49,7 +49,7 @@ ACT, ROWS, LO, HI, BASE, POS, BTROW, RUN_ROWS, RUNS, HEAD, FIRST = range(11)
 OWN, SUPER, ALONE = range(3)
 
 
-def SUPERS_WORD(rows: int) -> int:
+def supers_word(rows: int) -> int:
     """The word of the LDS counters (R divergence counters, then this) holding how many
     super entries the job scores: zero, and its entry loops run over the own entries alone
     (a job with no super entry has no run alone either)."""
@@ -57,11 +57,7 @@ def SUPERS_WORD(rows: int) -> int:
 
 
 def counter_words(rows: int) -> int:
-    return SUPERS_WORD(rows) + 1
-
-
-def _u32(k, v):
-    return k.cast(v, u32)
+    return supers_word(rows) + 1
 
 
 def plan_entries(rows: int, share: bool) -> int:
@@ -166,10 +162,10 @@ def plan_shared(st, k, io, job, tab, counters):
         for q in range(st.PW // 4):
             k.store(tab, e * st.PW + 4 * q, k.vec(*vals[4 * q:4 * q + 4]), mask=ents)
         k.store(counters, li, k.const(0, u32), mask=valid)
-        # the job's super entries (SUPERS_WORD): none (W1; unrelated requests), and the entry
+        # the job's super entries (supers_word): none (W1; unrelated requests), and the entry
         # loops stop after the R own entries, as without sharing
         supers = k.wave_sum(k.select(kind.eq(SUPER) & act, one, z0))
-        k.store(counters, SUPERS_WORD(R), _u32(k, supers), mask=lane.eq(0))
+        k.store(counters, supers_word(R), k.cast(supers, u32), mask=lane.eq(0))
 
 
 def count_divergent(st, k, io, tab, counters):
@@ -210,7 +206,7 @@ def for_entries(st, k, tab, fn, counters=None):
             with k.if_(g[ACT].eq(1)):
                 fn(gi, g)
         return
-    shared = k.load(counters, SUPERS_WORD(R), u32).ne(0)
+    shared = k.load(counters, supers_word(R), u32).ne(0)
     n_entries = k.select(shared, k.const(plan_entries(R, True), i32), k.const(R, i32))
     for e in k.range(n_entries):
         g = st._row(k, tab, e)
