@@ -29,8 +29,6 @@ from tools.check_topk import DISTS, check_rows, scores_for
 # K = 128 of 12K keys a row, 4 slices a row over 3 CTAs (test_select_fold's CFG)
 CFG = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4, topk=128, defer_fat_bins=True,
                    digits=(6, 9, 9, 8))
-# the fused sm_90a rows-8 index with refined digits: conftest's INDEX_JOB_LOOP_SPILL_BYTES
-FINE_JOB_LOOP_SPILL_BYTES = INDEX_JOB_LOOP_SPILL_BYTES
 PARTS = 3  # partial fine histograms a row (the scoring's jobs; any split adds up the same)
 FINE = dataclasses.replace(CFG, fine_digits=True, fine_parts=PARTS, defer_fat_bins=False,
                            digits=FINE_DIGITS)
@@ -138,7 +136,7 @@ def test_the_fused_index_selects_the_same_through_refined_digits():
 
 
 def test_the_builds_with_refined_digits():
-    """sm_90a: the fused index at rows 8 through ptxas (FINE_JOB_LOOP_SPILL_BYTES, none in a
+    """sm_90a: the fused index at rows 8 through ptxas (INDEX_JOB_LOOP_SPILL_BYTES, none in a
     loop of the job loop);
     gfx950: zero spills; gfx942: its 64 KB of LDS cannot hold a row's 1024 counts beside the
     rest, an error naming the budget."""
@@ -151,7 +149,7 @@ def test_the_builds_with_refined_digits():
     text = build_many([ptx])[0].data.decode()
     report = ptxas_report(text)
     if report is not None:
-        check_job_loop_spills(report, text, FINE_JOB_LOOP_SPILL_BYTES)
+        check_job_loop_spills(report, text, INDEX_JOB_LOOP_SPILL_BYTES)
     L = common.launch_for(kind, BuildSpec.make("glm5", rows=2, target="gfx950"), tune)
     assert L.kernel("gfx950") is not None
     with pytest.raises(DSLError, match="fine_digits: the scoring's 32768 bytes .* gfx942 gives "
@@ -177,8 +175,8 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
             cfg = L.select_cfg
             assert (L.plan.fine_digits, cfg.fine_digits, cfg.fold_first_digits) == \
                 (on, on, on), (target, chip, rows)
-        assert (cfg.digits == FINE_DIGITS) is on and not (on and cfg.defer_fat_bins), \
-            (target, chip)
+            assert (cfg.digits == FINE_DIGITS) is on and not (on and cfg.defer_fat_bins), \
+                (target, chip, rows)
     spec = BuildSpec.make("glm5", rows=8, target="sm_90a")
     off = common.launch_for(kind, spec, [("launch", "fine_digits", "0")])
     assert not off.plan.fine_digits and not off.select_cfg.fine_digits
