@@ -10,7 +10,7 @@ TAIL=${TAIL:-6}
     test/test_proofs_gpu.py test/test_stages.py test/test_workloads.py test/test_pdl.py test/test_bulk.py
 step topk_index 100 python3 -m tools.check_topk --through index --config glm5 \
     --pos 8191,65535,524287 --rows 2,4,8 --workload W1,W2 --backend cuda
-step check_index 60 python3 -m tools.check_layer --kind index --config glm5 --rows 2,4,8 \
+step check_index 120 python3 -m tools.check_layer --kind index --config glm5 --rows 2,4,8 \
     --backend cuda --dump "$OUT/digests"
 IX=(--kind index --config glm5 --rows 2,4,8 --pos 524287 --workload W1,W2 --backend cuda --reps 5)
 step ix_new 100 python3 -m tools.time_layers "${IX[@]}"
