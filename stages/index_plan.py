@@ -291,20 +291,25 @@ def score_entries(p: IndexPlan, positions, block_table, share: bool = False) -> 
 
 def score_runs(p: IndexPlan, positions, block_table, share: bool = False) -> list:
     """The run map: per scoring job j, [(first row, rows, first segment, end segment)] it
-    scores (the kernel's formula; `share`: with the super entries, score_entries). A row's
+    scores (the kernel's formula; `share`: with the super entries, score_entries, split by
+    index_share's cost model: segment_cost a segment, tail_cost after a run's own entry). A row's
     scores are at scores[r, 0 .. pos[r]], its histograms at score_hist[r, 0 .. pos[r] // S]."""
+    from .index_share import segment_cost, tail_cost
     J = p.score_jobs
     cost, prefix, C = [], [], 0
     entries = score_entries(p, positions, block_table, share)
-    for f, n, s0, s1 in entries:
+    n_own = len(groups_of(positions, block_table))
+    for e, (f, n, s0, s1) in enumerate(entries):
+        pairs = (n + 1) // 2
+        seg = segment_cost(p, pairs, pairs == p.pairs) if share else pairs
         prefix.append(C)
-        cost.append((s1 - s0, (n + 1) // 2))
-        C += (s1 - s0) * ((n + 1) // 2)
+        cost.append((s1 - s0, seg))
+        C += (s1 - s0) * seg + (tail_cost(p, e < n_own) if share else 0)
     runs = []
     for j in range(J):
         mine = []
-        for (f, n, s0, _), P, (segs, pairs) in zip(entries, prefix, cost):
-            den = pairs * J
+        for (f, n, s0, _), P, (segs, seg) in zip(entries, prefix, cost):
+            den = seg * J
             lo = min(-(-max(j * C - P * J, 0) // den), segs)
             hi = min(-(-max((j + 1) * C - P * J, 0) // den), segs)
             if lo < hi:

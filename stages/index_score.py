@@ -84,6 +84,7 @@ from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
 from .index_share import (count_divergent, counter_words, for_entries, plan_entries,
+                          hist_slots as share_hist_slots,
                           plan_runs, plan_shared)
 from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
@@ -275,9 +276,9 @@ class IndexScore(Stage):
     @property
     def hist_slots(self) -> int:
         """(row, segment) histograms a job holds in LDS: the plan's bound, and with
-        share_pages one more a row (a job's range may touch 2R entries, each rounding up by
-        its rows: IndexPlan.hist_slots' argument)."""
-        return self.p.hist_slots + (self.p.rows if self.share_pages else 0)
+        share_pages index_share.hist_slots (its range may touch 2R entries, and on sm_90a
+        its split weighs the chains)."""
+        return share_hist_slots(self.p) if self.share_pages else self.p.hist_slots
 
     @property
     def plan_entries(self) -> int:

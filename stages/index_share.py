@@ -49,6 +49,58 @@ ACT, ROWS, LO, HI, BASE, POS, BTROW, RUN_ROWS, RUNS, HEAD, FIRST = range(11)
 OWN, SUPER, ALONE = range(3)
 
 
+# The split's cost model where a super group runs one chain (sm_90a): a page-step of a chain
+# of P row pairs costs about STEP_FIXED + P x STEP_PAIR (the key load and the step's issue,
+# then a pair's epilogue), a run's own entry RUN_TAIL_COST more (its new keys rescored and
+# its own histograms flushed, both by the job holding its last segment). Measured on an H100
+# (bench/NOTES.md v32, index_scoring r8 W2 at 512K, per-job clocks): a page a CTA ~0.73 us in
+# W1's chain of 4 pairs, ~0.32 us in W2's one-pair chains, so STEP_FIXED : STEP_PAIR ~ 4 : 3
+# (~0.046 us a unit); the job holding the 4 runs' own entries spent ~14 us more after its key
+# loop than the others (~3.5 us, ~77 units, a run). With every (segment, pair) costing the
+# same instead, that job took 82 us against the others' 57.
+STEP_FIXED, STEP_PAIR = 4, 3
+RUN_TAIL_COST = 77
+
+
+def weighted_costs(p) -> bool:
+    """Whether the shared plan splits by the chains' modelled costs (a super group's chain of
+    all pairs is cheaper a pair than the runs' one-pair chains): on sm_90a. AMD's tilings load
+    the keys once a pair whatever the group (the module doc): there a unit costs its pairs."""
+    return bool(p.wgmma)
+
+
+def segment_cost(p, pairs: int, full_chain: bool) -> int:
+    """Host model: the split's cost of one segment of an entry of `pairs` row pairs (the
+    kernel's `_segment_cost`)."""
+    if not weighted_costs(p):
+        return pairs
+    pages = p.segment // PAGE
+    if full_chain:
+        return pages * (STEP_FIXED + pairs * STEP_PAIR)
+    return pages * pairs * (STEP_FIXED + STEP_PAIR)
+
+
+def tail_cost(p, own: bool) -> int:
+    """Host model: the cost an entry adds after its last segment (a run's own entry)."""
+    return RUN_TAIL_COST if own and weighted_costs(p) else 0
+
+
+def hist_slots(p) -> int:
+    """(row, segment) histograms a job of the shared plan may hold. Uniform costs (AMD): a
+    job's units cost at most C/J, a unit of n rows >= n/2 pairs, and its range may touch 2R
+    entries (IndexPlan.hist_slots plus R). Modelled costs: a slot costs at least
+    c_min = the chain of all pairs' segment over its 2P rows and at most c_max = a lone
+    row's one-pair segment, so C <= R x segments x c_max + R x RUN_TAIL_COST and a job
+    holds at most C / J / c_min slots, plus 2R for the entries its range touches."""
+    if not weighted_costs(p):
+        return p.hist_slots + p.rows
+    R, P = p.rows, p.pairs
+    c_min = segment_cost(p, P, True) / (2 * P)
+    c_max = segment_cost(p, 1, False)
+    c_total = R * p.segments * c_max + R * RUN_TAIL_COST
+    return int(-(-c_total // (p.score_jobs * c_min))) + 2 * R
+
+
 def supers_word(rows: int) -> int:
     """The word of the LDS counters (R divergence counters, then this) holding how many
     super entries the job scores: zero, and its entry loops run over the own entries alone
@@ -136,10 +188,12 @@ def plan_shared(st, k, io, job, tab, counters):
         e_lo = k.select(own, seg0, zero)
         e_segs = k.select(own, segs - seg0, k.select(s_act, r_first, zero))
         pairs = (rows + 1) >> 1
-        cost = k.select(e_act, e_segs * pairs, zero)
+        seg_cost = _segment_cost(k, p, pairs)
+        tail = k.select(own, k.const(tail_cost(p, True), i32), z0)
+        cost = k.select(e_act, e_segs * seg_cost + tail, zero)
         pre = _scan(k, cost, 2 * R) - cost
         C = k.wave_sum(cost)
-        den = pairs * J
+        den = seg_cost * J  # the tail lies past the last segment: its job holds that one
         lo = e_lo + k.min((k.max(job * C - pre * J, 0) + den - 1) / den, e_segs)
         hi = e_lo + k.min((k.max((job + 1) * C - pre * J, 0) + den - 1) / den, e_segs)
         act = e_act & (lo < hi)
@@ -166,6 +220,14 @@ def plan_shared(st, k, io, job, tab, counters):
         # loops stop after the R own entries, as without sharing
         supers = k.wave_sum(k.select(kind.eq(SUPER) & act, one, z0))
         k.store(counters, supers_word(R), k.cast(supers, u32), mask=lane.eq(0))
+
+
+def _segment_cost(k, p, pairs):
+    """segment_cost in the kernel: an entry of all the plan's pairs runs one chain."""
+    if not weighted_costs(p):
+        return pairs
+    return k.select(pairs.eq(p.pairs), k.const(segment_cost(p, p.pairs, True), i32),
+                    pairs * segment_cost(p, 1, False))
 
 
 def count_divergent(st, k, io, tab, counters):
