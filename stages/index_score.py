@@ -87,7 +87,7 @@ from .index_share import (count_divergent, counter_words, for_entries, plan_entr
                           hist_slots as share_hist_slots,
                           plan_runs, plan_shared)
 from .index_tiling import LANE_BYTES, KeyTiling
-from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
+from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
                         refined_digit_canonical,
                         stage_body, wait_flags)
@@ -111,7 +111,7 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages")
+                "share_pages", "fixup_ballot")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -272,6 +272,13 @@ class IndexScore(Stage):
     # Off: timed on an H100 (bench/NOTES.md v31, twice in one call), index_scoring r8 W2
     # 100.6 / 99.4 -> 92.9 / 93.0 us, but W1 (no super group) 66.6 -> 70.2-70.3
     share_pages = False
+    # The fix-up's search for the launch's new keys in an entry's range: every (entry, row u)
+    # loads pos[u], then its page in the entry's table and in row u's, one u after the other
+    # (2 dependent round trips a row: ~2.4-2.9 us a job between the key loop's barrier and
+    # the next, on an H100, bench/NOTES.md v32 call 3, in every job, most of which have no
+    # new key at all). fixup_ballot: lane u does those loads for row u at once and the
+    # rows in range come from one ballot; the rescoring itself is unchanged.
+    fixup_ballot = False
 
     @property
     def hist_slots(self) -> int:
@@ -551,17 +558,33 @@ class IndexScore(Stage):
         a = io.args
         R, S, MP, NB = p.rows, p.segment, p.max_pages, p.nb_words
         lane = _lane(k)
+        if self.fixup_ballot and R > k.L:
+            raise ValueError(f"ix_score: fixup_ballot tests a row a lane: {R} rows exceed a "
+                             f"{k.L}-lane wave")
+
+        def written_here(u, btrow, key_lo, key_hi):
+            """(pos[u], whether row u's new key is a slot of this entry's range)."""
+            pu = k.load(a.positions, u, i32)
+            pg = k.max(pu, 0) >> PAGE_SHIFT
+            same = k.load(a.block_table, btrow * MP + pg, i32).eq(
+                k.load(a.block_table, u * MP + pg, i32))
+            return pu, same & (pu >= key_lo) & (pu < key_hi)
 
         def entry(gi, g):
             n, lo, hi, base, posf, btrow = g[1], g[2], g[3], g[4], g[5], g[6]
             key_lo = lo * S
             key_hi = k.min(hi * S, posf + n)
+            if self.fixup_ballot:  # lane u tests row u: every row in one round trip
+                _, here = written_here(k.min(lane, R - 1), btrow, key_lo, key_hi)
+                hits = k.ballot(here & (lane < R))
             for u in k.range(R):
-                pu = k.load(a.positions, u, i32)
-                pg = k.max(pu, 0) >> 6
-                same = k.load(a.block_table, btrow * MP + pg, i32).eq(
-                    k.load(a.block_table, u * MP + pg, i32))
-                with k.if_(same & (pu >= key_lo) & (pu < key_hi)):
+                if self.fixup_ballot:
+                    found = ((hits >> k.cast(u, hits.dtype)) & 1).ne(0)
+                else:
+                    pu, found = written_here(u, btrow, key_lo, key_hi)
+                with k.if_(found):
+                    if self.fixup_ballot:
+                        pu = k.load(a.positions, u, i32)  # a hit's row alone
                     for rr in k.range(k.wave_id(), n, k.W):
                         row = gi + rr
                         with k.if_(pu <= posf + rr):

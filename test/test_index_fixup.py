@@ -1,0 +1,129 @@
+"""The scoring's fix-up of the launch's own new keys with its row search by one ballot
+(IndexScore.fixup_ballot, off by default until timed): lane u tests row u's new key against an
+entry's range in one round trip instead of R dependent ones.
+
+  * every chip's tiling, interpreter modes that reorder the key job against the scoring:
+    the float64 checks of test_index.check_launch, and scores and first-digit histograms bit
+    for bit equal to the default search's;
+  * with shared pages on sm_90a (a job holding the runs' own entries and a super entry);
+  * the fix-up's moves (its digit decrements) counted: one a (row, new key it sees) with
+    either search, none with the ballot forced empty (the interpreter's key loop already
+    reads the new keys: a search that finds nothing does not show in the scores here).
+"""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from monokernel import interp
+from monokernel.types import i32
+from stages.index_ref import make_inputs, request_layout
+from stages.index_score import IndexScore
+
+from test_index import PAGES, _launch, _run, check_launch
+
+# (rows, chip, requests [(rows, first position)], mode): new keys at page and segment edges,
+# several requests (rows whose new keys lie in other rows' ranges, other tables)
+CASES = [
+    (4, "gfx950", [(1, 64), (3, 2044)], "random"),
+    (4, "gfx942", [(2, 2046), (2, 2047)], "relaxed"),
+    (8, "sm_90a", [(1, 0), (2, 63), (4, 2045), (1, 100)], "random"),
+    (8, "sm_90a", [(8, 2043)], "relaxed"),
+]
+
+
+def _scoring(rows, chip, ballot, share=False):
+    L = _launch(rows, chip)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.fixup_ballot = ballot
+    st.share_pages = share
+    return L
+
+
+def _outputs(res):
+    return res.regions["scores"].view(np.uint32).copy(), res.regions["score_hist"].copy()
+
+
+@pytest.mark.parametrize("rows,chip,requests,mode", CASES,
+                         ids=[f"r{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+def test_the_ballot_search_rescores_the_new_keys_as_the_row_loop_does(rows, chip, requests,
+                                                                       mode):
+    out = {}
+    for ballot in (False, True):
+        L = _scoring(rows, chip, ballot)
+        inp = make_inputs(L.plan, np.random.default_rng(rows + len(requests)), requests,
+                          cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=9)
+        check_launch(L, inp, res)
+        out[ballot] = _outputs(res)
+    assert np.array_equal(out[True][0], out[False][0])
+    assert np.array_equal(out[True][1], out[False][1])
+
+
+def test_the_ballot_search_with_shared_pages():
+    """W2-like requests on sm_90a with share_pages: the own entries and the super entry."""
+    rows, pos = 8, 1500
+    out = {}
+    for ballot in (False, True):
+        L = _scoring(rows, "sm_90a", ballot, share=True)
+        rng = np.random.default_rng(3)
+        req = [(2, pos)] * (rows // 2)
+        lay = request_layout(replace(L.plan, cache_pages=PAGES), rng, req, shared=True)
+        inp = make_inputs(L.plan, rng, req, cache_pages=PAGES, layout=lay)
+        res = _run(L, inp, mode="relaxed", seed=4)
+        check_launch(L, inp, res)
+        out[ballot] = _outputs(res)
+    assert np.array_equal(out[True][0], out[False][0])
+    assert np.array_equal(out[True][1], out[False][1])
+
+
+def _moves(L, inp, mode, seed):
+    """The run and the fix-up's moves: its LDS atomic adds of -1 (a stale count taken off its
+    digit: nothing else in the scoring subtracts), a lane each."""
+    seen = [0]
+    orig = interp.Wave.op_atomic
+
+    def counting(self, op):
+        val = np.asarray(self.get(op.args[2])).reshape(-1)
+        if op.attrs["op"] == "add" and self._is_lds(op) and val.dtype == np.uint32 \
+                and (val == np.uint32(0xFFFFFFFF)).any():
+            mask = self._mask_of(op, self.L, 3)
+            seen[0] += self.L if mask is None else int(np.count_nonzero(mask))
+        return orig(self, op)
+    interp.Wave.op_atomic = counting
+    try:
+        res = _run(L, inp, mode=mode, seed=seed)
+    finally:
+        interp.Wave.op_atomic = orig
+    return res, seen[0]
+
+
+@pytest.mark.parametrize("chip", ["sm_90a", "gfx950"])
+def test_the_ballot_finds_every_new_key_the_row_loop_finds(chip, monkeypatch):
+    """The fix-up's moves counted: one per (row, new key it sees) with either search, none
+    with the ballot forced empty (the interpreter's key loop already reads the new keys, so
+    the scores alone cannot show a search that finds nothing: the module doc)."""
+    rows, requests = 8, [(8, 2043)]
+    want = sum(r + 1 for r in range(rows))  # row r sees the new keys of rows 0 .. r
+    counts = {}
+    for ballot in (False, True):
+        L = _scoring(rows, chip, ballot)
+        inp = make_inputs(L.plan, np.random.default_rng(12), requests, cache_pages=PAGES)
+        res, counts[ballot] = _moves(L, inp, "relaxed", 1)
+        check_launch(L, inp, res)
+    assert counts == {False: want, True: want}, counts
+
+    real_fixup = IndexScore._fixup
+
+    def blind_fixup(self, k, *args, **kw):
+        real_ballot = k.ballot
+        never = k.const(0, i32).eq(k.const(1, i32))
+        k.ballot = lambda pred: real_ballot(pred & never)
+        try:
+            return real_fixup(self, k, *args, **kw)
+        finally:
+            del k.ballot
+    monkeypatch.setattr(IndexScore, "_fixup", blind_fixup)
+    L = _scoring(rows, chip, True)
+    _, blind = _moves(L, inp, "relaxed", 1)
+    assert blind == 0
