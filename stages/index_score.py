@@ -269,8 +269,9 @@ class IndexScore(Stage):
     # group over the pages all of them read, each page's keys loaded once for all their rows
     # (stages/index_share.py: the plan's super groups, a per-job test that the pages agree,
     # each run alone where they do not); on sm_90a W2's rows 8 become one N = 8 x HP chain.
-    # Off: timed on an H100 (bench/NOTES.md v31, twice in one call), index_scoring r8 W2
-    # 100.6 / 99.4 -> 92.9 / 93.0 us, but W1 (no super group) 66.6 -> 70.2-70.3
+    # Off until the fused index is timed with it: on an H100 (bench/NOTES.md v32, the split
+    # weighing the chains) index_scoring r8 W2 99.4 -> 75.6 us, r4 W2 62.8 -> 57.8, W1 (no
+    # super group) +1.7 at rows 8; the fused index r8 W1 +4 us, its W2 not yet timed
     share_pages = False
     # The fix-up's search for the launch's new keys in an entry's range: every (entry, row u)
     # loads pos[u], then its page in the entry's table and in row u's, one u after the other

@@ -1,5 +1,6 @@
-"""Shared pages scored once (IndexScore.share_pages; off by default: on an H100 W2 at rows 8
--7 us, W1 +3.7 us, bench/NOTES.md v31).
+"""Shared pages scored once (IndexScore.share_pages; off by default until the fused index is
+timed with it: on an H100 index_scoring W2 at rows 8 99.4 -> 75.6 us, W1 +1.7 us,
+bench/NOTES.md v32).
 
 Requests of one length whose block tables map the same physical pages (prefix sharing:
 parallel sampling of one prompt, a common system prompt; workload W2 by construction,
@@ -18,9 +19,11 @@ rows (at W2's rows 8: all 4 pairs in one N = 8 x HP chain, one key load for the 
   * the plan's 3R entries (lane order): lane r (< R) the run starting at row r; lane R + r
     the super group whose first run starts at row r; lane 2R + r the same super segments
     for the run starting at row r alone, in the super entry's histogram slots (run j of
-    the group at base + j x n0 x (hi - lo)). The cost split and the slots count the first
-    2R (a job may hold R more (row, segment) histograms than without:
-    IndexScore.hist_slots); an entry of the third kind costs nothing: it replaces its
+    the group at base + j x n0 x (hi - lo)). The cost split counts the first
+    2R, by the chains' modelled costs on sm_90a (segment_cost, tail_cost: a chain of all
+    pairs is cheaper a pair than the runs' one-pair chains, and a run's own entry carries
+    its fix-up; a uniform split left one job every run's own entry, v32), a job's slots
+    bounded by hist_slots; an entry of the third kind costs nothing: it replaces its
     super entry;
   * per job, every thread compares the super entry's pages [lo, hi) x S / PAGE across its
     runs' tables before the queries' wait (`count_divergent`: one LDS counter a super
