@@ -186,8 +186,9 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fused after the scoring: topk [rows, index_topk] int32 slots, topk_diag [rows, 4]) in
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
     selection's (select_digits, lean_lists, finish_max, cta_publish, fold_first_digits,
-    lean_spans, fine_digits); fine_digits None: on where the chip is sm_90a
-    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too."""
+    lean_spans, fine_digits, row_parts); fine_digits None: on where the chip is sm_90a
+    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (off: the
+    fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both."""
     from .front import front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -197,6 +198,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fold = kw.pop("fold_first_digits", None)
     spans = kw.pop("lean_spans", None)
     fine = kw.pop("fine_digits", None)
+    row_parts = bool(kw.pop("row_parts", None))
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -205,6 +207,10 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fine = bool(fine)
     if fold is None and fine and chip == SM90:
         fold = True  # (measured with the refined digits: -1.7 .. -3.3 us more, v31)
+    if row_parts and not (fine and fold):
+        raise ValueError(f"index: row_parts = 1 sums the scoring's refined first digits in "
+                         f"sel_h1's fold: it needs fine_digits and fold_first_digits (here "
+                         f"{int(fine)} and {int(bool(fold))})")
     fp8 = "fp8e4m3fnuz" if chip == "gfx942" else "fp8e4m3fn"
     fw = pk.get("waves") or (4 if chip == SM90 and spec.target == "interp" else None)
     if "cache_pages" not in fk:  # every page of a row's context mapped (the scoring reads them)
@@ -220,7 +226,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     p = plan(spec, capacity=fp.capacity, cache_pages=fp.cache_pages, segment=pk.pop("segment", None),
              **{**pk, "grid": fp.grid, "waves": fp.waves})
     from dataclasses import replace
-    p = replace(p, source="front", front=fp, fine_digits=fine).check()
+    p = replace(p, source="front", front=fp, fine_digits=fine, row_parts=row_parts).check()
     front = [reloaded(st) for st in front_stages(fp)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
                         cta_publish=publish, fold_first_digits=fold, lean_spans=spans)
@@ -254,7 +260,7 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
     options = sel.measured_options(p.wgmma)
     if p.fine_digits:  # the scoring's refined first digits: no row is crowded, none deferred
         options.update(defer_fat_bins=False, count_from_list=True)
-        more.update(fine_digits=True, fine_parts=p.score_jobs)
+        more.update(fine_digits=True, fine_parts=p.score_jobs, row_parts=p.row_parts)
         more.setdefault("digits", sel.FINE_DIGITS)
     return sel.SelectConfig(ScoresLayout(p.rows, p.capacity, p.segment),
                             max_slices=max(1, min(sel.MAX_SLICES, p.grid // p.rows)),
@@ -318,7 +324,7 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
                                               "lean_lists", "finish_max", "cta_publish",
                                               "fold_first_digits", "lean_spans",
-                                              "fine_digits")))
+                                              "fine_digits", "row_parts")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",

@@ -69,6 +69,10 @@ class IndexPlan:
     # the scoring also counts every score's refined first digit (top 10 bits) per (job, row)
     # into `score_fine` [score_jobs, rows, 1024] (layouts/scores.py; SelectConfig.fine_digits)
     fine_digits: bool = False
+    # with fine_digits: each job's first-digit counts a row (its refined counts summed by 16)
+    # into `score_rows` [score_jobs, rows, 64] too, for the fused selection's fold
+    # (SelectConfig.row_parts)
+    row_parts: bool = False
 
     @property
     def heads(self): return self.config.index_heads
@@ -179,6 +183,9 @@ class IndexPlan:
             raise ValueError(f"index: no scoring tiling for chip {self.chip!r}")
         if self.wgmma and self.waves % 4:
             raise ValueError(f"index: wgmma scoring needs whole warpgroups, got {self.waves} warps")
+        if self.row_parts and not self.fine_digits:
+            raise ValueError("index: row_parts sums the scoring's refined counts: it needs "
+                             "fine_digits")
         self.scores_layout  # the selection's limits
         return self
 

@@ -375,6 +375,8 @@ class IndexScore(Stage):
         p = self.p
         fine = [PlainBuffer("score_fine", u32, (p.score_jobs, p.rows, REFINED_BINS))] \
             if p.fine_digits else []
+        if p.row_parts:
+            fine.append(PlainBuffer("score_rows", u32, (p.score_jobs, p.rows, FIRST_DIGIT_BINS)))
         return [PlainBuffer("scores", f32, (p.rows, p.capacity)),
                 PlainBuffer("score_hist", u32, (p.rows, p.segments, FIRST_DIGIT_BINS)),
                 *fine, TaggedPairs("score_done", (p.score_jobs,), u32)]
@@ -402,6 +404,9 @@ class IndexScore(Stage):
         p = self.p
         fine = [Use("score_fine", j * self.fine_words, (j + 1) * self.fine_words)] \
             if p.fine_digits else []
+        if p.row_parts:
+            rw = p.rows * FIRST_DIGIT_BINS
+            fine.append(Use("score_rows", j * rw, (j + 1) * rw))
         return [Use("scores", 0, p.rows * p.capacity),
                 Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS),
                 *fine, Use("score_done", j, j + 1)]
@@ -537,15 +542,29 @@ class IndexScore(Stage):
     def _flush_fine(self, k, io, job):
         """The job's refined first-digit counts, every row's (zeros where the job scored none
         of it: the consumer sums every part of a row), to its `score_fine` part, 16 bytes a
-        store; released with score_hist by the job's fence."""
+        store; with row_parts also their sums by first digit (16 sub-bins: 4 adjacent lanes'
+        words) to its `score_rows` part; released with score_hist by the job's fence."""
         T = k.W * k.L
         tid = _tid(k)
         W = self.fine_words
+        sub = REFINED_BINS // FIRST_DIGIT_BINS  # a first digit's sub-bins: 4 threads' words
+        quad = sub // 4
         for i0 in range(0, W, 4 * T):
             i = i0 + 4 * tid
             m = i < W
             at = k.min(i, W - 4)
-            io.store("score_fine", job * W + at, k.load(self._fine, at, u32, 4), mask=m)
+            dst = job * W + at
+            v = k.load(self._fine, at, u32, 4)
+            io.store("score_fine", dst, v, mask=m)
+            if self.p.row_parts:  # the first digit's count: its sub-bins, 4 lanes' words
+                tot = k.extract(v, 0) + k.extract(v, 1) + k.extract(v, 2) + k.extract(v, 3)
+                swap = 1
+                while swap < quad:
+                    tot = tot + k.lane_swap(tot, swap)
+                    swap *= 2
+                rw = self.p.rows * FIRST_DIGIT_BINS
+                io.store("score_rows", job * rw + at / sub, tot,
+                         mask=m & (tid % quad).eq(0))
 
     # -- shared pieces ----------------------------------------------------------------------
     def _fixup(self, k, io, tab, hist, counters=None):

@@ -141,6 +141,7 @@ class Names:
     score_hist: str = "score_hist"
     score_done: str = "score_done"
     score_fine: str = "score_fine"
+    score_rows: str = "score_rows"
     out: str = "topk"
     diag: str = "topk_diag"
 
@@ -355,6 +356,13 @@ class SelectConfig:
     # crowded there); False
     fine_digits: bool = False
     fine_parts: int = 0  # partial fine histograms a row (the scoring's jobs; fine_digits)
+    # with fine_digits and fold_first_digits, in the fused index: the scoring also stores
+    # each job's first-digit counts a row (its refined counts summed by 16: `score_rows`
+    # [fine_parts, rows, 64]) and sel_h1's fold sums the row's fine_parts of them instead of
+    # its segment histograms (132 parts a row against 512 segments at 512K keys: a quarter
+    # of the loads, v32: the fold's sums 3.9 us of sel_h1's job); its own slice's counts
+    # still come from its segments. Prepared, untimed (bench/NOTES.md v32); False
+    row_parts: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -372,6 +380,9 @@ class SelectConfig:
             if self.fine_parts < 1:
                 raise ValueError(f"fine_digits: fine_parts = {self.fine_parts} must be >= 1 "
                                  "(the partial fine histograms of a row)")
+        if self.row_parts and not (self.fine_digits and self.fold_first_digits):
+            raise ValueError("row_parts: sel_h1's fold sums the scoring's per-job counts; it "
+                             "needs fine_digits and fold_first_digits")
         if self.tail_finish:
             if len(self.digits) < 3:
                 raise ValueError(f"tail_finish needs a plan of 3 or more digits, not "

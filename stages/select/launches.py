@@ -46,6 +46,10 @@ def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
         fine = FinePlain(cfg)
     elif fine is not None:
         raise ValueError(f"fine {fine!r}: None, 'buffer' or 'plain'")
+    if cfg.row_parts and not hasattr(fine, "read_rows4"):
+        raise ValueError("row_parts: sel_h1 sums the scoring's per-job first digits "
+                         "(`score_rows`), which only the fused index's scoring writes (fine "
+                         "'plain')")
     if cfg.fine_digits and hist is None:
         raise ValueError("fine_digits refines the scoring's first digits: it needs hist "
                          "'buffer', 'region' or 'plain' (not a local first pass)")

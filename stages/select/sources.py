@@ -142,10 +142,17 @@ class FinePlain(FineBuffer):
 
     def reads(self, r):
         c = self.cfg
-        return [Use(self.name, 0, c.fine_parts * c.rows * REFINED_BINS)]
+        rows = [Use(c.names.score_rows, 0, c.fine_parts * c.rows * FIRST_DIGIT_BINS)] \
+            if c.row_parts else []
+        return [Use(self.name, 0, c.fine_parts * c.rows * REFINED_BINS), *rows]
 
     def read4(self, k, io, index, mask):
         return io.load(self.name, index, 4, mask=mask)
+
+    def read_rows4(self, k, io, index, mask):
+        """16 bytes of `score_rows` [fine_parts, rows, 64] (SelectConfig.row_parts): a job's
+        first-digit counts of a row, written with its `score_fine` part."""
+        return io.load(self.cfg.names.score_rows, index, 4, mask=mask)
 
 
 class Ready:
