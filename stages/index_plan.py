@@ -70,8 +70,8 @@ class IndexPlan:
     # into `score_fine` [score_jobs, rows, 1024] (layouts/scores.py; SelectConfig.fine_digits)
     fine_digits: bool = False
     # with fine_digits: each job's first-digit counts a row (its refined counts summed by 16)
-    # into `score_rows` [score_jobs, rows, 64] too, for the fused selection's fold
-    # (SelectConfig.row_parts)
+    # into `score_rows` [score_jobs, rows, 64], for the fused selection's fold
+    # (SelectConfig.row_parts), and none per segment (`score_hist` unwritten)
     row_parts: bool = False
 
     @property

@@ -289,6 +289,15 @@ class IndexScore(Stage):
         return share_hist_slots(self.p) if self.share_pages else self.p.hist_slots
 
     @property
+    def segment_hist(self) -> bool:
+        """Whether the job counts first digits per (row, segment) into `score_hist`: not with
+        IndexPlan.row_parts, whose only reader (the fused selection's fold) then sums the
+        jobs' `score_rows` and reads no segment (refined digits take a slice's keys above the
+        prefix from its list): an LDS atomic a score, the digit's instructions, the fix-up's
+        moves and the flush of R x segments histograms a job fewer."""
+        return not self.p.row_parts
+
+    @property
     def plan_entries(self) -> int:
         """Entries of the LDS plan: a row each, and with share_pages index_share's 3R."""
         return plan_entries(self.p.rows, self.share_pages)
@@ -407,9 +416,10 @@ class IndexScore(Stage):
         if p.row_parts:
             rw = p.rows * FIRST_DIGIT_BINS
             fine.append(Use("score_rows", j * rw, (j + 1) * rw))
-        return [Use("scores", 0, p.rows * p.capacity),
-                Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS),
-                *fine, Use("score_done", j, j + 1)]
+        hist = [Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS)] \
+            if self.segment_hist else []
+        return [Use("scores", 0, p.rows * p.capacity), *hist, *fine,
+                Use("score_done", j, j + 1)]
 
     # -- the plan, in LDS -------------------------------------------------------------------
     PW = 12  # plan words a row
@@ -468,7 +478,7 @@ class IndexScore(Stage):
         wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads
         io.acquire("ix_nb")
         io.env.phase(0)  # the q heads and the new keys are in
-        nh = self.hist_slots * FIRST_DIGIT_BINS
+        nh = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 0
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
         self._fine = self._fine_lds(k) if p.fine_digits else None
@@ -496,7 +506,8 @@ class IndexScore(Stage):
         if k.W > 1:
             k.barrier()
         io.env.phase(2)  # the launch's own new keys are rescored
-        self._flush(k, io, tab, hist, counters)
+        if self.segment_hist:
+            self._flush(k, io, tab, hist, counters)
         if self._fine is not None:
             self._flush_fine(k, io, job)
         if k.W > 1:
@@ -614,10 +625,13 @@ class IndexScore(Stage):
                             old = io.load("scores", idx)
                             slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) * FIRST_DIGIT_BINS
                             one = lane.eq(0)
-                            k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, old), i32),
-                                     k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
-                            k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, score), i32),
-                                     k.const(1, u32), mask=one, scope="cta")
+                            if self.segment_hist:
+                                k.atomic("add", hist,
+                                         slot + k.bitcast(ordered_digit(k, old), i32),
+                                         k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
+                                k.atomic("add", hist,
+                                         slot + k.bitcast(ordered_digit(k, score), i32),
+                                         k.const(1, u32), mask=one, scope="cta")
                             if self._fine is not None:  # (the same move at 10 bits)
                                 fs = row * REFINED_BINS
                                 k.atomic("add", self._fine, fs + k.bitcast(
@@ -689,10 +703,11 @@ class IndexScore(Stage):
         row = gi + row_rel
         ok = valid & (row_rel < n) & (kpos <= posf + row_rel)
         io.store("scores", row * p.capacity + kpos, score, mask=ok)
-        slot = base + ((step_key >> p.segment_shift) - lo) * n + row_rel
-        digit = ordered_digit_canonical(k, score)
-        k.count(hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32), ok,
-                grouped=self.grouped_hist)
+        if self.segment_hist:
+            slot = base + ((step_key >> p.segment_shift) - lo) * n + row_rel
+            digit = ordered_digit_canonical(k, score)
+            k.count(hist, slot * FIRST_DIGIT_BINS + k.bitcast(digit, i32), ok,
+                    grouped=self.grouped_hist)
         if self._fine is not None:  # the row's refined first digit (IndexPlan.fine_digits)
             k.count(self._fine, row * REFINED_BINS + k.bitcast(
                 refined_digit_canonical(k, score), i32), ok, grouped=self.grouped_hist)

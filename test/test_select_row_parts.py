@@ -1,15 +1,18 @@
 """The fold from the scoring's per-job first digits (SelectConfig.row_parts, launch tunable
-row_parts; off until timed, bench/NOTES.md v32): the fused index's scoring also stores each
-job's first-digit counts a row (its refined counts summed by 16, `score_rows`), and sel_h1
-sums the row's parts of them instead of its 512 segment histograms.
+row_parts; off until timed, bench/NOTES.md v32): the fused index's scoring stores each job's
+first-digit counts a row (its refined counts summed by 16, `score_rows`) and no segment
+histograms (IndexScore.segment_hist), and sel_h1 sums the row's parts instead of its 512
+segment histograms.
 
   * the region against the host: each job's row counts are its `score_fine` part summed by
-    first digit (the lane sums of the flush), every row and job, W1 and W2;
+    first digit (the lane sums of the flush), every row and job, W1 and W2; `score_hist`
+    never written;
   * the selection through it: exact (check_topk's independent order) and the same slots and
     diagnostics as the fold over segments, bit for bit, rows 2 and 8, W1 and W2, with the
     interpreter's relaxed memory;
   * the test can fail: the parts counted twice stop sel_h1 on its refined digits' check;
-  * settings that cannot work are rejected by name.
+  * settings that cannot work are rejected by name; the sm_90a rows-8 build within the fused
+    index's spill allowance.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ def test_the_fold_over_job_parts_selects_what_the_fold_over_segments_does(rows, 
     parts = np.asarray(r.regions["score_rows"]).reshape(p.score_jobs, p.rows, FIRST_DIGIT_BINS)
     want = fine.reshape(p.score_jobs, p.rows, FIRST_DIGIT_BINS, -1).sum(-1)
     assert np.array_equal(parts, want)
+    # the scoring kept no segment histograms (IndexScore.segment_hist): the region as it began
+    hist = np.asarray(r.regions["score_hist"])
+    assert np.unique(hist).size == 1, "row_parts: the scoring wrote segment histograms"
     assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
     _, _, base = _fused(rows, workload, ON)
     for name in (L.select_cfg.names.out, L.select_cfg.names.diag):
@@ -85,15 +91,10 @@ def test_row_parts_needs_the_refined_digits_and_the_fold():
         replace(L.select_cfg, row_parts=True, fold_first_digits=False)
 
 
-# ptxas 13 spills 64 bytes of the rows-8 fused kernel (255 registers) in its job loop with
-# row_parts, against 36 without: either half alone (the scoring's lane sums or the fold's
-# loads) takes it there, the kernel being at its register ceiling; none in a loop of the
-# job loop. The allowance for this (untimed) variant, apart from the default's.
-ROW_PARTS_JOB_LOOP_SPILL_BYTES = 64
-
-
 def test_the_sm90a_build_with_row_parts():
-    from conftest import check_job_loop_spills, ptxas_report
+    """No segment histograms to count, move and flush: within the fused index's spill
+    allowance (ptxas 13 at rows 8: 28 bytes against the default's 36), none in a loop."""
+    from conftest import INDEX_JOB_LOOP_SPILL_BYTES, check_job_loop_spills, ptxas_report
     from monokernel.build import build_many
     kind = kinds.kind("index")
     L = common.launch_for(kind, BuildSpec.make("glm5", rows=8, target="sm_90a"), list(ROWS))
@@ -101,4 +102,4 @@ def test_the_sm90a_build_with_row_parts():
     text = build_many([L.kernel("sm_90a")])[0].data.decode()
     report = ptxas_report(text)
     if report is not None:
-        check_job_loop_spills(report, text, ROW_PARTS_JOB_LOOP_SPILL_BYTES)
+        check_job_loop_spills(report, text, INDEX_JOB_LOOP_SPILL_BYTES)

@@ -356,12 +356,14 @@ class SelectConfig:
     # crowded there); False
     fine_digits: bool = False
     fine_parts: int = 0  # partial fine histograms a row (the scoring's jobs; fine_digits)
-    # with fine_digits and fold_first_digits, in the fused index: the scoring also stores
-    # each job's first-digit counts a row (its refined counts summed by 16: `score_rows`
+    # with fine_digits and fold_first_digits, in the fused index: the scoring stores each
+    # job's first-digit counts a row (its refined counts summed by 16: `score_rows`
     # [fine_parts, rows, 64]) and sel_h1's fold sums the row's fine_parts of them instead of
     # its segment histograms (132 parts a row against 512 segments at 512K keys: a quarter
-    # of the loads, v32: the fold's sums 3.9 us of sel_h1's job); its own slice's counts
-    # still come from its segments. Prepared, untimed (bench/NOTES.md v32); False
+    # of the loads, v32: the fold's sums 3.9 us of sel_h1's job); no own_cum (refined digits
+    # take X_ABOVE from the list), so the scoring keeps no segment histograms at all
+    # (IndexScore.segment_hist: an LDS atomic a score fewer). Prepared, untimed
+    # (bench/NOTES.md v32); False
     row_parts: bool = False
 
     def __post_init__(self):

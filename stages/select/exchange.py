@@ -219,7 +219,8 @@ class Exchange:
         """All waves: LDS gcum = the cum of the sum of the row's segment histograms (the
         nseg segments its slices tile), own_cum = the same over this slice's segments, read
         in bands of `fold_bins` bins from the top (with row_parts the row's total from the
-        scoring's fine_parts per-job counts instead) until the row holds K keys at or above the
+        scoring's fine_parts per-job counts instead, and no own_cum: refined digits take a
+        slice's keys above the prefix from its list) until the row holds K keys at or above the
         band read last (the threshold digit, and the bin above it, then lie in what was
         read): an unread bin's cum is that band's, >= K, so the threshold search (the last
         bin with cum >= need) finds the bin it finds from every bin.
@@ -254,29 +255,27 @@ class Exchange:
         acc, mine = k.lane_var(zero4), k.lane_var(zero4)
         go = None
         parts = c.row_parts  # the row's total from the scoring's per-job counts
-        own_segs = -(-c.max_slice_keys() // seg) + 1  # a slice's segments, at most
+        if parts and not self.refines:
+            raise ValueError(f"{self.name}: row_parts leaves own_cum unread, which only "
+                             "refined first digits allow (their X_ABOVE is the list's)")
         for band in range(B // R):
             lo = B - (band + 1) * R
             with contextlib.nullcontext() if go is None else k.if_(go):
                 acc.set(zero4)
                 mine.set(zero4)
-                if parts:  # the row's parts and the own slice's segments, side by side
+                if parts:  # the row's parts alone: with refined digits own_cum is not read
+                    # (sel_h1's publish sets X_ABOVE from its list), so it stays zero
                     J = c.fine_parts
-                    n_own = k.min(g_hi, sl.nseg) - g_lo
-                    Up = max(1, U // 2)  # (two loads a step: the same loads in flight)
-                    for g0 in k.range(0, max(J, own_segs), G * Up):
+                    Uj = min(U, -(-J // G))  # (as many loads as a thread has parts)
+                    for j0 in k.range(0, J, G * Uj):
                         got = []
-                        for u in range(Up):
-                            g = g0 + grp + G * u
-                            mj, ms = live & (g < J), live & (g < n_own)
-                            pj = (k.min(g, J - 1) * c.rows + sl.r) * B + lo + V * cq
-                            ps = (sl.r * c.segments + k.min(g_lo + g, c.segments - 1)) * B \
-                                + lo + V * cq
-                            got.append((mj, self.fine.read_rows4(k, io, pj, mj),
-                                        ms, self.hist.read4(k, io, ps, ms)))
-                        for mj, vj, ms, vs in got:
-                            acc.set(acc.get() + k.select(mj, vj, 0))
-                            mine.set(mine.get() + k.select(ms, vs, 0))
+                        for u in range(Uj):
+                            j = j0 + grp + G * u
+                            m = live & (j < J)
+                            idx = (k.min(j, J - 1) * c.rows + sl.r) * B + lo + V * cq
+                            got.append((m, self.fine.read_rows4(k, io, idx, m)))
+                        for m, v in got:
+                            acc.set(acc.get() + k.select(m, v, 0))
                 else:  # every segment of the row: its total and the own slice's
                     for g0 in k.range(0, sl.nseg, G * U):
                         got = []

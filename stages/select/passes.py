@@ -271,8 +271,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         if self.q == 0 or self.folds:
             if self.ready is not None:
                 out += self.ready.reads(r)
-            if self.hist is not None:
-                out += self.hist.reads(r)
+            if self.hist is not None and not (self.folds and c.row_parts):
+                out += self.hist.reads(r)  # (row_parts: the fold reads no segment)
             return out
         p = self.q - 1
         S, mw = c.max_slices, c.msg_words(p)
