@@ -25,16 +25,14 @@ from stages import kinds
 from stages.select.sources import FinePlain
 from tools import common
 
+from test_select_fine import _fused as fused_index
+
 ON = (("launch", "fine_digits", "1"), ("launch", "fold_first_digits", "1"))
 ROWS = (("launch", "row_parts", "1"),)
 
 
-def _fused(rows, workload, tunes, pos=2049):
-    kind = kinds.kind("index")
-    spec = BuildSpec.make("tiny", rows=rows, target="interp")
-    L = common.launch_for(kind, spec, list(tunes))
-    inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows), pos, workload)
-    return L, inp, L.run_interp(inp, step=0, mode="relaxed", seed=3)
+def _fused(rows, workload, tunes):
+    return fused_index(rows, 2049, workload, tunes)
 
 
 @pytest.mark.parametrize("rows,workload", [(2, "W1"), (8, "W2")])
