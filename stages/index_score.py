@@ -362,8 +362,9 @@ class IndexScore(Stage):
     def jobs(self):
         p = self.p
         keys = p.capacity * p.rows // max(p.score_jobs, 1)
+        hist = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 1
         return [Job(j, cost_bytes=keys * (HD + 4) // 2, cost_flops=keys * HD * p.heads * 2,
-                    lds_bytes=(self.hist_slots * FIRST_DIGIT_BINS + self.fine_words) * 4)
+                    lds_bytes=(hist + self.fine_words) * 4)
                 for j in range(p.score_jobs)]
 
     @property
@@ -468,7 +469,9 @@ class IndexScore(Stage):
         T = k.W * k.L
         tid = _tid(k)
         tab = k.lds("ix_plan", i32, self.plan_entries * self.PW)
-        hist = k.lds("ix_hist", u32, self.hist_slots * FIRST_DIGIT_BINS)
+        # (without segment histograms: one word, never touched)
+        hist = k.lds("ix_hist", u32, self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist
+                     else 1)
         counters = k.lds("ix_share", u32, counter_words(R)) if self.share_pages else None
         self._plan(k, io, job, tab, counters)
         if self.share_pages:  # the block tables are inputs: compared before the queries' wait

@@ -101,3 +101,20 @@ def test_the_sm90a_build_with_row_parts():
     report = ptxas_report(text)
     if report is not None:
         check_job_loop_spills(report, text, INDEX_JOB_LOOP_SPILL_BYTES)
+
+
+def test_the_three_v32_candidates_together_on_sm90a():
+    """share_pages (the weighted split), fixup_ballot and row_parts in one sm_90a fused
+    index (W2: a super chain, the runs' own entries and their fix-ups): exact, and the same
+    slots as the defaults."""
+    kind = kinds.kind("index")
+    spec = BuildSpec.make("tiny", rows=8, target="interp")
+    out = []
+    for kw, tunes in (({}, []), ({"row_parts": True}, [("ix_score", "share_pages", "1"),
+                                                       ("ix_score", "fixup_ballot", "1")])):
+        L = common.apply_tunes(kind.launch(spec, chip="sm_90a", **kw), tunes)
+        inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(8), 2049, "W2")
+        r = L.run_interp(inp, step=0, mode="relaxed", seed=3)
+        assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
+        out.append(r.outputs[L.select_cfg.names.out])
+    assert np.array_equal(out[0], out[1])
