@@ -654,3 +654,14 @@ def test_check_topk_takes_the_selections_launch_tunables_only():
     assert cfg.digits == (6, 9, 9, 8) and cfg.lean_lists is False
     with pytest.raises(ValueError, match=r"launch.select_digits, launch.lean_lists"):
         check_topk.build("tiny", 2, "interp", tunes=common.tune_list("launch.q_splits=2"))
+
+
+def test_stage_rows_name_the_slowest_job():
+    """A straggler the median hides (bench/NOTES.md v32: one scoring job at 82 us against a
+    median of 57): the stage table names the longest job and its time."""
+    from types import SimpleNamespace
+    recs = [SimpleNamespace(stage="s", job=j, cta=j, start=10, end=10 + d, phases=(),
+                            tallies=()) for j, d in enumerate([57, 55, 82, 56])]
+    row, = time_layers.stage_rows(recs, 0.5, "us", ["s"])
+    assert row[time_layers.SLOWEST_COLUMN] == "2: 41.00"
+    assert row["median job (us)"] == 28.25

@@ -41,7 +41,8 @@ Kinds with a key cache (index, index_scoring; DESIGN.md section 8):
 
 `--timeline` links the kernel with per-job timestamps (monokernel.link: lane 0 of wave 0
 stores the clock at each job's start and end), runs it once more and prints per stage: jobs,
-first start and last end (from the launch's earliest start) and the median job time;
+first start and last end (from the launch's earliest start), the median job time and the
+slowest job (its number and time: a straggler the median hides);
 `--jobs-csv FILE.csv` writes every job's record (CTA, position in its list, stage, job, start,
 end) to find the job a stage's last end belongs to. `--plot FILE.png` draws the jobs as a
 Gantt chart (one row per CTA) with matplotlib, if it is
@@ -104,12 +105,15 @@ def _parser() -> argparse.ArgumentParser:
 # -------------------------------------------------------------------------------- timeline
 
 TALLY_COLUMN = "tallies (median a wave)"
+# the stage's longest job and its time: a straggler the median hides (v32: one scoring job
+# of 132 held every request's own pages, 82 us against a median of 57)
+SLOWEST_COLUMN = "slowest job: time"
 
 
 def stage_rows(records, scale: float, unit: str, stages, waves: int = 1,
                tally_names: dict | None = None) -> list[dict]:
     """Per stage: jobs, first start / last end (from the launch's earliest start), median job
-    time, phase ends, tallies; `scale` converts clock ticks to `unit`, `waves` a job's waves
+    time, the slowest job (number: time), phase ends, tallies; `scale` converts clock ticks to `unit`, `waves` a job's waves
     (tallies are sums over them), `tally_names` a stage's names for its tallies."""
     if not records:
         return []
@@ -119,10 +123,12 @@ def stage_rows(records, scale: float, unit: str, stages, waves: int = 1,
         rs = [r for r in records if r.stage == st]
         if not rs:
             continue
+        slow = max(rs, key=lambda r: r.end - r.start)
         out.append({"stage": st, "jobs": len(rs),
                     f"first start ({unit})": (min(r.start for r in rs) - t0) * scale,
                     f"last end ({unit})": (max(r.end for r in rs) - t0) * scale,
                     f"median job ({unit})": statistics.median(r.end - r.start for r in rs) * scale,
+                    SLOWEST_COLUMN: f"{slow.job}: {(slow.end - slow.start) * scale:.2f}",
                     "phase ends (median from job start)": phase_medians(rs, scale),
                     TALLY_COLUMN: tally_medians(rs, waves, (tally_names or {}).get(st, ()))})
     return out
@@ -187,8 +193,8 @@ def _print_timeline(L, stamps, scale, unit, args, title):
     tallies = {s.name: getattr(s, "TALLIES", ()) for s in L.stages}
     print(common.table(stage_rows(recs, scale, unit, names, L.waves, tallies),
                        ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
-                        f"median job ({unit})", "phase ends (median from job start)",
-                        TALLY_COLUMN]))
+                        f"median job ({unit})", SLOWEST_COLUMN,
+                        "phase ends (median from job start)", TALLY_COLUMN]))
     if args.plot:
         print(plot(recs, _numbered(args, "plot"), title, scale, unit))
     if args.jobs_csv:
