@@ -83,8 +83,8 @@ from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
 from .index_score_sm90 import WgmmaGroup
-from .index_share import (count_divergent, counter_words, for_entries, plan_entries,
-                          hist_slots as share_hist_slots,
+from .index_share import (count_divergent, counter_words, entries_scored, for_entries,
+                          plan_entries, hist_slots as share_hist_slots,
                           plan_runs, plan_shared)
 from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
@@ -135,6 +135,7 @@ class IndexScore(Stage):
     # ix_score.grouped_hist=1); AMD has no match instruction
     grouped_hist = False
     _fine = None  # the job's LDS refined first-digit counts (body; IndexPlan.fine_digits)
+    _entries_scored = None  # share_pages: the job's entries to score, a bit each (body)
     SUM_MMAS = ("wgmma", "sync")  # the head sum's MMA (`sum_mma`, below)
     # the head-sum wgmma: N = 8 output columns, one a row (rows <= 8)
     SUM_ATOM = wgmma_bf16(8)
@@ -499,6 +500,9 @@ class IndexScore(Stage):
         self._cyc = CycleTally(k, io.env, self.TALLIES)
         self._turns_open(k)
         group = self._group_wgmma if p.wgmma else self._group_mfma
+        self._entries_scored = None
+        if self.share_pages and p.wgmma:  # (the divergence counters are final: the barrier
+            self._entries_scored = entries_scored(self, k, tab, counters)  # above)
         for_entries(self, k, tab, lambda gi, g: group(k, io, gi, g, hist, stage), counters)
         self._turns_close(k)
         if k.W > 1:

@@ -273,10 +273,34 @@ def for_entries(st, k, tab, fn, counters=None):
         return
     shared = k.load(counters, supers_word(R), u32).ne(0)
     n_entries = k.select(shared, k.const(plan_entries(R, True), i32), k.const(R, i32))
+    scored = st._entries_scored
     for e in k.range(n_entries):
-        g = st._row(k, tab, e)
-        diverged = k.load(counters, g[HEAD], u32).ne(0)
-        # an own entry; a super entry whose pages agree; a run alone where they do not
-        on = g[ACT].eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
-        with k.if_(on):
+        if scored is None:  # (AMD: each entry's counter read in turn)
+            g = st._row(k, tab, e)
+            diverged = k.load(counters, g[HEAD], u32).ne(0)
+            on = g[ACT].eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
+            with k.if_(on):
+                fn(g[FIRST], g)
+            continue
+        with k.if_(((scored >> k.cast(e, scored.dtype)) & 1).ne(0)):
+            g = st._row(k, tab, e)
             fn(g[FIRST], g)
+
+
+def entries_scored(st, k, tab, counters):
+    """The job's entries to score as a wave-uniform bit mask (bit e: entry e), once a job
+    after the divergence counters are final (a CTA barrier after count_divergent): lane e
+    reads entry e's words and its counter, so the three passes over the entries (the key
+    loop, the fix-up, the flush) read no counter and skip an entry without its words: an
+    own entry; a super entry whose pages agree; a run alone where they do not. sm_90a only
+    (IndexScore.body): on gfx950 the rows-8 index kernel spills with the mask held across
+    the job, and AMD's sharing reads no fewer keys anyway (the module doc)."""
+    R = st.p.rows
+    E = plan_entries(R, True)
+    lane = _lane(k)
+    e = k.min(lane, E - 1)
+    act = k.load(tab, e * st.PW + ACT, i32)
+    head = k.load(tab, e * st.PW + HEAD, i32)
+    diverged = k.load(counters, k.min(k.max(head, 0), R - 1), u32).ne(0)
+    on = (lane < E) & act.eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
+    return k.ballot(on)
