@@ -47,6 +47,11 @@ def _tid(k):
     return k.wave_id() * k.L + _lane(k)
 
 
+def _has_bit(k, mask, i):
+    """Whether bit i (an i32) of a ballot's wave-uniform mask is set (a uniform i1)."""
+    return ((mask >> k.cast(i, mask.dtype)) & 1).ne(0)
+
+
 def _rope_freqs(cfg):
     """round(inv_freq_i / 2pi * 2^64) for the 32 rope frequencies (revolutions a position):
     stages.front's exact fixed-point angles."""

@@ -88,7 +88,7 @@ from .index_share import (count_divergent, counter_words, entries_scored, for_en
                           plan_runs, plan_shared)
 from .index_tiling import LANE_BYTES, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
-from .index_dsl import (BF16_SHIFT, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
+from .index_dsl import (BF16_SHIFT, _has_bit, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
                         refined_digit_canonical,
                         stage_body, wait_flags)
 
@@ -299,6 +299,11 @@ class IndexScore(Stage):
         return not self.p.row_parts
 
     @property
+    def hist_words(self) -> int:
+        """u32 words of the job's LDS segment histograms (one, never touched, without them)."""
+        return self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 1
+
+    @property
     def plan_entries(self) -> int:
         """Entries of the LDS plan: a row each, and with share_pages index_share's 3R."""
         return plan_entries(self.p.rows, self.share_pages)
@@ -363,9 +368,8 @@ class IndexScore(Stage):
     def jobs(self):
         p = self.p
         keys = p.capacity * p.rows // max(p.score_jobs, 1)
-        hist = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 1
         return [Job(j, cost_bytes=keys * (HD + 4) // 2, cost_flops=keys * HD * p.heads * 2,
-                    lds_bytes=(hist + self.fine_words) * 4)
+                    lds_bytes=(self.hist_words + self.fine_words) * 4)
                 for j in range(p.score_jobs)]
 
     @property
@@ -470,9 +474,7 @@ class IndexScore(Stage):
         T = k.W * k.L
         tid = _tid(k)
         tab = k.lds("ix_plan", i32, self.plan_entries * self.PW)
-        # (without segment histograms: one word, never touched)
-        hist = k.lds("ix_hist", u32, self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist
-                     else 1)
+        hist = k.lds("ix_hist", u32, self.hist_words)
         counters = k.lds("ix_share", u32, counter_words(R)) if self.share_pages else None
         self._plan(k, io, job, tab, counters)
         if self.share_pages:  # the block tables are inputs: compared before the queries' wait
@@ -565,22 +567,25 @@ class IndexScore(Stage):
         T = k.W * k.L
         tid = _tid(k)
         W = self.fine_words
-        sub = REFINED_BINS // FIRST_DIGIT_BINS  # a first digit's sub-bins: 4 threads' words
-        quad = sub // 4
-        for i0 in range(0, W, 4 * T):
-            i = i0 + 4 * tid
+        V = 4  # u32 words of a 16-byte access
+        sub = REFINED_BINS // FIRST_DIGIT_BINS  # a first digit's sub-bins
+        quad = sub // V  # the lanes holding them
+        rw = self.p.rows * FIRST_DIGIT_BINS
+        for i0 in range(0, W, V * T):
+            i = i0 + V * tid
             m = i < W
-            at = k.min(i, W - 4)
+            at = k.min(i, W - V)
             dst = job * W + at
-            v = k.load(self._fine, at, u32, 4)
+            v = k.load(self._fine, at, u32, V)
             io.store("score_fine", dst, v, mask=m)
-            if self.p.row_parts:  # the first digit's count: its sub-bins, 4 lanes' words
-                tot = k.extract(v, 0) + k.extract(v, 1) + k.extract(v, 2) + k.extract(v, 3)
+            if self.p.row_parts:  # the first digit's count: its sub-bins, `quad` lanes' words
+                tot = k.extract(v, 0)
+                for e in range(1, V):
+                    tot = tot + k.extract(v, e)
                 swap = 1
                 while swap < quad:
                     tot = tot + k.lane_swap(tot, swap)
                     swap *= 2
-                rw = self.p.rows * FIRST_DIGIT_BINS
                 io.store("score_rows", job * rw + at / sub, tot,
                          mask=m & (tid % quad).eq(0))
 
@@ -617,7 +622,7 @@ class IndexScore(Stage):
                 hits = k.ballot(here & (lane < R))
             for u in k.range(R):
                 if self.fixup_ballot:
-                    found = ((hits >> k.cast(u, hits.dtype)) & 1).ne(0)
+                    found = _has_bit(k, hits, u)
                 else:
                     pu, found = written_here(u, btrow, key_lo, key_hi)
                 with k.if_(found):
@@ -630,9 +635,10 @@ class IndexScore(Stage):
                                 io.load("ix_nb", u * NB + 32), f32)
                             idx = row * p.capacity + pu
                             old = io.load("scores", idx)
-                            slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) * FIRST_DIGIT_BINS
                             one = lane.eq(0)
                             if self.segment_hist:
+                                slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) \
+                                    * FIRST_DIGIT_BINS
                                 k.atomic("add", hist,
                                          slot + k.bitcast(ordered_digit(k, old), i32),
                                          k.const(0xFFFFFFFF, u32), mask=one, scope="cta")

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from monokernel.types import i32, u32
 
-from .index_dsl import _lane, _scan, _tid
+from .index_dsl import _has_bit, _lane, _scan, _tid
 from .index_plan import PAGE
 
 # plan words of an entry (IndexScore.PW = 12): the first seven are the unshared plan's; then
@@ -278,13 +278,18 @@ def for_entries(st, k, tab, fn, counters=None):
         if scored is None:  # (AMD: each entry's counter read in turn)
             g = st._row(k, tab, e)
             diverged = k.load(counters, g[HEAD], u32).ne(0)
-            on = g[ACT].eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
-            with k.if_(on):
+            with k.if_(_scored(k, R, e, g[ACT], diverged)):
                 fn(g[FIRST], g)
             continue
-        with k.if_(((scored >> k.cast(e, scored.dtype)) & 1).ne(0)):
+        with k.if_(_has_bit(k, scored, e)):
             g = st._row(k, tab, e)
             fn(g[FIRST], g)
+
+
+def _scored(k, R, e, act, diverged):
+    """Whether entry e is scored this job: an own entry; a super entry whose pages agree; a
+    run alone where they do not (`diverged`: its super entry's counter is not zero)."""
+    return act.eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
 
 
 def entries_scored(st, k, tab, counters):
@@ -302,5 +307,4 @@ def entries_scored(st, k, tab, counters):
     act = k.load(tab, e * st.PW + ACT, i32)
     head = k.load(tab, e * st.PW + HEAD, i32)
     diverged = k.load(counters, k.min(k.max(head, 0), R - 1), u32).ne(0)
-    on = (lane < E) & act.eq(1) & ((e < R) | (diverged.eq(e >= ALONE * R)))
-    return k.ballot(on)
+    return k.ballot((lane < E) & _scored(k, R, e, act, diverged))
