@@ -35,7 +35,7 @@ Modules (the stages in launch order, and what they share):
                            wait_flags, the stage-body reloads)
     stages/index_proj.py   ix_qr, ix_proj, ix_q, ix_key: the projections and the cache append
     stages/index_score.py  ix_score; wait_scored, scored_reads (for the scores' consumers)
-    stages/index_share.py  ix_score's plan with shared pages scored once (share_pages, off)
+    stages/index_share.py  ix_score's plan with shared pages scored once (share_pages, sm_90a)
     this module            the launch kinds `index_scoring` and `index` (index_stages, the
                            fused selection, inputs); it re-exports the names above
 """
@@ -177,6 +177,11 @@ INTERP_TOPK_CONTEXT = 2048 + 2 * PAGE  # keys the interpreter's `index` cache ho
 # us (one call, twice), r4 103.6 / 111.6 -> 99.1 / 106.1, r2 98.0 / 99.3 -> 95.3 / 94.9 (one
 # call). Either stays a launch tunable.
 FINE_DIGITS_ON_NVIDIA = True
+# ... and its fold sums the scoring's per-job first digits (IndexPlan.row_parts: the scoring
+# keeps no segment histograms). H100, 512K keys, one call (bench/NOTES.md v33): r8 W1 / W2
+# 116.1-117.4 / 149.4-149.8 -> 111.0-111.3 / 143.3-144.2 us; with IndexScore.share_pages
+# and fixup_ballot too (their sm_90a defaults) 110.1 / 121.3. A launch tunable (row_parts).
+ROW_PARTS_ON_NVIDIA = True
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
@@ -187,8 +192,9 @@ def index_launch(spec, **kw) -> IndexLaunch:
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
     selection's (select_digits, lean_lists, finish_max, cta_publish, fold_first_digits,
     lean_spans, fine_digits, row_parts); fine_digits None: on where the chip is sm_90a
-    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (off: the
-    fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both."""
+    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the fold
+    sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None: on
+    where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA)."""
     from .front import front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -198,7 +204,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fold = kw.pop("fold_first_digits", None)
     spans = kw.pop("lean_spans", None)
     fine = kw.pop("fine_digits", None)
-    row_parts = bool(kw.pop("row_parts", None))
+    row_parts = kw.pop("row_parts", None)
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -207,6 +213,9 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fine = bool(fine)
     if fold is None and fine and chip == SM90:
         fold = True  # (measured with the refined digits: -1.7 .. -3.3 us more, v31)
+    if row_parts is None:  # (sm_90a only: fine and fold are on by default only there)
+        row_parts = chip == SM90 and fine and bool(fold) and ROW_PARTS_ON_NVIDIA
+    row_parts = bool(row_parts)
     if row_parts and not (fine and fold):
         raise ValueError(f"index: row_parts = 1 sums the scoring's refined first digits in "
                          f"sel_h1's fold: it needs fine_digits and fold_first_digits (here "

@@ -11,8 +11,8 @@ and the consumer side of its protocol (wait_scored, scored_reads).
                  position, first-digit counts to an LDS histogram per (row, segment) (LDS
                  atomics), flushed to `score_hist` after a CTA barrier; each job then
                  announces itself in `score_done` (release fence, then the pair).
-                 share_pages (off): requests of one length sharing their pages score those
-                 once, in one group of all their rows (stages/index_share.py).
+                 share_pages (on sm_90a): requests of one length sharing their pages score
+                 those once, in one group of all their rows (stages/index_share.py).
 
 Scoring tilings (stages/index_tiling.py: the head's 128 bytes are permuted onto the atom's K
 so a lane loads 32 contiguous key bytes, two 16-byte nontemporal loads, straight into
@@ -86,7 +86,7 @@ from .index_score_sm90 import WgmmaGroup
 from .index_share import (count_divergent, counter_words, entries_scored, for_entries,
                           plan_entries, hist_slots as share_hist_slots,
                           plan_runs, plan_shared)
-from .index_tiling import LANE_BYTES, KeyTiling
+from .index_tiling import LANE_BYTES, SM90, KeyTiling
 from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _has_bit, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
                         refined_digit_canonical,
@@ -100,6 +100,10 @@ ALT_SLOTS = 3
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
 WORD_BYTES = u32.bits // 8  # LDS staging words
+# IndexScore.share_pages / fixup_ballot where the chip is sm_90a (measured there: the
+# class's comments); AMD keeps both off
+SHARE_PAGES_ON_NVIDIA = True
+FIXUP_BALLOT_ON_NVIDIA = True
 
 
 class IndexScore(Stage):
@@ -270,17 +274,21 @@ class IndexScore(Stage):
     # group over the pages all of them read, each page's keys loaded once for all their rows
     # (stages/index_share.py: the plan's super groups, a per-job test that the pages agree,
     # each run alone where they do not); on sm_90a W2's rows 8 become one N = 8 x HP chain.
-    # Off until the fused index is timed with it: on an H100 (bench/NOTES.md v32, the split
-    # weighing the chains) index_scoring r8 W2 99.4 -> 75.6 us, r4 W2 62.8 -> 57.8, W1 (no
-    # super group) +1.7 at rows 8; the fused index r8 W1 +4 us, its W2 not yet timed
-    share_pages = False
+    # None: on where the chip is sm_90a (SHARE_PAGES_ON_NVIDIA, __init__), off on AMD (its
+    # split stays uniform and is unmeasured). H100, 512K keys (bench/NOTES.md v32-v33, the
+    # split weighing the chains): index_scoring r8 W2 99.4-99.8 -> 74.4-75.6 us, r4 W2 62.8
+    # -> 57.8, W1 (no super group) +1.1-1.7 at rows 8; the fused index r8 (with row_parts
+    # and fixup_ballot) W1 / W2 111.0-111.3 / 143.3-144.2 -> 110.1 / 121.3
+    share_pages = None
     # The fix-up's search for the launch's new keys in an entry's range: every (entry, row u)
     # loads pos[u], then its page in the entry's table and in row u's, one u after the other
     # (2 dependent round trips a row: ~2.4-2.9 us a job between the key loop's barrier and
     # the next, on an H100, bench/NOTES.md v32 call 3, in every job, most of which have no
     # new key at all). fixup_ballot: lane u does those loads for row u at once and the
-    # rows in range come from one ballot; the rescoring itself is unchanged.
-    fixup_ballot = False
+    # rows in range come from one ballot; the rescoring itself is unchanged. None: on where
+    # the chip is sm_90a (FIXUP_BALLOT_ON_NVIDIA); H100 (v33): index_scoring r8 W1 66.9 ->
+    # 65.1 us, with share_pages W2 74.4 -> 72.3, the fused index within noise
+    fixup_ballot = None
 
     @property
     def hist_slots(self) -> int:
@@ -323,6 +331,11 @@ class IndexScore(Stage):
 
     def __init__(self, p: IndexPlan):
         self.p = p
+        nvidia = p.chip == SM90  # (the chip's defaults; a --tune set afterwards overrides)
+        if self.share_pages is None:
+            self.share_pages = nvidia and SHARE_PAGES_ON_NVIDIA
+        if self.fixup_ballot is None:
+            self.fixup_ballot = nvidia and FIXUP_BALLOT_ON_NVIDIA
 
     @property
     def t(self) -> KeyTiling:

@@ -1,6 +1,6 @@
-"""Shared pages scored once (IndexScore.share_pages; off by default until the fused index is
-timed with it: on an H100 index_scoring W2 at rows 8 99.4 -> 75.6 us, W1 +1.7 us,
-bench/NOTES.md v32).
+"""Shared pages scored once (IndexScore.share_pages; on by default on sm_90a, off on AMD: on
+an H100 index_scoring W2 at rows 8 99.4 -> 75.6 us, W1 +1.7 us, bench/NOTES.md v32; the
+fused index r8 W2 143.3 -> 121.3 us with row_parts, v33).
 
 Requests of one length whose block tables map the same physical pages (prefix sharing:
 parallel sampling of one prompt, a common system prompt; workload W2 by construction,

@@ -1,5 +1,5 @@
 """The scoring's fix-up of the launch's own new keys with its row search by one ballot
-(IndexScore.fixup_ballot, off by default until timed): lane u tests row u's new key against an
+(IndexScore.fixup_ballot, on by default on sm_90a since bench/NOTES.md v33): lane u tests row u's new key against an
 entry's range in one round trip instead of R dependent ones.
 
   * every chip's tiling, interpreter modes that reorder the key job against the scoring:

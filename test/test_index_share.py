@@ -1,5 +1,5 @@
-"""Shared pages scored once (IndexScore.share_pages, stages/index_share.py; off by default,
-prepared while no device was lent).
+"""Shared pages scored once (IndexScore.share_pages, stages/index_share.py; on by default on
+sm_90a since bench/NOTES.md v33, off on AMD).
 
   * interpreter, the W2 layout (requests of 2 rows whose tables map the same pages below
     their own): within test_index's float64 checks on the wgmma tiling (warp32) and the

@@ -163,7 +163,10 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
     sm_90a fused index refines its first digits and folds them into sel_h1 unless told not
     to; AMD (unmeasured; gfx942's LDS cannot hold the counts) and the interpreter's default
     chip (gfx950) keep the coarse plan; launch.fine_digits=0 gives it back on sm_90a, and
-    the fold then follows the selection's own default (off)."""
+    the fold then follows the selection's own default (off). With both on, sm_90a also
+    folds the scoring's per-job counts (ROW_PARTS_ON_NVIDIA) and its scoring shares pages
+    and searches the fix-up by ballot (SHARE_PAGES_ON_NVIDIA, FIXUP_BALLOT_ON_NVIDIA, the
+    index_scoring kind too); turning either digit option off turns row_parts off."""
     kind = kinds.kind("index")
     for target, chip, on in (("sm_90a", None, True), ("interp", "sm_90a", True),
                              ("interp", None, False), ("gfx950", None, False),
@@ -177,12 +180,25 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
                 (on, on, on), (target, chip, rows)
             assert (cfg.digits == FINE_DIGITS) is on and not (on and cfg.defer_fat_bins), \
                 (target, chip, rows)
+            assert (L.plan.row_parts, cfg.row_parts) == (on, on), (target, chip, rows)
+            for st in (scorer(L), scorer(kinds.kind("index_scoring").launch(
+                    spec, **({"chip": chip} if chip else {})))):
+                assert (st.share_pages, st.fixup_ballot) == (on, on), (target, chip, rows)
     spec = BuildSpec.make("glm5", rows=8, target="sm_90a")
     off = common.launch_for(kind, spec, [("launch", "fine_digits", "0")])
     assert not off.plan.fine_digits and not off.select_cfg.fine_digits
     assert not off.select_cfg.fold_first_digits
     unfolded = common.launch_for(kind, spec, [("launch", "fold_first_digits", "0")])
     assert unfolded.select_cfg.fine_digits and not unfolded.select_cfg.fold_first_digits
+    for L in (off, unfolded):
+        assert not L.plan.row_parts and not L.select_cfg.row_parts
+    told = common.launch_for(kind, spec, [("ix_score", "share_pages", "0"),
+                                          ("ix_score", "fixup_ballot", "0")])
+    assert not scorer(told).share_pages and not scorer(told).fixup_ballot
+
+
+def scorer(launch):
+    return next(st for st in launch.stages if st.name == "ix_score")
 
 
 def test_bad_settings_are_rejected():

@@ -1,5 +1,5 @@
 """The fold from the scoring's per-job first digits (SelectConfig.row_parts, launch tunable
-row_parts; off until timed, bench/NOTES.md v32): the fused index's scoring stores each job's
+row_parts; on by default on sm_90a since bench/NOTES.md v33): the fused index's scoring stores each job's
 first-digit counts a row (its refined counts summed by 16, `score_rows`) and no segment
 histograms (IndexScore.segment_hist), and sel_h1 sums the row's parts instead of its 512
 segment histograms.
@@ -105,14 +105,16 @@ def test_the_sm90a_build_with_row_parts():
 
 def test_the_three_v32_candidates_together_on_sm90a():
     """share_pages (the weighted split), fixup_ballot and row_parts in one sm_90a fused
-    index (W2: a super chain, the runs' own entries and their fix-ups): exact, and the same
-    slots as the defaults."""
+    index (W2: a super chain, the runs' own entries and their fix-ups; sm_90a's defaults
+    since v33): exact, and the same slots as with all three off (v31's defaults)."""
     kind = kinds.kind("index")
     spec = BuildSpec.make("tiny", rows=8, target="interp")
     out = []
-    for kw, tunes in (({}, []), ({"row_parts": True}, [("ix_score", "share_pages", "1"),
-                                                       ("ix_score", "fixup_ballot", "1")])):
+    for kw, tunes in (({"row_parts": False}, [("ix_score", "share_pages", "0"),
+                                              ("ix_score", "fixup_ballot", "0")]), ({}, [])):
         L = common.apply_tunes(kind.launch(spec, chip="sm_90a", **kw), tunes)
+        st = next(s for s in L.stages if s.name == "ix_score")
+        assert L.plan.row_parts == st.share_pages == st.fixup_ballot == (not tunes)
         inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(8), 2049, "W2")
         r = L.run_interp(inp, step=0, mode="relaxed", seed=3)
         assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
