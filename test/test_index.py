@@ -87,12 +87,21 @@ def check_launch(L, inp, res):
         worst[1] = max(worst[1], float(off.max() / max(np.abs(want).max(), 1e-30)))
     assert worst[0] <= OWN_TOL, worst
     assert worst[1] <= E2E_TOL, worst
-    # first-digit histograms: the host's histogram of the stored scores, per (row, segment)
+    # first-digit histograms: the host's histogram of the stored scores, per (row, segment);
+    # with IndexPlan.row_parts (the fused index on sm_90a) none (the region as poisoned), and
+    # each job's counts a row (`score_rows`) summed over the jobs are the row's
     hist = res.regions["score_hist"]
     S = p.segment
+    kept = next(s for s in L.stages if s.name == "ix_score").segment_hist
+    assert kept or (hist == SENTINEL).all(), "row_parts: a segment histogram was written"
     for r in range(R):
         n = int(pos[r]) + 1
         dig = first_digit(ordered_key(sc[r, :n]))
+        if not kept:
+            parts = np.asarray(res.regions["score_rows"]).reshape(p.score_jobs, R, -1)
+            want = np.bincount(dig, minlength=FIRST_DIGIT_BINS)
+            assert np.array_equal(parts[:, r].sum(0), want), f"row {r}: score_rows"
+            continue
         for s in range(p.segments):
             if s * S < n:
                 want = np.bincount(dig[s * S:min(n, (s + 1) * S)], minlength=FIRST_DIGIT_BINS)
