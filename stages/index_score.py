@@ -626,21 +626,39 @@ class IndexScore(Stage):
                 k.load(a.block_table, u * MP + pg, i32))
             return pu, same & (pu >= key_lo) & (pu < key_hi)
 
+        def move(g, rr, row, idx, pu, old, score, one):
+            """The rescored key's store and its count moved from the stale digit."""
+            n, lo, base = g[1], g[2], g[4]
+            if self.segment_hist:
+                slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) * FIRST_DIGIT_BINS
+                k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, old), i32),
+                         k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
+                k.atomic("add", hist, slot + k.bitcast(ordered_digit(k, score), i32),
+                         k.const(1, u32), mask=one, scope="cta")
+            if self._fine is not None:  # (the same move at 10 bits)
+                fs = row * REFINED_BINS
+                k.atomic("add", self._fine, fs + k.bitcast(
+                    ordered_digit(k, old, REFINED_SHIFT), i32),
+                    k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
+                k.atomic("add", self._fine, fs + k.bitcast(
+                    ordered_digit(k, score, REFINED_SHIFT), i32),
+                    k.const(1, u32), mask=one, scope="cta")
+            io.store("scores", idx, score, mask=one)
+
         def entry(gi, g):
-            n, lo, hi, base, posf, btrow = g[1], g[2], g[3], g[4], g[5], g[6]
+            n, lo, hi, posf, btrow = g[1], g[2], g[3], g[5], g[6]
             key_lo = lo * S
             key_hi = k.min(hi * S, posf + n)
             if self.fixup_ballot:  # lane u tests row u: every row in one round trip
-                _, here = written_here(k.min(lane, R - 1), btrow, key_lo, key_hi)
+                pl, here = written_here(k.min(lane, R - 1), btrow, key_lo, key_hi)
                 hits = k.ballot(here & (lane < R))
+                with k.if_(hits.ne(0)):
+                    for rr in k.range(k.wave_id(), n, k.W):
+                        self._fix_row(k, io, g, gi, rr, pl, hits, move)
+                return
             for u in k.range(R):
-                if self.fixup_ballot:
-                    found = _has_bit(k, hits, u)
-                else:
-                    pu, found = written_here(u, btrow, key_lo, key_hi)
+                pu, found = written_here(u, btrow, key_lo, key_hi)
                 with k.if_(found):
-                    if self.fixup_ballot:
-                        pu = k.load(a.positions, u, i32)  # a hit's row alone
                     for rr in k.range(k.wave_id(), n, k.W):
                         row = gi + rr
                         with k.if_(pu <= posf + rr):
@@ -648,26 +666,33 @@ class IndexScore(Stage):
                                 io.load("ix_nb", u * NB + 32), f32)
                             idx = row * p.capacity + pu
                             old = io.load("scores", idx)
-                            one = lane.eq(0)
-                            if self.segment_hist:
-                                slot = (base + ((pu >> p.segment_shift) - lo) * n + rr) \
-                                    * FIRST_DIGIT_BINS
-                                k.atomic("add", hist,
-                                         slot + k.bitcast(ordered_digit(k, old), i32),
-                                         k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
-                                k.atomic("add", hist,
-                                         slot + k.bitcast(ordered_digit(k, score), i32),
-                                         k.const(1, u32), mask=one, scope="cta")
-                            if self._fine is not None:  # (the same move at 10 bits)
-                                fs = row * REFINED_BINS
-                                k.atomic("add", self._fine, fs + k.bitcast(
-                                    ordered_digit(k, old, REFINED_SHIFT), i32),
-                                    k.const(0xFFFFFFFF, u32), mask=one, scope="cta")
-                                k.atomic("add", self._fine, fs + k.bitcast(
-                                    ordered_digit(k, score, REFINED_SHIFT), i32),
-                                    k.const(1, u32), mask=one, scope="cta")
-                            io.store("scores", idx, score, mask=one)
+                            move(g, rr, row, idx, pu, old, score, lane.eq(0))
         for_entries(self, k, tab, entry, counters)
+
+    def _fix_row(self, k, io, g, gi, rr, pl, hits, move):
+        """fixup_ballot: entry row `rr`'s rescores of every new key found (`hits`, bit u: row
+        u's key at pos[u] = lane u's `pl`) as one straight block: the row's q words and head
+        weights loaded once, then a key after another (masked where not found) with its
+        words, scale and stale score loaded together, so a key costs one round trip, not
+        three (the row loop: its row's position, the dot's operands, then the stale score).
+        A slot two rows' keys name (a malformed table) counts once: the last row's, as the
+        row loop's last move would leave it."""
+        p = self.p
+        R, NB, posf = p.rows, p.nb_words, g[5]
+        row = gi + rr
+        pos = [k.readfirstlane(k.shuffle(pl, k.const(u, i32))) for u in range(R)]
+        found = [_has_bit(k, hits, k.const(u, i32)) & (pos[u] <= posf + rr) for u in range(R)]
+        for u in range(R):
+            for v in range(u + 1, R):  # a later row's key in the same slot
+                found[u] = found[u] & ~(found[v] & pos[v].eq(pos[u]))
+        one = _lane(k).eq(0)
+
+        def rescore(u, dot_of):
+            idx = row * p.capacity + pos[u]
+            old = io.load("scores", idx, mask=found[u])
+            scale = k.bitcast(io.load("ix_nb", u * NB + 32, mask=found[u]), f32)
+            move(g, rr, row, idx, pos[u], old, dot_of() * scale, one & found[u])
+        self._new_dots(k, io, row, found, rescore)
 
     def _head_weight(self, k, io, row, head, mask=None):
         """Row `row`'s weight of head `head` (f32): (W_w h from ix_nb * s_q from ix_qb) * coef,
@@ -680,6 +705,59 @@ class IndexScore(Stage):
         # so a masked-off weight (0) makes the product 0
         sq = k.bitcast(io.load("ix_qb", (head * p.rows + row) * QW + 32), f32)
         return (wn * sq) * p.head_weight_coef
+
+    def _new_dots(self, k, io, row, found, each):
+        """_new_dot of row `row` against every row u's new key (found[u]: its loads masked
+        off where not), the row's q words and head weights loaded once for them all:
+        each(u, dot) for u in order, `dot()` giving the key's dot where `each` needs it (its
+        own loads issued first, with the key's words)."""
+        p = self.p
+        R, H, NB = p.rows, p.heads, p.nb_words
+        lane = _lane(k)
+        lph = max(1, k.L // 32)  # lanes a head
+        words = 32 // lph
+        hpb = k.L // lph  # heads a pass
+        part = lane & (lph - 1)
+        passes = []  # a pass's heads: (in range, q words, weight)
+        for hb in range(-(-H // hpb)):
+            head = hb * hpb + lane / lph
+            hc = k.min(head, H - 1)
+            qws = [io.load("ix_qb", (hc * R + row) * QW + part * words + 4 * c, 4)
+                   for c in range(words // 4)]
+            passes.append(((head < H) & part.eq(0), qws, self._head_weight(k, io, row, hc)))
+        for u in range(R):  # (a key's words loaded where its dot is: 32 registers a key)
+            kws = [io.load("ix_nb", u * NB + part * words + 4 * c, 4, mask=found[u])
+                   for c in range(words // 4)]
+
+            def dot():
+                tot = None
+                for keep, qws, w in passes:
+                    acc = None
+                    for qw, kw in zip(qws, kws):
+                        qf = k.cast(k.bitcast(qw, p.fp8, 16), f32)
+                        kf = k.cast(k.bitcast(kw, p.fp8, 16), f32)
+                        acc = qf * kf if acc is None else k.fma(qf, kf, acc)
+                    s = self._head_term(k, acc, lph, keep, lambda: w)
+                    tot = s if tot is None else tot + s
+                return tot
+            each(u, dot)
+
+    def _head_term(self, k, acc, lph, keep, weight):
+        """The wave's sum over its heads of relu(d) x w, d a head's dot from its lanes' 16
+        products `acc` (`weight()` the head's weight, loaded where the dot is done; `keep`:
+        the lanes that add their head's term)."""
+        d = acc[0]
+        for i in range(1, 16):
+            d = d + acc[i]
+        for sh in range(int(math.log2(lph))):
+            d = d + k.lane_swap(d, 1 << sh)
+        w = weight()
+        if self.bf16_head_sum:  # the key loop's precision: relu(d) and w in bf16
+            r = k.bitcast(k.relu_bf16x2(d, d) << BF16_SHIFT, f32)
+            t = k.select(keep, r * k.cast(k.cast(w, bf16), f32), k.const(0.0, f32))
+        else:
+            t = k.select(keep, k.max(d, 0.0) * w, k.const(0.0, f32))
+        return k.wave_sum(t)
 
     def _new_dot(self, k, io, row, u):
         """sum_h w[row, h] * relu(q8[row, h] . k8[u]) (uniform f32): lanes over (head, part of
@@ -704,18 +782,8 @@ class IndexScore(Stage):
                 qf = k.cast(k.bitcast(qw, p.fp8, 16), f32)
                 kf = k.cast(k.bitcast(kw, p.fp8, 16), f32)
                 acc = qf * kf if acc is None else k.fma(qf, kf, acc)
-            d = acc[0]
-            for i in range(1, 16):
-                d = d + acc[i]
-            for sh in range(int(math.log2(lph))):
-                d = d + k.lane_swap(d, 1 << sh)
-            w = self._head_weight(k, io, row, hc)
-            if self.bf16_head_sum:  # the key loop's precision: relu(d) and w in bf16
-                r = k.bitcast(k.relu_bf16x2(d, d) << BF16_SHIFT, f32)
-                t = k.select(m & part.eq(0), r * k.cast(k.cast(w, bf16), f32), k.const(0.0, f32))
-            else:
-                t = k.select(m & part.eq(0), k.max(d, 0.0) * w, k.const(0.0, f32))
-            s = k.wave_sum(t)
+            s = self._head_term(k, acc, lph, m & part.eq(0),
+                                lambda: self._head_weight(k, io, row, hc))
             tot = s if tot is None else tot + s
         return tot
 
