@@ -115,7 +115,7 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages", "fixup_ballot")
+                "share_pages", "fixup_ballot", "fixup_batched")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -289,6 +289,14 @@ class IndexScore(Stage):
     # the chip is sm_90a (FIXUP_BALLOT_ON_NVIDIA); H100 (v33): index_scoring r8 W1 66.9 ->
     # 65.1 us, with share_pages W2 74.4 -> 72.3, the fused index within noise
     fixup_ballot = None
+    # The rescoring itself (fixup_ballot only): the row loop costs 3 dependent round trips a
+    # key found (its row's position, the dot's operands, the stale score), and the job
+    # holding a run's last segment rescores its rows' new keys, 36 at W1's rows 8: that job
+    # ends ~6 us after the others in the fused index (H100, v33 call 4: fix-up 10.4 us
+    # against 1.2). fixup_batched: a row's keys in one straight block (_fix_row). Its first
+    # form, with masked loads, made that job's fix-up 33 us (v34): off, the unmasked form
+    # untimed
+    fixup_batched = False
 
     @property
     def hist_slots(self) -> int:
@@ -614,6 +622,9 @@ class IndexScore(Stage):
         a = io.args
         R, S, MP, NB = p.rows, p.segment, p.max_pages, p.nb_words
         lane = _lane(k)
+        if self.fixup_batched and not self.fixup_ballot:
+            raise ValueError("ix_score: fixup_batched rescores the keys fixup_ballot finds: "
+                             "set fixup_ballot = 1 too")
         if self.fixup_ballot and R > k.L:
             raise ValueError(f"ix_score: fixup_ballot tests a row a lane: {R} rows exceed a "
                              f"{k.L}-lane wave")
@@ -652,13 +663,19 @@ class IndexScore(Stage):
             if self.fixup_ballot:  # lane u tests row u: every row in one round trip
                 pl, here = written_here(k.min(lane, R - 1), btrow, key_lo, key_hi)
                 hits = k.ballot(here & (lane < R))
-                with k.if_(hits.ne(0)):
-                    for rr in k.range(k.wave_id(), n, k.W):
-                        self._fix_row(k, io, g, gi, rr, pl, hits, move)
-                return
+                if self.fixup_batched:
+                    with k.if_(hits.ne(0)):
+                        for rr in k.range(k.wave_id(), n, k.W):
+                            self._fix_row(k, io, g, gi, rr, pl, hits, move)
+                    return
             for u in k.range(R):
-                pu, found = written_here(u, btrow, key_lo, key_hi)
+                if self.fixup_ballot:
+                    found = _has_bit(k, hits, u)
+                else:
+                    pu, found = written_here(u, btrow, key_lo, key_hi)
                 with k.if_(found):
+                    if self.fixup_ballot:
+                        pu = k.load(a.positions, u, i32)  # a hit's row alone
                     for rr in k.range(k.wave_id(), n, k.W):
                         row = gi + rr
                         with k.if_(pu <= posf + rr):
@@ -670,13 +687,13 @@ class IndexScore(Stage):
         for_entries(self, k, tab, entry, counters)
 
     def _fix_row(self, k, io, g, gi, rr, pl, hits, move):
-        """fixup_ballot: entry row `rr`'s rescores of every new key found (`hits`, bit u: row
+        """fixup_batched: entry row `rr`'s rescores of every new key found (`hits`, bit u: row
         u's key at pos[u] = lane u's `pl`) as one straight block: the row's q words and head
-        weights loaded once, then a key after another (masked where not found) with its
-        words, scale and stale score loaded together, so a key costs one round trip, not
-        three (the row loop: its row's position, the dot's operands, then the stale score).
-        A slot two rows' keys name (a malformed table) counts once: the last row's, as the
-        row loop's last move would leave it."""
+        weights loaded once, then a key after another with its words, scale and stale score
+        loaded together and unmasked (every address is valid; only the moves are masked to
+        the keys found), so the keys' loads can overlap. A slot two rows' keys name (a
+        malformed table) counts once: the last row's, as the row loop's last move would
+        leave it."""
         p = self.p
         R, NB, posf = p.rows, p.nb_words, g[5]
         row = gi + rr
@@ -689,10 +706,10 @@ class IndexScore(Stage):
 
         def rescore(u, dot_of):
             idx = row * p.capacity + pos[u]
-            old = io.load("scores", idx, mask=found[u])
-            scale = k.bitcast(io.load("ix_nb", u * NB + 32, mask=found[u]), f32)
+            old = io.load("scores", idx)
+            scale = k.bitcast(io.load("ix_nb", u * NB + 32), f32)
             move(g, rr, row, idx, pos[u], old, dot_of() * scale, one & found[u])
-        self._new_dots(k, io, row, found, rescore)
+        self._new_dots(k, io, row, rescore)
 
     def _head_weight(self, k, io, row, head, mask=None):
         """Row `row`'s weight of head `head` (f32): (W_w h from ix_nb * s_q from ix_qb) * coef,
@@ -706,11 +723,12 @@ class IndexScore(Stage):
         sq = k.bitcast(io.load("ix_qb", (head * p.rows + row) * QW + 32), f32)
         return (wn * sq) * p.head_weight_coef
 
-    def _new_dots(self, k, io, row, found, each):
-        """_new_dot of row `row` against every row u's new key (found[u]: its loads masked
-        off where not), the row's q words and head weights loaded once for them all:
-        each(u, dot) for u in order, `dot()` giving the key's dot where `each` needs it (its
-        own loads issued first, with the key's words)."""
+    def _new_dots(self, k, io, row, each):
+        """_new_dot of row `row` against every row u's new key, the row's q words and head
+        weights loaded once for them all: each(u, dot) for u in order, `dot()` giving the
+        key's dot where `each` needs it (its own loads issued first, with the key's words).
+        No load is masked: a masked load is a branch, and its value's use after the join
+        waits for it (v34: the fix-up 3-4x slower with them)."""
         p = self.p
         R, H, NB = p.rows, p.heads, p.nb_words
         lane = _lane(k)
@@ -726,7 +744,7 @@ class IndexScore(Stage):
                    for c in range(words // 4)]
             passes.append(((head < H) & part.eq(0), qws, self._head_weight(k, io, row, hc)))
         for u in range(R):  # (a key's words loaded where its dot is: 32 registers a key)
-            kws = [io.load("ix_nb", u * NB + part * words + 4 * c, 4, mask=found[u])
+            kws = [io.load("ix_nb", u * NB + part * words + 4 * c, 4)
                    for c in range(words // 4)]
 
             def dot():

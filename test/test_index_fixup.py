@@ -1,10 +1,11 @@
 """The scoring's fix-up of the launch's own new keys with its row search by one ballot
-(IndexScore.fixup_ballot, on by default on sm_90a since bench/NOTES.md v33): lane u tests row u's new key against an
-entry's range in one round trip instead of R dependent ones.
+(IndexScore.fixup_ballot, on by default on sm_90a since bench/NOTES.md v33): lane u tests row
+u's new key against an entry's range in one round trip instead of R dependent ones; and with
+its rescoring as one straight block a row (IndexScore.fixup_batched, off: bench/NOTES.md v34).
 
   * every chip's tiling, interpreter modes that reorder the key job against the scoring:
     the float64 checks of test_index.check_launch, and scores and first-digit histograms bit
-    for bit equal to the default search's;
+    for bit equal to the row loop's, with the ballot and with the batched rescoring;
   * with shared pages on sm_90a (a job holding the runs' own entries and a super entry);
   * the fix-up's moves (its digit decrements) counted: one a (row, new key it sees) with
     either search, none with the ballot forced empty (the interpreter's key loop already
@@ -32,10 +33,15 @@ CASES = [
 ]
 
 
-def _scoring(rows, chip, ballot, share=False):
+# the fix-up's forms: the row loop, the ballot search, the ballot with the batched rescoring
+SEARCHES = ("loop", "ballot", "batched")
+
+
+def _scoring(rows, chip, search, share=False):
     L = _launch(rows, chip)
     st = next(s for s in L.stages if isinstance(s, IndexScore))
-    st.fixup_ballot = ballot
+    st.fixup_ballot = search != "loop"
+    st.fixup_batched = search == "batched"
     st.share_pages = share
     return L
 
@@ -49,32 +55,34 @@ def _outputs(res):
 def test_the_ballot_search_rescores_the_new_keys_as_the_row_loop_does(rows, chip, requests,
                                                                        mode):
     out = {}
-    for ballot in (False, True):
-        L = _scoring(rows, chip, ballot)
+    for search in SEARCHES:
+        L = _scoring(rows, chip, search)
         inp = make_inputs(L.plan, np.random.default_rng(rows + len(requests)), requests,
                           cache_pages=PAGES)
         res = _run(L, inp, mode=mode, seed=9)
         check_launch(L, inp, res)
-        out[ballot] = _outputs(res)
-    assert np.array_equal(out[True][0], out[False][0])
-    assert np.array_equal(out[True][1], out[False][1])
+        out[search] = _outputs(res)
+    for search in SEARCHES[1:]:
+        assert np.array_equal(out[search][0], out["loop"][0]), search
+        assert np.array_equal(out[search][1], out["loop"][1]), search
 
 
 def test_the_ballot_search_with_shared_pages():
     """W2-like requests on sm_90a with share_pages: the own entries and the super entry."""
     rows, pos = 8, 1500
     out = {}
-    for ballot in (False, True):
-        L = _scoring(rows, "sm_90a", ballot, share=True)
+    for search in SEARCHES:
+        L = _scoring(rows, "sm_90a", search, share=True)
         rng = np.random.default_rng(3)
         req = [(2, pos)] * (rows // 2)
         lay = request_layout(replace(L.plan, cache_pages=PAGES), rng, req, shared=True)
         inp = make_inputs(L.plan, rng, req, cache_pages=PAGES, layout=lay)
         res = _run(L, inp, mode="relaxed", seed=4)
         check_launch(L, inp, res)
-        out[ballot] = _outputs(res)
-    assert np.array_equal(out[True][0], out[False][0])
-    assert np.array_equal(out[True][1], out[False][1])
+        out[search] = _outputs(res)
+    for search in SEARCHES[1:]:
+        assert np.array_equal(out[search][0], out["loop"][0]), search
+        assert np.array_equal(out[search][1], out["loop"][1]), search
 
 
 def _moves(L, inp, mode, seed):
@@ -106,12 +114,12 @@ def test_the_ballot_finds_every_new_key_the_row_loop_finds(chip, monkeypatch):
     rows, requests = 8, [(8, 2043)]
     want = sum(r + 1 for r in range(rows))  # row r sees the new keys of rows 0 .. r
     counts = {}
-    for ballot in (False, True):
-        L = _scoring(rows, chip, ballot)
+    for search in SEARCHES:
+        L = _scoring(rows, chip, search)
         inp = make_inputs(L.plan, np.random.default_rng(12), requests, cache_pages=PAGES)
-        res, counts[ballot] = _moves(L, inp, "relaxed", 1)
+        res, counts[search] = _moves(L, inp, "relaxed", 1)
         check_launch(L, inp, res)
-    assert counts == {False: want, True: want}, counts
+    assert counts == {s: want for s in SEARCHES}, counts
 
     real_fixup = IndexScore._fixup
 
@@ -124,6 +132,30 @@ def test_the_ballot_finds_every_new_key_the_row_loop_finds(chip, monkeypatch):
         finally:
             del k.ballot
     monkeypatch.setattr(IndexScore, "_fixup", blind_fixup)
-    L = _scoring(rows, chip, True)
-    _, blind = _moves(L, inp, "relaxed", 1)
-    assert blind == 0
+    for search in SEARCHES[1:]:
+        L = _scoring(rows, chip, search)
+        _, blind = _moves(L, inp, "relaxed", 1)
+        assert blind == 0, search
+
+
+def test_the_batched_rescoring_needs_the_ballot():
+    L = _scoring(4, "gfx950", "loop")
+    next(s for s in L.stages if isinstance(s, IndexScore)).fixup_batched = True
+    with pytest.raises(ValueError, match="fixup_batched rescores the keys fixup_ballot finds"):
+        L.kernel("interp")
+
+
+def test_the_sm90a_build_with_the_batched_rescoring():
+    """The fused index r8 with fixup_batched (its straight block of loads) within the fused
+    index's spill allowance (ptxas 13: 32 bytes, the default's), none in an inner loop."""
+    from conftest import INDEX_JOB_LOOP_SPILL_BYTES, check_job_loop_spills, ptxas_report
+    from monokernel.build import build_many
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    L = common.launch_for(kinds.kind("index"), BuildSpec.make("glm5", rows=8, target="sm_90a"),
+                          [("ix_score", "fixup_batched", "1")])
+    text = build_many([L.kernel("sm_90a")])[0].data.decode()
+    report = ptxas_report(text)
+    if report is not None:
+        check_job_loop_spills(report, text, INDEX_JOB_LOOP_SPILL_BYTES)
