@@ -296,10 +296,12 @@ def score_entries(p: IndexPlan, positions, block_table, share: bool = False) -> 
     return [tuple(e) for e in own] + supers
 
 
-def score_runs(p: IndexPlan, positions, block_table, share: bool = False) -> list:
+def score_runs(p: IndexPlan, positions, block_table, share: bool = False,
+               tail_rows: bool = False) -> list:
     """The run map: per scoring job j, [(first row, rows, first segment, end segment)] it
     scores (the kernel's formula; `share`: with the super entries, score_entries, split by
-    index_share's cost model: segment_cost a segment, tail_cost after a run's own entry). A row's
+    index_share's cost model: segment_cost a segment, tail_cost after a run's own entry, by
+    its rows with `tail_rows`, IndexScore.tail_rows). A row's
     scores are at scores[r, 0 .. pos[r]], its histograms at score_hist[r, 0 .. pos[r] // S]."""
     from .index_share import segment_cost, tail_cost
     J = p.score_jobs
@@ -311,7 +313,7 @@ def score_runs(p: IndexPlan, positions, block_table, share: bool = False) -> lis
         seg = segment_cost(p, pairs, pairs == p.pairs) if share else pairs
         prefix.append(C)
         cost.append((s1 - s0, seg))
-        C += (s1 - s0) * seg + (tail_cost(p, e < n_own) if share else 0)
+        C += (s1 - s0) * seg + (tail_cost(p, e < n_own, n, tail_rows) if share else 0)
     runs = []
     for j in range(J):
         mine = []

@@ -115,7 +115,7 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages", "fixup_ballot", "fixup_batched")
+                "share_pages", "fixup_ballot", "fixup_batched", "tail_rows")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -297,13 +297,18 @@ class IndexScore(Stage):
     # form, with masked loads, made that job's fix-up 33 us (v34): off, the unmasked form
     # untimed
     fixup_batched = False
+    # share_pages' split with a run's tail (its fix-up, after its last segment) costed by its
+    # rows (index_share.RUN_TAIL_FIXED / RUN_TAIL_ROW, fitted to v33's clocks: bench/NOTES.md
+    # v34) instead of RUN_TAIL_COST a run: off until timed
+    tail_rows = False
 
     @property
     def hist_slots(self) -> int:
         """(row, segment) histograms a job holds in LDS: the plan's bound, and with
         share_pages index_share.hist_slots (its range may touch 2R entries, and on sm_90a
         its split weighs the chains)."""
-        return share_hist_slots(self.p) if self.share_pages else self.p.hist_slots
+        return share_hist_slots(self.p, self.tail_rows) if self.share_pages \
+            else self.p.hist_slots
 
     @property
     def segment_hist(self) -> bool:

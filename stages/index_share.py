@@ -63,6 +63,14 @@ OWN, SUPER, ALONE = range(3)
 # same instead, that job took 82 us against the others' 57.
 STEP_FIXED, STEP_PAIR = 4, 3
 RUN_TAIL_COST = 77
+# IndexScore.tail_rows (off, untimed): a run's tail by its rows, RUN_TAIL_FIXED + n x
+# RUN_TAIL_ROW. Fitted to v33's defaults' clocks (H100, the fused index r8 at 512K, bench/
+# NOTES.md v34; ~0.048 us a unit there): a run of 8 rows (W1) cost its job ~16.4 us after the
+# key loop (36 rescores, a wave a row, the last row's wave 8 in turn: ~342 units), and each
+# of W2's 4 runs of 2 rows ~4.1 us of fix-up plus ~3.1 us more for its one-pair entry's start
+# than the segment's model (~146 units a run). Under RUN_TAIL_COST the W1 tail job kept 3
+# segments and ended 5.6 us after the others, W2's job 0 a super segment and 12.7 us.
+RUN_TAIL_FIXED, RUN_TAIL_ROW = 80, 33
 
 
 def weighted_costs(p) -> bool:
@@ -83,24 +91,32 @@ def segment_cost(p, pairs: int, full_chain: bool) -> int:
     return pages * pairs * (STEP_FIXED + STEP_PAIR)
 
 
-def tail_cost(p, own: bool) -> int:
-    """Host model: the cost an entry adds after its last segment (a run's own entry)."""
-    return RUN_TAIL_COST if own and weighted_costs(p) else 0
+def tail_cost(p, own: bool, rows: int = 1, by_rows: bool = False) -> int:
+    """Host model: the cost an entry adds after its last segment (a run's own entry of
+    `rows` rows; `by_rows`: IndexScore.tail_rows)."""
+    if not (own and weighted_costs(p)):
+        return 0
+    return RUN_TAIL_FIXED + rows * RUN_TAIL_ROW if by_rows else RUN_TAIL_COST
 
 
-def hist_slots(p) -> int:
+def max_tails(p, by_rows: bool = False) -> int:
+    """The most the runs' tails add up to: R runs of one row (a run's fixed part R times)."""
+    return p.rows * tail_cost(p, True, 1, by_rows)
+
+
+def hist_slots(p, by_rows: bool = False) -> int:
     """(row, segment) histograms a job of the shared plan may hold. Uniform costs (AMD): a
     job's units cost at most C/J, a unit of n rows >= n/2 pairs, and its range may touch 2R
     entries (IndexPlan.hist_slots plus R). Modelled costs: a slot costs at least
     c_min = the chain of all pairs' segment over its 2P rows and at most c_max = a lone
-    row's one-pair segment, so C <= R x segments x c_max + R x RUN_TAIL_COST and a job
+    row's one-pair segment, so C <= R x segments x c_max + max_tails and a job
     holds at most C / J / c_min slots, plus 2R for the entries its range touches."""
     if not weighted_costs(p):
         return p.hist_slots + p.rows
     R, P = p.rows, p.pairs
     c_min = segment_cost(p, P, True) / (2 * P)
     c_max = segment_cost(p, 1, False)
-    c_total = R * p.segments * c_max + R * RUN_TAIL_COST
+    c_total = R * p.segments * c_max + max_tails(p, by_rows)
     return int(-(-c_total // (p.score_jobs * c_min))) + 2 * R
 
 
@@ -192,7 +208,10 @@ def plan_shared(st, k, io, job, tab, counters):
         e_segs = k.select(own, segs - seg0, k.select(s_act, r_first, zero))
         pairs = (rows + 1) >> 1
         seg_cost = _segment_cost(k, p, pairs)
-        tail = k.select(own, k.const(tail_cost(p, True), i32), z0)
+        if st.tail_rows and weighted_costs(p):  # (n: the run's rows, on its own lanes)
+            tail = k.select(own, n * RUN_TAIL_ROW + RUN_TAIL_FIXED, z0)
+        else:
+            tail = k.select(own, k.const(tail_cost(p, True), i32), z0)
         cost = k.select(e_act, e_segs * seg_cost + tail, zero)
         pre = _scan(k, cost, 2 * R) - cost
         C = k.wave_sum(cost)
