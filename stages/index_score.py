@@ -736,11 +736,7 @@ class IndexScore(Stage):
         waits for it (v34: the fix-up 3-4x slower with them)."""
         p = self.p
         R, H, NB = p.rows, p.heads, p.nb_words
-        lane = _lane(k)
-        lph = max(1, k.L // 32)  # lanes a head
-        words = 32 // lph
-        hpb = k.L // lph  # heads a pass
-        part = lane & (lph - 1)
+        lane, lph, words, hpb, part = self._dot_lanes(k)
         passes = []  # a pass's heads: (in range, q words, weight)
         for hb in range(-(-H // hpb)):
             head = hb * hpb + lane / lph
@@ -765,6 +761,15 @@ class IndexScore(Stage):
                 return tot
             each(u, dot)
 
+    @staticmethod
+    def _dot_lanes(k):
+        """The rescoring dots' lane map: (lane, lanes a head, q words a lane, heads a pass,
+        the lane's part of its head's 128 bytes); a head's 32 words over 1 or 2 lanes."""
+        lane = _lane(k)
+        lph = max(1, k.L // 32)
+        words = 32 // lph
+        return lane, lph, words, k.L // lph, lane & (lph - 1)
+
     def _head_term(self, k, acc, lph, keep, weight):
         """The wave's sum over its heads of relu(d) x w, d a head's dot from its lanes' 16
         products `acc` (`weight()` the head's weight, loaded where the dot is done; `keep`:
@@ -788,11 +793,7 @@ class IndexScore(Stage):
         bf16 head sum: relu(.) and w rounded to bf16 first, as the key loop does)."""
         p = self.p
         R, H, NB = p.rows, p.heads, p.nb_words
-        lane = _lane(k)
-        lph = max(1, k.L // 32)  # lanes a head
-        words = 32 // lph
-        hpb = k.L // lph  # heads a pass
-        part = lane & (lph - 1)
+        lane, lph, words, hpb, part = self._dot_lanes(k)
         tot = None
         for hb in range(-(-H // hpb)):
             head = hb * hpb + lane / lph
