@@ -1,41 +1,45 @@
 #!/usr/bin/env bash
-# v35 (prepared in session 29, no device time left): two candidates for the scoring job that
+# v35 (prepared in session 29, no device time left): candidates for the scoring job that
 # holds the runs' last segments (v34: it ends 5.6 us (W1) / 12.7 us (W2) after the others in
 # the fused index r8), each against the default in the same call, interleaved:
-#   tail_rows: share_pages' split costs a run's tail by its rows (--tune ix_score.tail_rows=1:
-#              W1's tail job 3 -> 2 segments, W2's job 0 no super segment);
-#   batched:   the fix-up's rescoring a row at a time with unmasked loads
-#              (--tune ix_score.fixup_batched=1; v34's masked form was 20 us slower).
-#   PART=1: exact through index with both, the fused index r8 default / tail_rows / batched /
-#           both / default                                                      (~6 min)
-#   PART=2: the tail job's clocks with both (--jobs-csv), index_scoring r8 and the fused index
-#           r2 / r4 with tail_rows against the default                          (~5 min)
+#   cached:  no fix-up; the key loop's reads of the new keys follow the key job's release
+#            (--tune ix_score.cached_new_keys=1: no rescoring, no search in any job);
+#   tail:    share_pages' split costs a run's tail by its rows (--tune ix_score.tail_rows=1;
+#            for the fix-up's default form, not with cached);
+#   batched: the fix-up's rescoring a row at a time with unmasked loads
+#            (--tune ix_score.fixup_batched=1; v34's masked form was 20 us slower).
+#   PART=1: exact through index with cached, the fused index r8 default / cached / tail /
+#           batched / cached / default                                          (~6.5 min)
+#   PART=2: the clocks with cached (--jobs-csv); index_scoring r8 and the fused index r2 / r4
+#           with cached against the default                                     (~5 min)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-8}
+C=ix_score.cached_new_keys=1
 T=ix_score.tail_rows=1
 B=ix_score.fixup_batched=1
 IX=(--kind index --config glm5 --rows 8 --pos 524287 --workload W1,W2 --backend cuda --reps 5)
 case "${PART:-1}" in
 1)
     step topk_index 100 python3 -m tools.check_topk --through index --config glm5 \
-        --pos 65535,524287 --rows 2,4,8 --workload W1,W2 --backend cuda --tune "$T,$B"
+        --pos 8191,65535,524287 --rows 2,4,8 --workload W1,W2 --backend cuda --tune "$C"
     step ix 50 python3 -m tools.time_layers "${IX[@]}"
+    step ix_cached 50 python3 -m tools.time_layers "${IX[@]}" --tune "$C"
     step ix_tail 50 python3 -m tools.time_layers "${IX[@]}" --tune "$T"
     step ix_batched 50 python3 -m tools.time_layers "${IX[@]}" --tune "$B"
-    step ix_both 50 python3 -m tools.time_layers "${IX[@]}" --tune "$T,$B"
+    step ix_cached2 50 python3 -m tools.time_layers "${IX[@]}" --tune "$C"
     step ix2 50 python3 -m tools.time_layers "${IX[@]}"
     ;;
 2)
     TL=(--kind index --config glm5 --rows 8 --pos 524287 --backend cuda --reps 3 --timeline
-        --tune "$T,$B")
+        --tune "$C")
     step tl_w1 50 python3 -m tools.time_layers "${TL[@]}" --workload W1 --jobs-csv "$OUT/ix_w1.csv"
     step tl_w2 50 python3 -m tools.time_layers "${TL[@]}" --workload W2 --jobs-csv "$OUT/ix_w2.csv"
     SC=(--kind index_scoring --config glm5 --rows 8 --pos 524287 --workload W1,W2 --backend cuda --reps 5)
     step sco 40 python3 -m tools.time_layers "${SC[@]}"
-    step sco_tail 40 python3 -m tools.time_layers "${SC[@]}" --tune "$T"
+    step sco_cached 40 python3 -m tools.time_layers "${SC[@]}" --tune "$C"
     R24=(--kind index --config glm5 --rows 2,4 --pos 524287 --workload W1,W2 --backend cuda --reps 5)
     step ix24 60 python3 -m tools.time_layers "${R24[@]}"
-    step ix24_tail 60 python3 -m tools.time_layers "${R24[@]}" --tune "$T"
+    step ix24_cached 60 python3 -m tools.time_layers "${R24[@]}" --tune "$C"
     ;;
 esac
 # (the device returns 8 files: the logs come back as one archive)

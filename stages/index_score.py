@@ -115,7 +115,7 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages", "fixup_ballot", "fixup_batched", "tail_rows")
+                "share_pages", "fixup_ballot", "fixup_batched", "tail_rows", "cached_new_keys")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -301,6 +301,15 @@ class IndexScore(Stage):
     # rows (index_share.RUN_TAIL_FIXED / RUN_TAIL_ROW, fitted to v33's clocks: bench/NOTES.md
     # v34) instead of RUN_TAIL_COST a run: off until timed
     tail_rows = False
+    # The launch's new keys as the key loop reads them from the cache, no fix-up: every key
+    # load follows the job's acquire of ix_nb (the head weights need it), and ix_key stores
+    # the new keys to the cache before that release, so no slot is read while it is being
+    # written (the relaxed interpreter checks the order: test_index_fixup). It drops the
+    # fix-up's search from every job (~1.0-1.5 us, v34) and its rescores from the job that
+    # holds the runs' last segments (10.4 / 13.7 us at the fused index r8 W1 / W2, which end
+    # it 5.6 / 12.7 us after the others). Not with tma_keys: the tensor maps' loads are the
+    # async proxy's, which that generic acquire does not order. Off until timed.
+    cached_new_keys = False
 
     @property
     def hist_slots(self) -> int:
@@ -537,10 +546,16 @@ class IndexScore(Stage):
             k.barrier()
         io.env.phase(1)  # every key of the job is scored
         self._cyc.flush()
-        self._fixup(k, io, tab, hist, counters)
-        if k.W > 1:
-            k.barrier()
-        io.env.phase(2)  # the launch's own new keys are rescored
+        if self.cached_new_keys:
+            if self.tma_keys:
+                raise ValueError("ix_score: cached_new_keys reads the new keys from the cache "
+                                 "after a generic acquire; tma_keys loads them through the "
+                                 "async proxy, which it does not order: not both")
+        else:
+            self._fixup(k, io, tab, hist, counters)
+            if k.W > 1:
+                k.barrier()
+        io.env.phase(2)  # the launch's own new keys are rescored (or read from the cache)
         if self.segment_hist:
             self._flush(k, io, tab, hist, counters)
         if self._fine is not None:

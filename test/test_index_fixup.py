@@ -1,7 +1,9 @@
 """The scoring's fix-up of the launch's own new keys with its row search by one ballot
 (IndexScore.fixup_ballot, on by default on sm_90a since bench/NOTES.md v33): lane u tests row
 u's new key against an entry's range in one round trip instead of R dependent ones; and with
-its rescoring as one straight block a row (IndexScore.fixup_batched, off: bench/NOTES.md v34).
+its rescoring as one straight block a row (IndexScore.fixup_batched, off: bench/NOTES.md v34);
+and without it (IndexScore.cached_new_keys, off: the key loop's reads of the new keys follow
+the key job's release, which the relaxed interpreter checks with a negative control).
 
   * every chip's tiling, interpreter modes that reorder the key job against the scoring:
     the float64 checks of test_index.check_launch, and scores and first-digit histograms bit
@@ -159,3 +161,66 @@ def test_the_sm90a_build_with_the_batched_rescoring():
     report = ptxas_report(text)
     if report is not None:
         check_job_loop_spills(report, text, INDEX_JOB_LOOP_SPILL_BYTES)
+
+
+# ------------------------------------------------ the new keys read from the cache, no fix-up
+
+def _cached(rows, chip):
+    L = _scoring(rows, chip, "loop")
+    next(s for s in L.stages if isinstance(s, IndexScore)).cached_new_keys = True
+    return L
+
+
+@pytest.mark.parametrize("rows,chip,requests,mode", CASES,
+                         ids=[f"r{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+def test_the_new_keys_read_from_the_cache_score_within_the_checks(rows, chip, requests, mode):
+    """IndexScore.cached_new_keys: no fix-up (no move counted), and every score, the new
+    keys' too, within test_index.check_launch's float64 checks, the histograms those of the
+    stored scores; in the relaxed memory a slot read before the key job's release would
+    show its stale key."""
+    L = _cached(rows, chip)
+    inp = make_inputs(L.plan, np.random.default_rng(rows + len(requests)), requests,
+                      cache_pages=PAGES)
+    res, moves = _moves(L, inp, mode, 9)
+    check_launch(L, inp, res)
+    assert moves == 0
+
+
+def test_a_key_job_releasing_before_its_cache_stores_is_caught(monkeypatch):
+    """The negative control: ix_key releasing ix_nb BEFORE it stores the new keys to the cache
+    (and ix_nb) leaves the scoring, in the relaxed memory, reading stale slots: the checks
+    fail. With the release last (the stage as it is) the same runs pass (above)."""
+    from stages.index_proj import IndexKey
+    from stages.index_dsl import stage_body, wait_flags
+
+    @stage_body
+    def early_release(self, k, job, io):
+        p = self.p
+        rs_of = self._row_scales(k, io)
+        wait_flags(k, io, p.q_jobs, p.k_splits)
+        self._head_weights(k, io, rs_of)
+        io.release("ix_nb")
+        self._new_keys(k, io, rs_of)
+    monkeypatch.setattr(IndexKey, "body", early_release)
+    caught = []
+    for seed in range(4):
+        L = _cached(8, "sm_90a")
+        inp = make_inputs(L.plan, np.random.default_rng(seed), [(8, 2043)], cache_pages=PAGES)
+        try:
+            check_launch(L, inp, _run(L, inp, mode="relaxed", seed=seed))
+        except AssertionError as e:
+            caught.append(str(e))
+    assert caught, "stale new keys in the cache were never seen"
+
+
+def test_the_cached_new_keys_are_not_read_through_the_async_proxy():
+    L = _cached(8, "sm_90a")
+    next(s for s in L.stages if isinstance(s, IndexScore)).tma_keys = True
+    with pytest.raises(ValueError, match="cached_new_keys .* tma_keys .* not both"):
+        L.kernel("sm_90a")
+
+
+def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
+    from tools import check_topk
+    assert check_topk.main(["--through", "index", "--rows", "8", "--pos", "2049",
+                            "--workload", "W1,W2", "--tune", "ix_score.cached_new_keys=1"]) == 0
