@@ -221,6 +221,20 @@ def test_the_cached_new_keys_are_not_read_through_the_async_proxy():
 
 
 def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
-    from tools import check_topk
+    """check_topk through index (the interpreter's chip, gfx950), and the sm_90a fused index
+    with its defaults (share_pages, row_parts) at W2: exact, the slots of the fix-up's run."""
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import check_topk, common
     assert check_topk.main(["--through", "index", "--rows", "8", "--pos", "2049",
                             "--workload", "W1,W2", "--tune", "ix_score.cached_new_keys=1"]) == 0
+    kind = kinds.kind("index")
+    spec = BuildSpec.make("tiny", rows=8, target="interp")
+    out = []
+    for tunes in ([], [("ix_score", "cached_new_keys", "1")]):
+        L = common.apply_tunes(kind.launch(spec, chip="sm_90a"), tunes)
+        inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(8), 2049, "W2")
+        r = L.run_interp(inp, step=0, mode="relaxed", seed=3)
+        assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
+        out.append(r.outputs[L.select_cfg.names.out])
+    assert np.array_equal(out[0], out[1])
