@@ -344,6 +344,11 @@ def test_bytes_moved_counts_each_buffer_once():
     (build, ["--config", "tiny", "--tp", "8"], "TP 8 does not divide tiny's 4 heads"),
     (time_layers, ["--backend", "interp"], "use it with --timeline"),
     (time_layers, ["--plot", "x.png"], "add --timeline"),
+    (time_layers, ["--versus", "ix_score.depth=3", "--backend", "interp", "--timeline"],
+     "--versus times two variants"),
+    (time_layers, ["--versus", "ix_score.depth=3", "--rounds", "0"], "--rounds 0: at least 1"),
+    (time_layers, ["--versus", "ix_score.depth=3", "--versus", "ix_score.depth=2"],
+     "--versus ix_score.depth given twice: 3 and 2"),
 ])
 def test_bad_options_are_clear_argparse_errors(tool, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -665,3 +670,36 @@ def test_stage_rows_name_the_slowest_job():
     row, = time_layers.stage_rows(recs, 0.5, "us", ["s"])
     assert row[time_layers.SLOWEST_COLUMN] == "2: 41.00"
     assert row["median job (us)"] == 28.25
+
+
+def test_time_layers_versus_times_a_then_b_each_round_and_prints_the_ratio(monkeypatch, capsys):
+    """--versus (the GPU's timing faked: no GPU in CI): per case A then B for --rounds rounds,
+    B built with --versus' settings on top of --tune's, each row marked; the summary's medians
+    and B/A come from the ok runs only (a failed run is counted, not averaged)."""
+    from monokernel.launch import timing
+    from stages.index_score import IndexScore
+    from tools import common
+    calls = []
+    fake_us = iter([100.0, 90.0, 104.0, 91.0, 102.0, 500.0])
+
+    def fake_time(kind, spec, args, ceil, pos, wl="W1", lazy=None, launch=None):
+        st = next(s for s in launch.stages if isinstance(s, IndexScore))
+        calls.append((pos, wl, st.depth, st.cached_new_keys))
+        us = next(fake_us)
+        return dict(kind=kind.name, spec=spec.path, pos=pos, wl=wl, us=us,
+                    status="FAILED: fake" if us == 500.0 else "ok")
+    monkeypatch.setattr(common, "backend", lambda *a, **k: None)
+    monkeypatch.setattr(timing, "ceilings", lambda: {})
+    monkeypatch.setattr(time_layers, "print_ceilings", lambda ceil: None)
+    monkeypatch.setattr(time_layers, "time_or_report", fake_time)
+    rc = time_layers.main(["--kind", "index_scoring", "--config", "tiny", "--rows", "2",
+                           "--pos", "1000", "--rounds", "3", "--tune", "ix_score.depth=3",
+                           "--versus", "ix_score.cached_new_keys=1"])
+    out = capsys.readouterr().out
+    assert rc == 1  # the failed run
+    assert calls == [(1000, "W1", 3, False), (1000, "W1", 3, True)] * 3
+    assert "A = ix_score.depth=3, B = A + ix_score.cached_new_keys=1" in out
+    line = next(x for x in out.splitlines() if "B/A" in x and "pos 1000" in x)
+    assert "A 102.00 us (100.00, 104.00, 102.00)" in line
+    assert "B 90.50 us (90.00, 91.00)" in line and "B/A 0.887" in line
+    assert "(1 failed runs left out)" in line

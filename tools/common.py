@@ -537,7 +537,8 @@ class TuneAction(argparse.Action):
         seen = {(s, a): v for s, a, v in have}
         for s, a, v in values:
             if (s, a) in seen and seen[(s, a)] != v:
-                parser.error(f"--tune {s}.{a} given twice: {seen[(s, a)]} and {v}")
+                parser.error(f"{option_string or '--tune'} {s}.{a} given twice: "
+                             f"{seen[(s, a)]} and {v}")
             seen[(s, a)] = v
             if (s, a, v) not in have:
                 have.append((s, a, v))
@@ -557,10 +558,15 @@ def inert_tunes(kind, spec, tunes, tuned, target: str) -> bool:
     twice. Builds the default launch's kernel once more; False without tunes."""
     if not tunes:
         return False
+    return same_code(launch_for(kind, spec, []), tuned, target)
+
+
+def same_code(a, b, target: str) -> bool:
+    """Whether launches `a` and `b` build the same kernel code for `target` (their LLVM IR,
+    value numbers aside)."""
     from monokernel.build import emit_llvm
-    base = launch_for(kind, spec, [])
-    return _canonical_ir(emit_llvm(base.kernel(target), target)) == \
-        _canonical_ir(emit_llvm(tuned.kernel(target), target))
+    return _canonical_ir(emit_llvm(a.kernel(target), target)) == \
+        _canonical_ir(emit_llvm(b.kernel(target), target))
 
 
 def _canonical_ir(text: str) -> str:

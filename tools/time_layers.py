@@ -3,6 +3,7 @@
     python -m tools.time_layers [--kind front] [--config glm5] [--tp 8] [--rows 2,4,8]
                                 [--pos 8192] [--workload W1,W2] [--kv fp8]
                                 [--backend cuda|hip|interp] [--timeline [--plot FILE.png]]
+                                [--versus STAGE.ATTR=VALUE [--rounds 2]]
 
 Per (kind, rows, kv, pos, workload): microseconds per launch = the median over CUDA-graph
 replays of back-to-back launches (monokernel.launch.timing.timed_graph; 20 a graph, more
@@ -55,6 +56,13 @@ beside its span; `us/launch` always comes from the build without them. Clocks: g
 ns on NVIDIA (shown in us), s_memrealtime on AMD (100 MHz, shown in us), and with `--backend interp` (for testing, --timeline only) the interpreter's
 tick counter (memory accesses, shown in ticks).
 
+`--versus STAGE.ATTR=VALUE[,...]` is an A/B run in one process: each case is timed with
+--tune's settings (A) and with --versus' on top of them (B), A then B, for --rounds rounds
+(default 2), every run checked as above, on one set of ceilings and with each launch built
+once; the table marks each row's variant and round, and a summary prints each case's
+medians and B/A. Interleaving keeps the card's drift (clocks, temperature) out of the ratio,
+which separate processes minutes apart do not.
+
 --pos sets the context position of kinds whose inputs take one (ignored, shown as '-', for
 kinds that read no cache). The hip backend is untested (no AMD GPU is available to the
 project) and fails with a clear message without ROCm. Defaults: kind front (synthetic until
@@ -99,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     ap.add_argument("--per-graph", type=int, default=20, help="launches per graph (default 20)")
     ap.add_argument("--reps", type=int, default=15, help="graph replays timed (default 15)")
+    ap.add_argument("--versus", type=common.tune_list, action=common.TuneAction, default=[],
+                    metavar="STAGE.ATTR=VALUE",
+                    help="A/B in this process: every case timed with --tune's settings (A) "
+                         "and with these on top (B), A then B for --rounds rounds; prints B/A")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="with --versus: rounds of A then B (default 2)")
     return ap
 
 
@@ -496,6 +510,7 @@ def time_or_report(kind, spec, args, ceil, pos, workload: str = "W1", lazy=None,
                     status=f"FAILED: {type(e).__name__}: {e}")
 
 
+VERSUS_COLUMNS = [("variant", "A/B"), "round"]  # after the workload, with --versus
 COLUMNS = ["kind", "spec", "pos", ("wl", "workload"), ("us", "us/launch"),
            ("span_us", "score span"), ("tail_us", "score tail"), ("floor_us", "floor us"),
            ("key_us", "keys us"), ("flop_us", "flops us"), ("rest_us", "rest us"),
@@ -531,27 +546,77 @@ def run_gpu(args, ap, tp) -> int:
             for kv in args.kv:
                 tgt = "sm_90a" if args.backend == "cuda" else args.chip
                 spec = common.make_spec(args.config, tp, r, kv, tgt)
-                # one Launch (its kernels loaded once) for every pos
-                L = common.launch_for(kind, spec, args.tune)
-                common.warn_inert_tunes(kind, spec, args.tune, L, tgt)
-                wls = common.workloads_for(L, args.workload)
+                # one Launch a variant (its kernels loaded once) for every pos
+                variants = _variants(kind, spec, args, tgt)
+                wls = common.workloads_for(variants[0][1], args.workload)
                 if wls == ["-"] and args.workload != ["W1"]:
                     print(f"  note: {kname} has no key cache; --workload ignored", flush=True)
                 for pos in args.pos:
                     for wl in wls:
-                        row = time_or_report(kind, spec, args, ceil, pos, wl, launch=L)
-                        bad += row["status"] != "ok"
-                        rows.append(row)
-                        print(f"  {kname} {spec.path} pos {row.get('pos')} {wl}: "
-                              f"{row.get('us', float('nan')):.2f} us ({row['status']})",
-                              flush=True)
-    print(common.table(rows, COLUMNS))
+                        for rnd in range(args.rounds if args.versus else 1):
+                            for name, L in variants:
+                                row = time_or_report(kind, spec, args, ceil, pos, wl, launch=L)
+                                if name:
+                                    row.update(variant=name, round=rnd + 1)
+                                bad += row["status"] != "ok"
+                                rows.append(row)
+                                print(f"  {kname} {spec.path} pos {row.get('pos')} {wl}"
+                                      f"{' ' + name if name else ''}: "
+                                      f"{row.get('us', float('nan')):.2f} us ({row['status']})",
+                                      flush=True)
+    cols = COLUMNS[:4] + VERSUS_COLUMNS + COLUMNS[4:] if args.versus else COLUMNS
+    print(common.table(rows, cols))
     print(FLOOR_NOTE)
+    if args.versus:
+        print(versus_summary(rows, args.tune, args.versus))
     for row in rows:
         if "_timeline" in row:
             L, stamps, scale, title = row["_timeline"]
             _print_timeline(L, stamps, scale, "us", args, title)
     return 1 if bad else 0
+
+
+def _variants(kind, spec, args, target) -> list:
+    """[(name, Launch)]: ("", the --tune launch); with --versus also ("A", it) and ("B", it
+    with --versus' settings applied after --tune's)."""
+    A = common.launch_for(kind, spec, args.tune)
+    common.warn_inert_tunes(kind, spec, args.tune, A, target)
+    if not args.versus:
+        return [("", A)]
+    B = common.launch_for(kind, spec, list(args.tune) + list(args.versus))
+    if common.same_code(A, B, target):
+        print(f"  WARNING: --versus leaves {kind.name} {spec.path}'s {target} code as A's: "
+              "the A/B measures one kernel twice", flush=True)
+    return [("A", A), ("B", B)]
+
+
+def versus_summary(rows, tune, versus) -> str:
+    """A line a case (kind, spec, pos, workload): each variant's median us over its rounds
+    (its runs in parentheses; a failed run is left out and counted) and B/A."""
+    def names(ts):
+        return ",".join(f"{s}.{a}={v}" for s, a, v in ts)
+    out = [f"A/B (B/A < 1: B faster): A = {names(tune) or 'the defaults'}, "
+           f"B = A + {names(versus)}"]
+    cases = {}
+    for r in rows:
+        if "variant" in r:
+            key = (r["kind"], r["spec"], r.get("pos"), r.get("wl"))
+            cases.setdefault(key, {"A": [], "B": [], "failed": 0})
+            if r.get("status") == "ok" and r.get("us") is not None:
+                cases[key][r["variant"]].append(r["us"])
+            else:
+                cases[key]["failed"] += 1
+    for (kind, spec, pos, wl), c in cases.items():
+        head = f"  {kind} {spec} pos {pos} {wl}:"
+        if not (c["A"] and c["B"]):
+            out.append(f"{head} no ratio ({c['failed']} failed runs)")
+            continue
+        a, b = statistics.median(c["A"]), statistics.median(c["B"])
+        runs = {v: ", ".join(f"{u:.2f}" for u in c[v]) for v in "AB"}
+        fail = f" ({c['failed']} failed runs left out)" if c["failed"] else ""
+        out.append(f"{head} A {a:.2f} us ({runs['A']}), B {b:.2f} us ({runs['B']}): "
+                   f"B/A {b / a:.3f}{fail}")
+    return "\n".join(out)
 
 
 FLOOR_NOTE = ("floor = max(keys us, flops us) + rest us: key bytes read once (W2: pages the "
@@ -571,6 +636,11 @@ def main(argv=None) -> int:
         ap.error("--backend interp has no microseconds: use it with --timeline (ticks)")
     if args.per_graph < 1 or args.reps < 1:
         ap.error("--per-graph and --reps must be at least 1")
+    if args.versus and (args.backend == "interp" or args.timeline):
+        ap.error("--versus times two variants: a GPU backend, no --timeline (time a "
+                 "variant's timeline alone with --tune)")
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: at least 1")
     tp = common.resolve_tp(ap, args.config, args.tp)
     try:
         if args.backend == "interp":
