@@ -53,7 +53,10 @@ Keys this launch writes: a row's new key lands in a slot that the group's key lo
 reads (the key job may be writing it); the loop's value there is discarded: after the CTA
 barrier `_fixup` recomputes exactly those scores from the launch's own new key (ix_nb, f32
 dot products of exact fp8 products) and moves their histogram count from the stale digit to
-the new one. Only the jobs whose range holds such a slot do anything there.
+the new one. Only the jobs whose range holds such a slot do anything there. (The job's key
+loop starts after its acquire of ix_nb, which ix_key releases after its cache stores, so the
+loop in fact reads the new keys: `cached_new_keys` keeps its scores and runs no fix-up, off
+until timed.)
 
 Scores/selection contract (layouts/scores.py; the region protocol is this module's):
     scores      PlainBuffer f32 [R, capacity]: scores[r, p] for p <= pos[r] (others untouched)
