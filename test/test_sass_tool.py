@@ -2,6 +2,8 @@
 against the loop's behaviour: the key loads set scoreboard 5, the loop's first instruction
 waits for it), the loop finder on a small listing, and the CLI's clear error without ptxas /
 nvdisasm. The full run (ptxas + nvdisasm) is exercised where they are installed."""
+import sys
+
 import pytest
 
 from tools import sass
@@ -95,3 +97,18 @@ def test_a_real_loop_where_ptxas_and_nvdisasm_are_installed():
     instrs, labels = sass.parse(sass.disassemble(art.data.decode()))
     rows = [sass.loop_stats(b) for b in sass.loops(instrs, labels, 100)]
     assert any(r["GMMA"] >= 4 and r["LDG"] >= 5 for r in rows), rows  # the key loop
+
+
+def test_find_tool_looks_in_the_nvidia_wheels_bin_folders(tmp_path, monkeypatch):
+    """A tool that only an nvidia-* wheel installs (the test extra's nvdisasm) is found in
+    the wheel's bin folder; $NAME naming no file finds nothing."""
+    import types
+    exe = tmp_path / "nvidia" / "cu99" / "bin" / "monokernel-fake-tool"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setitem(sys.modules, "nvidia", types.SimpleNamespace(__path__=[str(exe.parents[2])]))
+    monkeypatch.delenv("MONOKERNEL-FAKE-TOOL", raising=False)
+    assert sass.find_tool("monokernel-fake-tool") == str(exe)
+    monkeypatch.setenv("MONOKERNEL-FAKE-TOOL", str(tmp_path / "none"))
+    assert sass.find_tool("monokernel-fake-tool") is None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import glob
 import os
 import re
 import shutil
@@ -151,11 +152,22 @@ def opcode(text: str) -> str:
 
 
 def find_tool(name: str) -> str | None:
-    """$NAME (upper case) if set (None if it names no file), else PATH, else CUDA_BIN."""
+    """$NAME (upper case) if set (None if it names no file), else PATH, else CUDA_BIN, else
+    the bin folders of NVIDIA's PyPI wheels (the test extra installs nvidia-cuda-nvdisasm)."""
     env = os.environ.get(name.upper())
     if env:
         return env if os.path.exists(env) else None
-    return shutil.which(name) or shutil.which(name, path=CUDA_BIN)
+    return shutil.which(name) or shutil.which(name, path=os.pathsep.join([CUDA_BIN,
+                                                                          *wheel_bins()]))
+
+
+def wheel_bins() -> list[str]:
+    """The `bin` folders of the installed `nvidia-*` wheels (e.g. nvidia/cu13/bin)."""
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    return sorted(p for root in nvidia.__path__ for p in glob.glob(os.path.join(root, "*", "bin")))
 
 
 def disassemble(ptx: str, arch: str = "sm_90a") -> str:
