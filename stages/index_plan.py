@@ -35,6 +35,7 @@ SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
 BLOCK = FP8_SCALE_BLOCK
 Q_FILL = 1.0  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)
 Q_MIN_BLOCKS = 2  # 128-blocks of q_lora a q job takes at least (32 KB of W_qb_idx)
+KEY_WORDS = HD // 4  # u32 words of a key's (or a q head's) HD fp8 bytes; its scale's bits follow
 QW = 36  # ix_qb words a (head, row): 32 fp8 words, the scale's bits, pad to 16 bytes
 NW0 = 36  # ix_nb: a row's 32 key words, its scale's bits, pad; then its head weights
 DEPTH = 2  # key groups a scoring wave keeps in flight ahead of the one it computes

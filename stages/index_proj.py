@@ -36,7 +36,7 @@ from monokernel.ir import BULK_ALIGN
 from monokernel.types import bf16, f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
-from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
+from .index_plan import HD, KEY_WORDS, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
 from .index_dsl import (_lane, stage_body, rotate, quantize, pack_words, wait_flags,
                         publish_done)
 from . import mma_tile
@@ -329,7 +329,7 @@ class IndexQ(_ProjStage):
             q8, sc = quantize(k, p, ys)
             word, widx, wl = pack_words(k, q8)
             io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
-            io.store("ix_qb", (hq * R + r) * QW + 32, k.bitcast(sc, u32), mask=_lane(k).eq(0))
+            io.store("ix_qb", (hq * R + r) * QW + KEY_WORDS, k.bitcast(sc, u32), mask=_lane(k).eq(0))
         io.env.phase(1)  # wave 0's rows are rotated, quantized and stored
         publish_done(k, io, "ix_qdone", hq)
 
@@ -448,7 +448,7 @@ class IndexKey(_ProjStage):
             q8, sc = quantize(k, p, ys)
             word, widx, wl = pack_words(k, q8)
             io.store("ix_nb", r * p.nb_words + widx, word, mask=wl)
-            io.store("ix_nb", r * p.nb_words + 32, k.bitcast(sc, u32), mask=lane.eq(0))
+            io.store("ix_nb", r * p.nb_words + KEY_WORDS, k.bitcast(sc, u32), mask=lane.eq(0))
             page = k.load(a.block_table, r * p.max_pages + (pc >> 6), i32)
             ok = io.ok & (pos >= 0) & (page >= 0)
             base = page * PAGE_WORDS

@@ -90,7 +90,7 @@ from .index_share import (count_divergent, counter_words, entries_scored, for_en
                           plan_entries, hist_slots as share_hist_slots,
                           plan_runs, plan_shared)
 from .index_tiling import LANE_BYTES, SM90, KeyTiling
-from .index_plan import HD, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
+from .index_plan import HD, KEY_WORDS, PAGE, PAGE_BYTES, PAGE_ROWS, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0, QW, NW0, DEPTH, IndexPlan
 from .index_dsl import (BF16_SHIFT, _has_bit, _lane, _tid, _scan, ordered_digit, ordered_digit_canonical,
                         refined_digit_canonical,
                         stage_body, wait_flags)
@@ -507,6 +507,10 @@ class IndexScore(Stage):
     # -- body -------------------------------------------------------------------------------
     @stage_body
     def body(self, k, job, io):
+        if self.cached_new_keys and self.tma_keys:
+            raise ValueError("ix_score: cached_new_keys reads the new keys from the cache after "
+                             "a generic acquire; tma_keys loads them through the async proxy, "
+                             "which it does not order: not both")
         p = self.p
         R = p.rows
         T = k.W * k.L
@@ -549,12 +553,7 @@ class IndexScore(Stage):
             k.barrier()
         io.env.phase(1)  # every key of the job is scored
         self._cyc.flush()
-        if self.cached_new_keys:
-            if self.tma_keys:
-                raise ValueError("ix_score: cached_new_keys reads the new keys from the cache "
-                                 "after a generic acquire; tma_keys loads them through the "
-                                 "async proxy, which it does not order: not both")
-        else:
+        if not self.cached_new_keys:
             self._fixup(k, io, tab, hist, counters)
             if k.W > 1:
                 k.barrier()
@@ -703,7 +702,7 @@ class IndexScore(Stage):
                         row = gi + rr
                         with k.if_(pu <= posf + rr):
                             score = self._new_dot(k, io, row, u) * k.bitcast(
-                                io.load("ix_nb", u * NB + 32), f32)
+                                io.load("ix_nb", u * NB + KEY_WORDS), f32)
                             idx = row * p.capacity + pu
                             old = io.load("scores", idx)
                             move(g, rr, row, idx, pu, old, score, lane.eq(0))
@@ -730,7 +729,7 @@ class IndexScore(Stage):
         def rescore(u, dot_of):
             idx = row * p.capacity + pos[u]
             old = io.load("scores", idx)
-            scale = k.bitcast(io.load("ix_nb", u * NB + 32), f32)
+            scale = k.bitcast(io.load("ix_nb", u * NB + KEY_WORDS), f32)
             move(g, rr, row, idx, pos[u], old, dot_of() * scale, one & found[u])
         self._new_dots(k, io, row, rescore)
 
@@ -743,7 +742,7 @@ class IndexScore(Stage):
         wn = k.bitcast(io.load("ix_nb", row * p.nb_words + NW0 + head, mask=mask), f32)
         # unmasked: `row` and `head` are in range (callers clamp them) and a scale is finite,
         # so a masked-off weight (0) makes the product 0
-        sq = k.bitcast(io.load("ix_qb", (head * p.rows + row) * QW + 32), f32)
+        sq = k.bitcast(io.load("ix_qb", (head * p.rows + row) * QW + KEY_WORDS), f32)
         return (wn * sq) * p.head_weight_coef
 
     def _new_dots(self, k, io, row, each):
@@ -784,8 +783,8 @@ class IndexScore(Stage):
         """The rescoring dots' lane map: (lane, lanes a head, q words a lane, heads a pass,
         the lane's part of its head's 128 bytes); a head's 32 words over 1 or 2 lanes."""
         lane = _lane(k)
-        lph = max(1, k.L // 32)
-        words = 32 // lph
+        lph = max(1, k.L // KEY_WORDS)
+        words = KEY_WORDS // lph
         return lane, lph, words, k.L // lph, lane & (lph - 1)
 
     def _head_term(self, k, acc, lph, keep, weight):
