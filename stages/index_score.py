@@ -50,13 +50,14 @@ key path):
             (`_group_ss`) are here.
 
 Keys this launch writes: a row's new key lands in a slot that the group's key loop also
-reads (the key job may be writing it); the loop's value there is discarded: after the CTA
+reads. Every job's key loop starts after its acquire of ix_nb, and ix_key stores the new keys
+to the cache before it releases ix_nb, so no slot is read while it is being written and the
+loop reads the launch's new keys (`cached_new_keys`: the sm_90a default, measured faster,
+bench/NOTES.md v35). Where it is off (AMD, or sm_90a with tma_keys, whose async-proxy loads
+that generic acquire does not order) the loop's value there is discarded: after the CTA
 barrier `_fixup` recomputes exactly those scores from the launch's own new key (ix_nb, f32
 dot products of exact fp8 products) and moves their histogram count from the stale digit to
-the new one. Only the jobs whose range holds such a slot do anything there. (The job's key
-loop starts after its acquire of ix_nb, which ix_key releases after its cache stores, so the
-loop in fact reads the new keys: `cached_new_keys` keeps its scores and runs no fix-up, off
-until timed.)
+the new one. Only the jobs whose range holds such a slot do anything there.
 
 Scores/selection contract (layouts/scores.py; the region protocol is this module's):
     scores      PlainBuffer f32 [R, capacity]: scores[r, p] for p <= pos[r] (others untouched)
@@ -107,6 +108,9 @@ WORD_BYTES = u32.bits // 8  # LDS staging words
 # class's comments); AMD keeps both off
 SHARE_PAGES_ON_NVIDIA = True
 FIXUP_BALLOT_ON_NVIDIA = True
+# IndexScore.cached_new_keys where the chip is sm_90a (no fix-up: the key loop's reads of
+# the launch's new keys follow ix_key's release); AMD keeps the fix-up
+CACHED_NEW_KEYS_ON_NVIDIA = True
 
 
 class IndexScore(Stage):
@@ -311,8 +315,12 @@ class IndexScore(Stage):
     # fix-up's search from every job (~1.0-1.5 us, v34) and its rescores from the job that
     # holds the runs' last segments (10.4 / 13.7 us at the fused index r8 W1 / W2, which end
     # it 5.6 / 12.7 us after the others). Not with tma_keys: the tensor maps' loads are the
-    # async proxy's, which that generic acquire does not order. Off until timed.
-    cached_new_keys = False
+    # async proxy's, which that generic acquire does not order. None: on where the chip is
+    # sm_90a and the keys are not TMA's (CACHED_NEW_KEYS_ON_NVIDIA, `reads_cached_new_keys`),
+    # off on AMD (unmeasured there). H100, 512K keys, A/B in one process (bench/NOTES.md v35):
+    # the fused index r8 W1 / W2 111.3 / 121.1 -> 108.3 / 110.0 us, r4 95.8 / 101.7 -> 93.3 /
+    # 92.0, r2 93.0 / 93.0 -> 88.3 / 87.3; index_scoring r8 66.3 / 72.1 -> 64.8 / 65.4
+    cached_new_keys = None
 
     @property
     def hist_slots(self) -> int:
@@ -361,6 +369,18 @@ class IndexScore(Stage):
             self.share_pages = nvidia and SHARE_PAGES_ON_NVIDIA
         if self.fixup_ballot is None:
             self.fixup_ballot = nvidia and FIXUP_BALLOT_ON_NVIDIA
+
+    @property
+    def reads_cached_new_keys(self) -> bool:
+        """Whether the key loop's scores of the launch's new keys stand (no fix-up):
+        `cached_new_keys`, or where it is None the chip's default (sm_90a without tma_keys)."""
+        if self.cached_new_keys is None:
+            return self.p.chip == SM90 and CACHED_NEW_KEYS_ON_NVIDIA and not self.tma_keys
+        if self.cached_new_keys and self.tma_keys:
+            raise ValueError("ix_score: cached_new_keys reads the new keys from the cache after "
+                             "a generic acquire; tma_keys loads them through the async proxy, "
+                             "which it does not order: not both")
+        return bool(self.cached_new_keys)
 
     @property
     def t(self) -> KeyTiling:
@@ -507,10 +527,7 @@ class IndexScore(Stage):
     # -- body -------------------------------------------------------------------------------
     @stage_body
     def body(self, k, job, io):
-        if self.cached_new_keys and self.tma_keys:
-            raise ValueError("ix_score: cached_new_keys reads the new keys from the cache after "
-                             "a generic acquire; tma_keys loads them through the async proxy, "
-                             "which it does not order: not both")
+        cached = self.reads_cached_new_keys
         p = self.p
         R = p.rows
         T = k.W * k.L
@@ -553,7 +570,7 @@ class IndexScore(Stage):
             k.barrier()
         io.env.phase(1)  # every key of the job is scored
         self._cyc.flush()
-        if not self.cached_new_keys:
+        if not cached:
             self._fixup(k, io, tab, hist, counters)
             if k.W > 1:
                 k.barrier()

@@ -2,8 +2,9 @@
 (IndexScore.fixup_ballot, on by default on sm_90a since bench/NOTES.md v33): lane u tests row
 u's new key against an entry's range in one round trip instead of R dependent ones; and with
 its rescoring as one straight block a row (IndexScore.fixup_batched, off: bench/NOTES.md v34);
-and without it (IndexScore.cached_new_keys, off: the key loop's reads of the new keys follow
-the key job's release, which the relaxed interpreter checks with a negative control).
+and without it (IndexScore.cached_new_keys, the sm_90a default since v35: the key loop's reads
+of the new keys follow the key job's release, which the relaxed interpreter checks with a
+negative control).
 
   * every chip's tiling, interpreter modes that reorder the key job against the scoring:
     the float64 checks of test_index.check_launch, and scores and first-digit histograms bit
@@ -42,6 +43,7 @@ SEARCHES = ("loop", "ballot", "batched")
 def _scoring(rows, chip, search, share=False):
     L = _launch(rows, chip)
     st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.cached_new_keys = False  # (the sm_90a default since v35: no fix-up)
     st.fixup_ballot = search != "loop"
     st.fixup_batched = search == "batched"
     st.share_pages = share
@@ -221,8 +223,9 @@ def test_the_cached_new_keys_are_not_read_through_the_async_proxy():
 
 
 def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
-    """check_topk through index (the interpreter's chip, gfx950), and the sm_90a fused index
-    with its defaults (share_pages, row_parts) at W2: exact, the slots of the fix-up's run."""
+    """check_topk through index (the interpreter's chip, gfx950, whose default is the
+    fix-up), and the sm_90a fused index with its defaults (share_pages, row_parts, and since
+    v35 cached_new_keys) at W2: exact, the slots of the fix-up's run (cached_new_keys=0)."""
     from spec import BuildSpec
     from stages import kinds
     from tools import check_topk, common
@@ -231,8 +234,10 @@ def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
     kind = kinds.kind("index")
     spec = BuildSpec.make("tiny", rows=8, target="interp")
     out = []
-    for tunes in ([], [("ix_score", "cached_new_keys", "1")]):
+    for tunes in ([("ix_score", "cached_new_keys", "0")], []):
         L = common.apply_tunes(kind.launch(spec, chip="sm_90a"), tunes)
+        assert next(s for s in L.stages if isinstance(s, IndexScore)).reads_cached_new_keys \
+            == (not tunes)
         inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(8), 2049, "W2")
         r = L.run_interp(inp, step=0, mode="relaxed", seed=3)
         assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())

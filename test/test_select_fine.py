@@ -166,7 +166,8 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
     the fold then follows the selection's own default (off). With both on, sm_90a also
     folds the scoring's per-job counts (ROW_PARTS_ON_NVIDIA) and its scoring shares pages
     and searches the fix-up by ballot (SHARE_PAGES_ON_NVIDIA, FIXUP_BALLOT_ON_NVIDIA, the
-    index_scoring kind too); turning either digit option off turns row_parts off."""
+    index_scoring kind too), and reads the launch's new keys from the cache with no fix-up
+    (CACHED_NEW_KEYS_ON_NVIDIA); turning either digit option off turns row_parts off."""
     kind = kinds.kind("index")
     for target, chip, on in (("sm_90a", None, True), ("interp", "sm_90a", True),
                              ("interp", None, False), ("gfx950", None, False),
@@ -183,7 +184,8 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
             assert (L.plan.row_parts, cfg.row_parts) == (on, on), (target, chip, rows)
             for st in (scorer(L), scorer(kinds.kind("index_scoring").launch(
                     spec, **({"chip": chip} if chip else {})))):
-                assert (st.share_pages, st.fixup_ballot) == (on, on), (target, chip, rows)
+                assert (st.share_pages, st.fixup_ballot, st.reads_cached_new_keys) == \
+                    (on, on, on), (target, chip, rows)
     spec = BuildSpec.make("glm5", rows=8, target="sm_90a")
     off = common.launch_for(kind, spec, [("launch", "fine_digits", "0")])
     assert not off.plan.fine_digits and not off.select_cfg.fine_digits
@@ -195,6 +197,11 @@ def test_the_fused_index_refines_and_folds_by_default_on_nvidia_only():
     told = common.launch_for(kind, spec, [("ix_score", "share_pages", "0"),
                                           ("ix_score", "fixup_ballot", "0")])
     assert not scorer(told).share_pages and not scorer(told).fixup_ballot
+    # the cache's new keys: off when told, and by default with keys by TMA (the async
+    # proxy, which the key loop's acquire does not order) rather than an error
+    for tune, reads in ((("ix_score", "cached_new_keys", "0"), False),
+                        (("ix_score", "tma_keys", "1"), False)):
+        assert scorer(common.launch_for(kind, spec, [tune])).reads_cached_new_keys is reads
 
 
 def scorer(launch):
