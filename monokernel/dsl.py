@@ -547,11 +547,13 @@ class KernelBuilder:
             attrs["line"] = True
         self._emit("prefetch_l2", (p, idx) + margs, (), attrs)
 
-    def prefetch_rows_l2(self, p, base, rows: int, row_bytes: int, stride: int, piece: int):
+    def prefetch_rows_l2(self, p, base, rows: int, row_bytes: int, stride: int, piece: int,
+                         *, line: bool = False):
         """prefetch_l2 of a 2-D block: `rows` ranges of `row_bytes` bytes, `stride` bytes
         apart, from byte `base` (uniform) of p, in `piece`-byte prefetches spread over the
         CTA's threads (thread t: pieces t, t + T, ...; piece i is row i // (row_bytes //
-        piece), in-row offset i % that): each byte asked once."""
+        piece), in-row offset i % that): each byte asked once. `line`: the pieces are L2
+        lines (prefetch_l2's line form: one instruction a wave, not a bulk request a lane)."""
         if row_bytes % piece:
             raise DSLError(f"prefetch_rows_l2: piece {piece} does not divide the "
                            f"{row_bytes}-byte rows")
@@ -561,7 +563,7 @@ class KernelBuilder:
             i = self.thread_id() + j * T
             off = i * piece if rows == 1 else (i / per_row) * stride + (i % per_row) * piece
             self.prefetch_l2(p, base + off, piece,
-                             mask=(i < total) if (j + 1) * T > total else None)
+                             mask=(i < total) if (j + 1) * T > total else None, line=line)
 
     # asynchronous bulk copies into LDS (sm_90a's TMA unit) ---------------------------------
     def _bar(self, bar, what):

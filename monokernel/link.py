@@ -176,7 +176,9 @@ def make_table(stages: Sequence, schedule: Schedule, graph: JobGraph | None = No
     hdr = HEADER_WORDS + G + 1
     hdr = (hdr + ENTRY_WORDS - 1) // ENTRY_WORDS * ENTRY_WORDS
     n = starts[-1]
-    data = np.zeros(hdr + ENTRY_WORDS * n, np.int64)
+    # + one zero entry: a prefetch_next kernel loads the entry after each job's with its own
+    # (both at once), the last job's too, whose next is never run
+    data = np.zeros(hdr + ENTRY_WORDS * (n + 1), np.int64)
     data[:HEADER_WORDS] = (TABLE_MAGIC, G, len(stages), n)
     data[HEADER_WORDS:HEADER_WORDS + G + 1] = starts
     e = 0
@@ -409,9 +411,10 @@ def timeline_records(table: ScheduleTable, stamps, stage_names: Sequence[str] | 
 
 class _Builder:
     def __init__(self, stages, waves, poll_bound, io, timeline=False, pdl=False,
-                 lds_overlay=False):
+                 lds_overlay=False, prefetch_next=False):
         self.timeline = timeline
         self.pdl = pdl
+        self.prefetch_next = prefetch_next
         self.lds_overlay = lds_overlay
         self.stage_lds = (0, 0)  # the stages' LDS bytes [lo, hi): poisoned between jobs
         self.stages = stages
@@ -486,20 +489,28 @@ class _Builder:
             / ENTRY_WORDS * ENTRY_WORDS
         return lo, hi, base
 
+    def prefetch_hooks(self):
+        """(stage id, stage) of the stages that can ask the L2 for a job's constant inputs
+        (Stage.prefetch)."""
+        return [(s_id, st) for s_id, st in enumerate(self.stages) if hasattr(st, "prefetch")]
+
+    def prefetch_job(self, k, sid, job):
+        """Job (sid, job) asks the L2 for its constant inputs, if its stage can."""
+        for s_id, st in self.prefetch_hooks():
+            with k.if_(sid.eq(s_id)), k.stage_scope(st.name):
+                st.prefetch(k, job, SimpleNamespace(
+                    **{n: getattr(k.args, n) for n in self.stage_args[st.name]}))
+
     def prefetch_first_job(self, k, hdr):
-        """pdl: the CTA's first job asks the L2 for its constant inputs (Stage.prefetch)
-        before the wait; the schedule table is constant, so it may be read here."""
+        """pdl (before the wait) or prefetch_next: the CTA's first job asks the L2 for its
+        constant inputs (Stage.prefetch); the schedule table is constant, so it may be read
+        before a pdl wait."""
         lo, hi, base = self.cta_entries(k, hdr)
-        hooks = [(s_id, st) for s_id, st in enumerate(self.stages) if hasattr(st, "prefetch")]
-        if not hooks:
+        if not self.prefetch_hooks():
             return
         with k.if_(lo < hi):
             ent = k.load(k.args.sched, base + lo * ENTRY_WORDS, i32, ENTRY_WORDS)
-            sid, job = k.extract(ent, 0), k.extract(ent, 1)
-            for s_id, st in hooks:
-                with k.if_(sid.eq(s_id)), k.stage_scope(st.name):
-                    st.prefetch(k, job, SimpleNamespace(
-                        **{n: getattr(k.args, n) for n in self.stage_args[st.name]}))
+            self.prefetch_job(k, k.extract(ent, 0), k.extract(ent, 1))
 
     def kernel(self, k):
         self.k = k
@@ -515,10 +526,11 @@ class _Builder:
         hdr = k.load(a.sched, 0, i32, 4)
         fits = (k.extract(hdr, 0).eq(TABLE_MAGIC) & k.extract(hdr, 1).eq(k.num_ctas())
                 & k.extract(hdr, 2).eq(len(self.stages)))
-        if self.pdl:
-            # everything after this reads or writes what the launch before may still use
+        if self.pdl or self.prefetch_next:
+            # (pdl: everything after this reads or writes what the launch before may still use)
             with k.if_(fits):
                 self.prefetch_first_job(k, hdr)
+        if self.pdl:
             k.grid_dep_wait()
         with k.if_else(fits) as (good, bad):
             with good:
@@ -531,6 +543,13 @@ class _Builder:
                 with k.while_(lambda: more.get().eq(1)):
                     w = at.get()
                     ent = k.load(a.sched, w, i32, ENTRY_WORDS)
+                    if self.prefetch_next and self.prefetch_hooks():
+                        # the next entry's load travels with this one's (the table's last
+                        # entry is followed by a zero one): the next job's constant inputs
+                        # are asked of the L2 while this job runs
+                        nxt = k.load(a.sched, w + ENTRY_WORDS, i32, ENTRY_WORDS)
+                        with k.if_(k.extract(ent, ENTRY_WORDS - 1).eq(0)):
+                            self.prefetch_job(k, k.extract(nxt, 0), k.extract(nxt, 1))
                     e = (w - base) / ENTRY_WORDS if self.timeline else None
                     self.entry = e
                     sid, job = k.extract(ent, 0), k.extract(ent, 1)
@@ -578,14 +597,17 @@ def link_abi(stages: Sequence, timeline: bool = False) -> tuple[ABI, dict]:
 def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
          wave_size: int | None = None, io: Callable | None = None,
          poll_bound: int = DEFAULT_POLL_BOUND, timeline: bool = False,
-         pdl: bool = False, lds_overlay: bool = False) -> LinkedKernel:
+         pdl: bool = False, lds_overlay: bool = False,
+         prefetch_next: bool = False) -> LinkedKernel:
     """Build the persistent kernel of `stages` for `target`. `io(env)` wraps the JobEnv a
     body receives (e.g. a mailbox helper bound to the arena layout); without it the body
     gets the JobEnv itself. `timeline` adds the per-entry timestamp buffer (module doc).
     `pdl`: launchable with programmatic dependent launch: grid_dep_launch first, then the
     CTA's first job's Stage.prefetch (constant buffers into the L2), then grid_dep_wait
     before anything else (sm_90a; on AMD the ops lower to nothing). `lds_overlay`: the
-    stages' LDS allocations share one range (`_Builder.stage_bodies`)."""
+    stages' LDS allocations share one range (`_Builder.stage_bodies`). `prefetch_next`: the
+    CTA's first job asks the L2 for its constant inputs at the start, and every job for the
+    next one's before it runs (Stage.prefetch; values never change with it)."""
     stages = list(stages)
     _check_stage_names(stages)
     if not stages:
@@ -593,7 +615,7 @@ def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
     if poll_bound < 1:
         raise LinkError(f"poll bound {poll_bound} must be at least 1")
     abi, per_stage = link_abi(stages, timeline)
-    b = _Builder(stages, waves, poll_bound, io, timeline, pdl, lds_overlay)
+    b = _Builder(stages, waves, poll_bound, io, timeline, pdl, lds_overlay, prefetch_next)
     b.stage_args = per_stage
     kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size)
     return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats),

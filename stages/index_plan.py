@@ -3,10 +3,11 @@ stages use, from the build spec), plan(), the constants the stages share, and th
 plan helpers (groups_of, score_runs: the scoring's run map on the host).
 
 Split counts of ix_proj (proj_splits): a wave's loads of an m-tile at most
-mma_tile.LOADS_IN_FLIGHT (all in flight at once); QS the smallest q_lora split that fits and
-gives heads * QS >= grid jobs of at least Q_MIN_BLOCKS 128-blocks, KS the smallest hidden
-split that fits with a key job at most 1.5 q jobs' bytes. GLM-5: 256 q jobs of 32 KB + 24
-key jobs of 48 KB.
+mma_tile.LOADS_IN_FLIGHT (all in flight at once); QS the largest q_lora split that fits with
+heads * QS jobs of at least Q_MIN_BLOCKS 128-blocks in one round of the grid, KS the smallest
+hidden split that fits with a key job at most KEY_JOB_Q_BYTES such q jobs' bytes. GLM-5: on
+sm_90a (132 CTAs) 128 q jobs of 64 KB, on gfx950 / gfx942 (256 / 304) 256 of 32 KB; 24 key
+jobs of 48 KB.
 """
 from __future__ import annotations
 
@@ -33,8 +34,12 @@ PAGE_WORDS = PAGE_BYTES // 4  # 2112
 PAGE_ROWS = PAGE_BYTES // HD  # a page as rows of one key's bytes (TMA boxes): 64 keys, 2 of scales
 SCALE_WORD0 = PAGE * HD // 4  # 2048: first scale word of a page
 BLOCK = FP8_SCALE_BLOCK
-Q_FILL = 1.0  # q partial-sum jobs: at least this fraction of the grid's CTAs (module doc)
+# The q partial-sum jobs in one round of the grid (proj_splits): each issues its weight loads
+# before it waits for qr, so a CTA's second q job's would wait for its first. H100, the fused
+# index r8 at 512K (W1 / W2): 128 jobs of 64 KB against 256 of 32 KB -0.6 / -1.8 us in one
+# process (bench/NOTES.md v36; v13-v14 on the H200 -1.0 .. -3.3, then 12 bytes of spills)
 Q_MIN_BLOCKS = 2  # 128-blocks of q_lora a q job takes at least (32 KB of W_qb_idx)
+KEY_JOB_Q_BYTES = 1.5  # a key job's bytes at most this many q jobs of Q_MIN_BLOCKS blocks
 KEY_WORDS = HD // 4  # u32 words of a key's (or a q head's) HD fp8 bytes; its scale's bits follow
 QW = 36  # ix_qb words a (head, row): 32 fp8 words, the scale's bits, pad to 16 bytes
 NW0 = 36  # ix_nb: a row's 32 key words, its scale's bits, pad; then its head weights
@@ -204,23 +209,25 @@ def _mtile_loads(atom_name: str, waves: int, tile_m: int, blocks: int, w_bytes: 
 
 def proj_splits(cfg, atom_name: str, waves: int, grid: int) -> tuple:
     """(q_splits, k_splits) of ix_proj (module doc): every weight load of a wave's m-tile in
-    flight at once (at most mma_tile.LOADS_IN_FLIGHT 16-byte loads a lane). q: the smallest
-    split of q_lora that fits and gives heads * q_splits >= Q_FILL * grid jobs of at least
-    Q_MIN_BLOCKS blocks (else the largest such split that fits); key: the smallest split of
-    hidden whose W_k and W_w loads fit and whose job is at most 1.5 q jobs' bytes."""
+    flight at once (at most mma_tile.LOADS_IN_FLIGHT 16-byte loads a lane). q: the largest
+    split of q_lora that fits, gives jobs of at least Q_MIN_BLOCKS blocks and keeps the
+    heads * q_splits jobs within the grid (one round: each job's weight loads are issued
+    before its wait for qr, which a second round's could not be); else the smallest such
+    split that fits; key: the smallest split of hidden whose W_k and W_w loads fit and whose
+    job is at most KEY_JOB_Q_BYTES q jobs of Q_MIN_BLOCKS blocks."""
     H = cfg.index_heads
     qb, kb = cfg.q_lora_rank // BLOCK, cfg.hidden // BLOCK
     lim = mma_tile.LOADS_IN_FLIGHT
     wt = -(-H // 16) * 16
     fit = [d for d in _divisors(qb) if _mtile_loads(atom_name, waves, HD, qb // d, 1) <= lim]
     big = [d for d in fit if qb // d >= min(Q_MIN_BLOCKS, qb)]
-    fill = [d for d in big if H * d >= Q_FILL * grid]
-    qs = fill[0] if fill else (big[-1] if big else (fit[0] if fit else qb))
-    qbytes = HD * cfg.q_lora_rank // qs
+    one_round = [d for d in big if H * d <= grid]
+    qs = one_round[-1] if one_round else (big[0] if big else (fit[0] if fit else qb))
+    key_bytes = KEY_JOB_Q_BYTES * HD * min(Q_MIN_BLOCKS, qb) * BLOCK
     ks = next((d for d in _divisors(kb)
                if _mtile_loads(atom_name, waves, HD, kb // d, 1) <= lim and
                _mtile_loads(atom_name, waves, wt, kb // d, 2) <= lim and
-               (HD + 2 * H) * (cfg.hidden // d) <= 1.5 * qbytes), kb)
+               (HD + 2 * H) * (cfg.hidden // d) <= key_bytes), kb)
     return qs, ks
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from monokernel.atoms import atom as get_atom
-from monokernel.ir import BULK_ALIGN
+from monokernel.ir import BULK_ALIGN, L2_LINE_BYTES
 from monokernel.types import bf16, f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
@@ -83,6 +83,27 @@ class IndexProj(_ProjStage):
                        cost_flops=2 * (HD + p.heads) * p.kchunk * R, lds_bytes=self._lds())
                    for s in range(p.k_splits)])
 
+    def prefetch(self, k, job, args):
+        """The job's weight rows asked of the L2, a line a thread (Launch.prefetch_next: while
+        the CTA's job before it runs; most q jobs are a CTA's second of this stage, whose
+        loads otherwise start only after the first one's wait for qr): a q job's head block
+        of W_qb_idx, a key job's split of W_k and W_w. (The block scales, 4 bytes a 128 x 128
+        block, are left to the job's own loads.)"""
+        p = self.p
+        line = L2_LINE_BYTES
+        with k.if_else(job < p.q_jobs) as (qj, kj):
+            with qj:
+                h, s = job / p.q_splits, job % p.q_splits
+                k.prefetch_rows_l2(args.ix_wq, (h * HD) * p.q_lora + s * p.qchunk, HD, p.qchunk,
+                                   p.q_lora, line, line=True)
+            with kj:
+                s = job - p.q_jobs
+                KC, fb, wb = p.kchunk, p.fp8.bytes, bf16.bytes
+                k.prefetch_rows_l2(args.ix_wk, s * KC * fb, HD, KC * fb, p.hidden * fb, line,
+                                   line=True)
+                k.prefetch_rows_l2(args.ix_ww, s * KC * wb, p.heads, KC * wb, p.hidden * wb,
+                                   line, line=True)
+
     def _act_words(self):  # u32 words of the staged activations (q and key jobs share them)
         p = self.p
         return max(mma_tile.act_lds_words(p.q_tiling, p.qchunk),
@@ -111,10 +132,12 @@ class IndexProj(_ProjStage):
                if p.source == "buffers" else
                {"x": Buffer(bf16, (p.rows, p.hidden)), "attn_norm_w": Buffer(bf16, (p.hidden,))})
         return {**src,
-                "ix_wq": Buffer(p.fp8, (p.heads * HD, p.q_lora)),
-                "ix_wk": Buffer(p.fp8, (HD, p.hidden)),
-                "ix_ws": Buffer(f32, (p.weight_scales,)),
-                "ix_ww": Buffer(bf16, (p.heads, p.hidden))}
+                # the weights: the same bytes every launch (a pdl launch's first job may ask
+                # the L2 for them before its wait: `prefetch`)
+                "ix_wq": Buffer(p.fp8, (p.heads * HD, p.q_lora), constant=True),
+                "ix_wk": Buffer(p.fp8, (HD, p.hidden), constant=True),
+                "ix_ws": Buffer(f32, (p.weight_scales,), constant=True),
+                "ix_ww": Buffer(bf16, (p.heads, p.hidden), constant=True)}
 
     def bytes_moved(self):
         p = self.p

@@ -77,6 +77,10 @@ class Launch:
         # unmeasured, its code objects unchanged; the interpreter); --tune
         # launch.lds_overlay=0 / 1
         self.lds_overlay = None
+        # every job asks the L2 for the next job's constant inputs before it runs, the CTA's
+        # first job's at the start (Stage.prefetch; monokernel.link); values never change
+        # with it. --tune launch.prefetch_next=1
+        self.prefetch_next = False
         self._hip: dict = {}
 
     # -- layout and proofs ----------------------------------------------------------------
@@ -111,13 +115,14 @@ class Launch:
     def linked(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False) -> mlink.LinkedKernel:
         overlay = self.overlays_lds(target)
-        key = (target, wave_size, bool(timeline), self.pdl, overlay)
+        key = (target, wave_size, bool(timeline), self.pdl, overlay, self.prefetch_next)
         if key not in self._linked:
             arena = self.arena
             self._linked[key] = mlink.link(
                 self.name, self.stages, target=target, waves=self.waves, wave_size=wave_size,
                 io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound,
-                timeline=timeline, pdl=self.pdl, lds_overlay=overlay)
+                timeline=timeline, pdl=self.pdl, lds_overlay=overlay,
+                prefetch_next=self.prefetch_next)
         return self._linked[key]
 
     def overlays_lds(self, target: str) -> bool:
@@ -267,7 +272,7 @@ class Launch:
     def cuda_kernel(self, timeline: bool = False, device=None):
         """The CudaKernel of the sm_90a build (loaded once per timeline flag)."""
         from monokernel.launch.cuda import CudaKernel
-        key = (timeline, self.pdl, self.overlays_lds("sm_90a"))
+        key = (timeline, self.pdl, self.overlays_lds("sm_90a"), self.prefetch_next)
         if key not in self._cuda:
             self._cuda[key] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
                                          device=device)

@@ -57,14 +57,16 @@ def check_partials(L, inp, res, qr, h):
 
 @pytest.mark.parametrize("target", ["gfx950", "gfx942", "sm_90a"])
 def test_glm5_job_geometry_from_config_and_grid(target):
-    """GLM-5: q jobs 32-64 KB of W_qb_idx each, ~100-300 of them, at least half the grid; key
-    jobs <= 64 KB; every load of a wave's m-tile in flight at once within LOADS_IN_FLIGHT; the
-    costs add up to the weights."""
+    """GLM-5: q jobs 32-64 KB of W_qb_idx each, ~100-300 of them, in one round of the grid
+    and more than half of it (the largest such split: sm_90a's 132 CTAs take 128 jobs, AMD's
+    256 / 304 take 256); key jobs <= 64 KB; every load of a wave's m-tile in flight at once
+    within LOADS_IN_FLIGHT; the costs add up to the weights."""
     for rows in (2, 8):
         L = index_launch(BuildSpec.make("glm5", rows=rows, target=target))
         p = L.plan
         assert p.q_splits * p.qchunk == p.q_lora and p.k_splits * p.kchunk == p.hidden
-        assert 100 <= p.q_jobs <= 300 and p.q_jobs >= p.grid / 2, (p.q_jobs, p.grid)
+        assert 100 <= p.q_jobs <= 300 and p.grid / 2 < p.q_jobs <= p.grid, (p.q_jobs, p.grid)
+        assert p.q_splits == {"sm_90a": 4}.get(target, 8), (target, p.q_splits)
         assert 32 << 10 <= HD * p.qchunk <= 64 << 10
         assert (HD + 2 * p.heads) * p.kchunk <= 64 << 10
         assert p.q_loads <= LOADS_IN_FLIGHT and p.k_loads <= LOADS_IN_FLIGHT
@@ -146,6 +148,34 @@ def test_q_jobs_prefetch_their_weights_once(chip, qs):
         else:
             assert seen == {}
     assert outs[0] == outs[1]
+
+
+def test_prefetch_next_asks_every_job_s_weights_once():
+    """Launch.prefetch_next (each job asks the L2 for the next job's constant inputs, the
+    CTA's first job's at the start): over the fused index's jobs, every byte of the front's
+    and the index projections' weights is asked exactly once, no other buffer (the
+    interpreter faults on a prefetch outside its buffer or across an L2 line), and every
+    output is bit-identical to the launch without it. With pdl the CTAs' first jobs ask for
+    theirs before the grid_dep_wait (the interpreter allows only constant buffers there)."""
+    spec = BuildSpec.make("tiny", rows=4, target="interp")
+    outs = []
+    for on, pdl in ((False, False), (True, False), (False, True)):
+        L = index_launch(spec, chip="gfx950", q_splits=2)
+        L.prefetch_next, L.pdl = on, pdl
+        inp = _index_inputs(L, spec, np.random.default_rng(7))
+        seen = {}
+        res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v
+                            for n, v in inp.items()}, step=0, mode="random", seed=2,
+                           prefetched=seen)
+        outs.append([np.asarray(getattr(res.regions[n], "data", res.regions[n])).tobytes()
+                     for n in ("ix_qpart", "ix_kpart", "ix_qb", "ix_nb")])
+        if on:
+            assert set(seen) == {"qkv_a_w", "ix_wq", "ix_wk", "ix_ww"}, set(seen)
+            for name, counts in seen.items():
+                assert (counts == 1).all(), (name, np.unique(counts))
+        else:
+            assert (seen != {}) is pdl, set(seen)
+    assert outs[0] == outs[1] == outs[2]
 
 
 # ------------------------------------------------------------------------- the chips' code

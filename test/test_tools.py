@@ -650,6 +650,30 @@ def test_tune_launch_pdl_links_any_kind_for_programmatic_dependent_launch():
         common.launch_for(kinds.kind("front"), spec, common.tune_list("launch.pdl=yes"))
 
 
+def test_tune_launch_prefetch_next_links_the_next_jobs_prefetches():
+    """--tune launch.prefetch_next=1 (any kind): the Launch is linked so that each job asks
+    the L2 for the next job's constant inputs (the front's weights are asked of it, nothing
+    without the option), and the front's outputs are unchanged."""
+    import numpy as np
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    kind = kinds.kind("front")
+    on = common.launch_for(kind, spec, common.tune_list("launch.prefetch_next=1"))
+    off = common.launch_for(kind, spec)
+    assert on.prefetch_next is True and off.prefetch_next is False
+    inp, _ = common.workload_inputs(kind, off, spec, np.random.default_rng(4), 100, "W1")
+    outs = []
+    for L in (off, on):
+        seen = {}
+        r = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
+                         step=0, mode="random", seed=1, prefetched=seen)
+        outs.append({n: np.asarray(v).tobytes() for n, v in r.outputs.items()})
+        assert (set(seen) == {"qkv_a_w"}) is (L is on), seen.keys()
+    assert outs[0] == outs[1]
+
+
 def test_check_topk_takes_the_selections_launch_tunables_only():
     """check_topk's selection launch takes launch.select_digits and launch.lean_lists (as
     config_for keywords); another launch tunable is an error naming what it takes."""

@@ -650,8 +650,10 @@ LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_m
                    "fine_digits", "row_parts")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
-# lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay)
-LINK_TUNABLES = ("pdl", "lds_overlay")
+# lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay);
+# prefetch_next = 1, each job asks the L2 for the next job's constant inputs
+# (stages.launch.Launch.prefetch_next)
+LINK_TUNABLES = ("pdl", "lds_overlay", "prefetch_next")
 
 
 def launch_tune_value(attr: str, text: str):
