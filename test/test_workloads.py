@@ -224,6 +224,59 @@ def test_score_errors_fail_a_corrupted_score():
     assert q8.shape == (ROWS, L.plan.heads, 128)
 
 
+def _bf16_head_sum_case(seed, mean_weight, heads=32, keys=4096):
+    """One row: FP8 queries of alike heads, FP8 keys, head weights around `mean_weight` (of
+    both signs: their terms partly cancel), positive key scales."""
+    import torch
+    rng = np.random.default_rng(seed)
+    f8 = torch.float8_e4m3fn
+    base = rng.normal(size=(1, 128))
+    q = torch.from_numpy(base + 0.3 * rng.normal(size=(heads, 128))).to(f8)
+    k = torch.from_numpy(base + rng.normal(size=(keys, 128))).to(f8)
+    w = rng.normal(mean_weight, 1.0, size=heads)
+    scale = np.abs(rng.normal(size=keys)) + 0.5
+    return q.view(torch.uint8).numpy(), k.view(torch.uint8).numpy(), w, scale
+
+
+def _kernel_like_bf16_sum(q8, k8, w, scale, rel_acc, seed):
+    """What the bf16 head sum computes: each head's logit with an accumulator error of up to
+    `rel_acc` of its sum of |products| (the tensor cores' ~14-bit sums), relu, rounded to
+    bf16, times bf16 w, summed in float64, times the key scale."""
+    import torch
+    f8 = torch.float8_e4m3fn
+    q = torch.from_numpy(q8).view(f8).to(torch.float64)
+    k = torch.from_numpy(k8).view(f8).to(torch.float64)
+    exact = q @ k.t()
+    size = q.abs() @ k.abs().t()
+    noise = torch.from_numpy(np.random.default_rng(seed).uniform(-1, 1, size=tuple(exact.shape)))
+    a = (exact + rel_acc * size * noise).relu().to(torch.float32).to(torch.bfloat16)
+    wb = torch.from_numpy(w).to(torch.bfloat16).to(torch.float64)
+    return ((wb @ a.to(torch.float64)) * torch.from_numpy(scale)).numpy()
+
+
+@pytest.mark.parametrize("mean_weight", [0.5, 0.2, 0.0])
+def test_the_bf16_head_sum_tolerance_against_rounding_flips(mean_weight):
+    """common.BF16_HEAD_SUM_TOL: scores computed as the bf16 head sum does, with accumulators
+    up to 2**-14 of their |products| off (each flip of a head's bf16 rounding one ulp, up to
+    2**-7 of its term), against the reference's rounding of the exact logits: within it
+    where the weights' terms cancel partly (weights around 0.5 and 0.2), and a key scored as
+    the row's best key is not; around 0 (the terms cancel to ~1/25 of their sum) flips
+    exceed it: the bound's stated limit (common.py), asserted so that it stays known."""
+    q8, k8, w, scale = _bf16_head_sum_case(1, mean_weight)
+    n = k8.shape[0]
+    ref = peers.index_scores(q8[None], w[None], k8, scale, np.array([n - 1]), fp8_mm=False,
+                             bf16_head_sum=True).numpy()[0]
+    worst = max(common.rel_err(_kernel_like_bf16_sum(q8, k8, w, scale, 2.0 ** -14, s), ref)
+                for s in range(4))
+    if mean_weight == 0.0:
+        assert worst > common.BF16_HEAD_SUM_TOL
+        return
+    assert worst <= common.BF16_HEAD_SUM_TOL
+    wrong = ref.copy()
+    wrong[n // 2] = ref.max()
+    assert common.rel_err(wrong, ref) > common.BF16_HEAD_SUM_TOL
+
+
 # ------------------------------------------------------------------------------------- CLIs
 
 def test_workload_option_parses_and_rejects_a_bad_name(capsys):
