@@ -49,7 +49,8 @@ from .index_tiling import SM90
 from .launch import Launch
 # every name other modules and the tests import from stages.index (re-exported)
 from .index_plan import (HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK,  # noqa: F401
-                         Q_MIN_BLOCKS, KEY_JOB_Q_BYTES, QW, NW0, DEPTH, SCALE_FLOOR, DEFAULT_WAVES,  # noqa: F401
+                         Q_MIN_BLOCKS, KEY_JOB_Q_BYTES, QW, NW0, DEPTH,  # noqa: F401
+                         SCALE_FLOOR, DEFAULT_WAVES,  # noqa: F401
                          INTERP_GRID, GPU_SEGMENT, INTERP_SEGMENT, INTERP_CAPACITY,  # noqa: F401
                          IndexPlan, _divisors, _mtile_loads, proj_splits, plan,  # noqa: F401
                          groups_of, score_runs)  # noqa: F401

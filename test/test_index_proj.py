@@ -125,6 +125,17 @@ def test_partials_from_the_front():
     check_partials(L, inp, res, qr, xg)
 
 
+def _prefetch_run(L, spec, regions, rng_seed, seed):
+    """One interpreted launch on seeded inputs: ({buffer: bytes' prefetch counts}, the
+    `regions`' bytes)."""
+    inp = _index_inputs(L, spec, np.random.default_rng(rng_seed))
+    seen = {}
+    res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
+                       step=0, mode="random", seed=seed, prefetched=seen)
+    return seen, [np.asarray(getattr(res.regions[n], "data", res.regions[n])).tobytes()
+                  for n in regions]
+
+
 @pytest.mark.parametrize("chip,qs", [("gfx950", 2),
                                      pytest.param("sm_90a", 1, marks=pytest.mark.slow)])
 def test_q_jobs_prefetch_their_weights_once(chip, qs):
@@ -136,13 +147,8 @@ def test_q_jobs_prefetch_their_weights_once(chip, qs):
     for on in (False, True):
         L = index_launch(spec, chip=chip, q_splits=qs)
         next(st for st in L.stages if st.name == "ix_proj").l2_prefetch = on
-        inp = _index_inputs(L, spec, np.random.default_rng(6))
-        seen = {}
-        res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v
-                            for n, v in inp.items()}, step=0, mode="random", seed=5,
-                           prefetched=seen)
-        outs.append([np.asarray(getattr(res.regions[n], "data", res.regions[n])).tobytes()
-                     for n in ("ix_qpart", "ix_kpart", "ix_qb")])
+        seen, out = _prefetch_run(L, spec, ("ix_qpart", "ix_kpart", "ix_qb"), rng_seed=6, seed=5)
+        outs.append(out)
         if on:
             assert set(seen) == {"ix_wq"} and (seen["ix_wq"] == 1).all()
         else:
@@ -162,13 +168,9 @@ def test_prefetch_next_asks_every_job_s_weights_once():
     for on, pdl in ((False, False), (True, False), (False, True)):
         L = index_launch(spec, chip="gfx950", q_splits=2)
         L.prefetch_next, L.pdl = on, pdl
-        inp = _index_inputs(L, spec, np.random.default_rng(7))
-        seen = {}
-        res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v
-                            for n, v in inp.items()}, step=0, mode="random", seed=2,
-                           prefetched=seen)
-        outs.append([np.asarray(getattr(res.regions[n], "data", res.regions[n])).tobytes()
-                     for n in ("ix_qpart", "ix_kpart", "ix_qb", "ix_nb")])
+        seen, out = _prefetch_run(L, spec, ("ix_qpart", "ix_kpart", "ix_qb", "ix_nb"),
+                                  rng_seed=7, seed=2)
+        outs.append(out)
         if on:
             assert set(seen) == {"qkv_a_w", "ix_wq", "ix_wk", "ix_ww"}, set(seen)
             for name, counts in seen.items():
