@@ -785,15 +785,23 @@ class IndexScore(Stage):
             def dot():
                 tot = None
                 for keep, qws, w in passes:
-                    acc = None
-                    for qw, kw in zip(qws, kws):
-                        qf = k.cast(k.bitcast(qw, p.fp8, 16), f32)
-                        kf = k.cast(k.bitcast(kw, p.fp8, 16), f32)
-                        acc = qf * kf if acc is None else k.fma(qf, kf, acc)
+                    acc = self._fp8_products(k, zip(qws, kws))
                     s = self._head_term(k, acc, lph, keep, lambda: w)
                     tot = s if tot is None else tot + s
                 return tot
             each(u, dot)
+
+    def _fp8_products(self, k, word_pairs):
+        """The lane's products of a head's q and key bytes summed in f32 (exact fp8 products,
+        then FMAs in byte order): 16 lanes' sums a 4-word pair, from (q words, key words)
+        pairs in order."""
+        fp8 = self.p.fp8
+        acc = None
+        for qw, kw in word_pairs:
+            qf = k.cast(k.bitcast(qw, fp8, 16), f32)
+            kf = k.cast(k.bitcast(kw, fp8, 16), f32)
+            acc = qf * kf if acc is None else k.fma(qf, kf, acc)
+        return acc
 
     @staticmethod
     def _dot_lanes(k):
@@ -833,13 +841,10 @@ class IndexScore(Stage):
             head = hb * hpb + lane / lph
             m = head < H
             hc = k.min(head, H - 1)
-            acc = None
-            for c in range(words // 4):
-                qw = io.load("ix_qb", (hc * R + row) * QW + part * words + 4 * c, 4)
-                kw = io.load("ix_nb", u * NB + part * words + 4 * c, 4)
-                qf = k.cast(k.bitcast(qw, p.fp8, 16), f32)
-                kf = k.cast(k.bitcast(kw, p.fp8, 16), f32)
-                acc = qf * kf if acc is None else k.fma(qf, kf, acc)
+            # (a word pair loaded as its products are summed: the generator keeps that order)
+            acc = self._fp8_products(k, ((
+                io.load("ix_qb", (hc * R + row) * QW + part * words + 4 * c, 4),
+                io.load("ix_nb", u * NB + part * words + 4 * c, 4)) for c in range(words // 4)))
             s = self._head_term(k, acc, lph, m & part.eq(0),
                                 lambda: self._head_weight(k, io, row, hc))
             tot = s if tot is None else tot + s
