@@ -122,7 +122,7 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages", "fixup_ballot", "fixup_batched", "tail_rows", "cached_new_keys")
+                "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -296,14 +296,9 @@ class IndexScore(Stage):
     # the chip is sm_90a (FIXUP_BALLOT_ON_NVIDIA); H100 (v33): index_scoring r8 W1 66.9 ->
     # 65.1 us, with share_pages W2 74.4 -> 72.3, the fused index within noise
     fixup_ballot = None
-    # The rescoring itself (fixup_ballot only): the row loop costs 3 dependent round trips a
-    # key found (its row's position, the dot's operands, the stale score), and the job
-    # holding a run's last segment rescores its rows' new keys, 36 at W1's rows 8: that job
-    # ends ~6 us after the others in the fused index (H100, v33 call 4: fix-up 10.4 us
-    # against 1.2). fixup_batched: a row's keys in one straight block (_fix_row). Its first
-    # form, with masked loads, made that job's fix-up 33 us (v34): off, the unmasked form
-    # untimed
-    fixup_batched = False
+    # (The rescoring itself, a row's found keys in one straight block instead of the row
+    # loop's 3 dependent round trips a key, measured slower on an H100 both with masked loads
+    # (v34) and unmasked (v35: the fused index r8 W1 / W2 1.16 / 1.26x): removed.)
     # share_pages' split with a run's tail (its fix-up, after its last segment) costed by its
     # rows (index_share.RUN_TAIL_FIXED / RUN_TAIL_ROW, fitted to v33's clocks: bench/NOTES.md
     # v34) instead of RUN_TAIL_COST a run: off until timed
@@ -661,9 +656,6 @@ class IndexScore(Stage):
         a = io.args
         R, S, MP, NB = p.rows, p.segment, p.max_pages, p.nb_words
         lane = _lane(k)
-        if self.fixup_batched and not self.fixup_ballot:
-            raise ValueError("ix_score: fixup_batched rescores the keys fixup_ballot finds: "
-                             "set fixup_ballot = 1 too")
         if self.fixup_ballot and R > k.L:
             raise ValueError(f"ix_score: fixup_ballot tests a row a lane: {R} rows exceed a "
                              f"{k.L}-lane wave")
@@ -700,13 +692,8 @@ class IndexScore(Stage):
             key_lo = lo * S
             key_hi = k.min(hi * S, posf + n)
             if self.fixup_ballot:  # lane u tests row u: every row in one round trip
-                pl, here = written_here(k.min(lane, R - 1), btrow, key_lo, key_hi)
+                _, here = written_here(k.min(lane, R - 1), btrow, key_lo, key_hi)
                 hits = k.ballot(here & (lane < R))
-                if self.fixup_batched:
-                    with k.if_(hits.ne(0)):
-                        for rr in k.range(k.wave_id(), n, k.W):
-                            self._fix_row(k, io, g, gi, rr, pl, hits, move)
-                    return
             for u in k.range(R):
                 if self.fixup_ballot:
                     found = _has_bit(k, hits, u)
@@ -725,31 +712,6 @@ class IndexScore(Stage):
                             move(g, rr, row, idx, pu, old, score, lane.eq(0))
         for_entries(self, k, tab, entry, counters)
 
-    def _fix_row(self, k, io, g, gi, rr, pl, hits, move):
-        """fixup_batched: entry row `rr`'s rescores of every new key found (`hits`, bit u: row
-        u's key at pos[u] = lane u's `pl`) as one straight block: the row's q words and head
-        weights loaded once, then a key after another with its words, scale and stale score
-        loaded together and unmasked (every address is valid; only the moves are masked to
-        the keys found), so the keys' loads can overlap. A slot two rows' keys name (a
-        malformed table) counts once: the last row's, as the row loop's last move would
-        leave it."""
-        p = self.p
-        R, NB, posf = p.rows, p.nb_words, g[5]
-        row = gi + rr
-        pos = [k.readfirstlane(k.shuffle(pl, k.const(u, i32))) for u in range(R)]
-        found = [_has_bit(k, hits, k.const(u, i32)) & (pos[u] <= posf + rr) for u in range(R)]
-        for u in range(R):
-            for v in range(u + 1, R):  # a later row's key in the same slot
-                found[u] = found[u] & ~(found[v] & pos[v].eq(pos[u]))
-        one = _lane(k).eq(0)
-
-        def rescore(u, dot_of):
-            idx = row * p.capacity + pos[u]
-            old = io.load("scores", idx)
-            scale = k.bitcast(io.load("ix_nb", u * NB + KEY_WORDS), f32)
-            move(g, rr, row, idx, pos[u], old, dot_of() * scale, one & found[u])
-        self._new_dots(k, io, row, rescore)
-
     def _head_weight(self, k, io, row, head, mask=None):
         """Row `row`'s weight of head `head` (f32): (W_w h from ix_nb * s_q from ix_qb) * coef,
         in that order (the reference's kernel_operands forms the same bits). The q scale is
@@ -761,35 +723,6 @@ class IndexScore(Stage):
         # so a masked-off weight (0) makes the product 0
         sq = k.bitcast(io.load("ix_qb", (head * p.rows + row) * QW + KEY_WORDS), f32)
         return (wn * sq) * p.head_weight_coef
-
-    def _new_dots(self, k, io, row, each):
-        """_new_dot of row `row` against every row u's new key, the row's q words and head
-        weights loaded once for them all: each(u, dot) for u in order, `dot()` giving the
-        key's dot where `each` needs it (its own loads issued first, with the key's words).
-        No load is masked: a masked load is a branch, and its value's use after the join
-        waits for it (v34: the fix-up 3-4x slower with them)."""
-        p = self.p
-        R, H, NB = p.rows, p.heads, p.nb_words
-        lane, lph, words, hpb, part = self._dot_lanes(k)
-        passes = []  # a pass's heads: (in range, q words, weight)
-        for hb in range(-(-H // hpb)):
-            head = hb * hpb + lane / lph
-            hc = k.min(head, H - 1)
-            qws = [io.load("ix_qb", (hc * R + row) * QW + part * words + 4 * c, 4)
-                   for c in range(words // 4)]
-            passes.append(((head < H) & part.eq(0), qws, self._head_weight(k, io, row, hc)))
-        for u in range(R):  # (a key's words loaded where its dot is: 32 registers a key)
-            kws = [io.load("ix_nb", u * NB + part * words + 4 * c, 4)
-                   for c in range(words // 4)]
-
-            def dot():
-                tot = None
-                for keep, qws, w in passes:
-                    acc = self._fp8_products(k, zip(qws, kws))
-                    s = self._head_term(k, acc, lph, keep, lambda: w)
-                    tot = s if tot is None else tot + s
-                return tot
-            each(u, dot)
 
     def _fp8_products(self, k, word_pairs):
         """The lane's products of a head's q and key bytes summed in f32 (exact fp8 products,

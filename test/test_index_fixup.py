@@ -1,14 +1,13 @@
 """The scoring's fix-up of the launch's own new keys with its row search by one ballot
 (IndexScore.fixup_ballot, on by default on sm_90a since bench/NOTES.md v33): lane u tests row
-u's new key against an entry's range in one round trip instead of R dependent ones; and with
-its rescoring as one straight block a row (IndexScore.fixup_batched, off: bench/NOTES.md v34);
-and without it (IndexScore.cached_new_keys, the sm_90a default since v35: the key loop's reads
+u's new key against an entry's range in one round trip instead of R dependent ones; and
+without it (IndexScore.cached_new_keys, the sm_90a default since v35: the key loop's reads
 of the new keys follow the key job's release, which the relaxed interpreter checks with a
 negative control).
 
   * every chip's tiling, interpreter modes that reorder the key job against the scoring:
     the float64 checks of test_index.check_launch, and scores and first-digit histograms bit
-    for bit equal to the row loop's, with the ballot and with the batched rescoring;
+    for bit equal to the row loop's, with the ballot;
   * with shared pages on sm_90a (a job holding the runs' own entries and a super entry);
   * the fix-up's moves (its digit decrements) counted: one a (row, new key it sees) with
     either search, none with the ballot forced empty (the interpreter's key loop already
@@ -36,8 +35,8 @@ CASES = [
 ]
 
 
-# the fix-up's forms: the row loop, the ballot search, the ballot with the batched rescoring
-SEARCHES = ("loop", "ballot", "batched")
+# the fix-up's searches: the row loop, the ballot
+SEARCHES = ("loop", "ballot")
 
 
 def _scoring(rows, chip, search, share=False):
@@ -45,7 +44,6 @@ def _scoring(rows, chip, search, share=False):
     st = next(s for s in L.stages if isinstance(s, IndexScore))
     st.cached_new_keys = False  # (the sm_90a default since v35: no fix-up)
     st.fixup_ballot = search != "loop"
-    st.fixup_batched = search == "batched"
     st.share_pages = share
     return L
 
@@ -140,29 +138,6 @@ def test_the_ballot_finds_every_new_key_the_row_loop_finds(chip, monkeypatch):
         L = _scoring(rows, chip, search)
         _, blind = _moves(L, inp, "relaxed", 1)
         assert blind == 0, search
-
-
-def test_the_batched_rescoring_needs_the_ballot():
-    L = _scoring(4, "gfx950", "loop")
-    next(s for s in L.stages if isinstance(s, IndexScore)).fixup_batched = True
-    with pytest.raises(ValueError, match="fixup_batched rescores the keys fixup_ballot finds"):
-        L.kernel("interp")
-
-
-def test_the_sm90a_build_with_the_batched_rescoring():
-    """The fused index r8 with fixup_batched (its straight block of loads) within the fused
-    index's spill allowance (ptxas 13: 32 bytes, the default's), none in an inner loop."""
-    from conftest import INDEX_JOB_LOOP_SPILL_BYTES, check_job_loop_spills, ptxas_report
-    from monokernel.build import build_many
-    from spec import BuildSpec
-    from stages import kinds
-    from tools import common
-    L = common.launch_for(kinds.kind("index"), BuildSpec.make("glm5", rows=8, target="sm_90a"),
-                          [("ix_score", "fixup_batched", "1")])
-    text = build_many([L.kernel("sm_90a")])[0].data.decode()
-    report = ptxas_report(text)
-    if report is not None:
-        check_job_loop_spills(report, text, INDEX_JOB_LOOP_SPILL_BYTES)
 
 
 # ------------------------------------------------ the new keys read from the cache, no fix-up
