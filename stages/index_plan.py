@@ -220,10 +220,11 @@ def proj_splits(cfg, atom_name: str, waves: int, grid: int) -> tuple:
     lim = mma_tile.LOADS_IN_FLIGHT
     wt = -(-H // 16) * 16
     fit = [d for d in _divisors(qb) if _mtile_loads(atom_name, waves, HD, qb // d, 1) <= lim]
-    big = [d for d in fit if qb // d >= min(Q_MIN_BLOCKS, qb)]
+    min_blocks = min(Q_MIN_BLOCKS, qb)
+    big = [d for d in fit if qb // d >= min_blocks]
     one_round = [d for d in big if H * d <= grid]
     qs = one_round[-1] if one_round else (big[0] if big else (fit[0] if fit else qb))
-    key_bytes = KEY_JOB_Q_BYTES * HD * min(Q_MIN_BLOCKS, qb) * BLOCK
+    key_bytes = KEY_JOB_Q_BYTES * HD * min_blocks * BLOCK
     ks = next((d for d in _divisors(kb)
                if _mtile_loads(atom_name, waves, HD, kb // d, 1) <= lim and
                _mtile_loads(atom_name, waves, wt, kb // d, 2) <= lim and
