@@ -57,7 +57,7 @@ from .index_plan import (HD, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK,  
 from .index_dsl import (_CUR_LANE, _lane, _tid, _rope_freqs, _sincos, _scan,  # noqa: F401
                         ordered_digit, stage_body, reloaded, local_io, rotate,  # noqa: F401
                         quantize, pack_words, wait_flags)  # noqa: F401
-from .index_proj import IndexProj, IndexQ, IndexKey, _front_post, IndexQR  # noqa: F401
+from .index_proj import IndexProj, IndexQ, IndexKey, IndexQR  # noqa: F401
 from .index_score import IndexScore, wait_scored, scored_reads  # noqa: F401
 
 
@@ -196,7 +196,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the fold
     sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None: on
     where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA)."""
-    from .front import front_stages, plan as front_plan
+    from .front import FrontQ, front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
     lean = kw.pop("lean_lists", None)
@@ -237,7 +237,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
              **{**pk, "grid": fp.grid, "waves": fp.waves})
     from dataclasses import replace
     p = replace(p, source="front", front=fp, fine_digits=fine, row_parts=row_parts).check()
-    front = [reloaded(st) for st in front_stages(fp)]
+    # front_q's qr output is written by ix_qr, which the q heads wait for (IndexQR)
+    front = [reloaded(st) for st in front_stages(fp) if not isinstance(st, FrontQ)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
                         cta_publish=publish, fold_first_digits=fold, lean_spans=spans)
     L = IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p) + fused_select(p, cfg),

@@ -1,7 +1,8 @@
 """The DSL helpers the index stages share (stages/index.py): lane values (`_lane`, `_tid`,
-`_scan`), rope angles (`_rope_freqs`, `_sincos`), `rotate` (rope, Hadamard), `quantize`,
-`pack_words`, `ordered_digit`, `wait_flags` (the ix_pdone pairs), and the stage-body
-wrappers (`stage_body`, `reloaded`, `local_io`).
+`_scan`), `wave_rows`, rope angles (`_rope_freqs`, `lane_rope_freqs`, `_sincos`,
+`rope_angles`), `rotate` (rope, Hadamard), `quantize`, `pack_words`, `ordered_digit`,
+`wait_flags` (the ix_pdone pairs), and the stage-body wrappers (`stage_body`, `reloaded`,
+`local_io`).
 
 Registers (a persistent kernel holds every stage): each stage reads its pointers, the arena
 and the tag again at its start (DSL reload_arg, `local_io`), derives lane values from an
@@ -157,9 +158,39 @@ def local_io(k, io, job=None, flat=False):
     return Mailbox(env, io.arena, getattr(io, "scope", "device"), flat=flat)
 
 
-def rotate(k, p: IndexPlan, xs, pos, freq):
-    """rope on dims [0, 64) then (cfg.index_hadamard) the 128-point Hadamard / sqrt(128), on
-    the lane's elements xs[t] = x[lane * ne + t]."""
+def wave_rows(k, rows: int):
+    """[(row, live)]: the rows this wave owns (row r to wave r % W), unrolled (a Python list,
+    not a loop) so that what a stage loads for them before its wait stays in registers after
+    it; a dead entry's row is clamped to a real one (its loads stay in bounds; `live` masks
+    its stores)."""
+    out = []
+    for i in range(-(-rows // k.W)):
+        r = k.wave_id() + i * k.W
+        out.append((k.min(r, rows - 1), r < rows))
+    return out
+
+
+def lane_rope_freqs(k, p: IndexPlan, ne: int, freq):
+    """The rope frequency (u64, stages.front's fixed point) of each of the lane's elements
+    x[lane * ne + t], loaded from the 32-entry table `freq` (an input)."""
+    lane = _lane(k)
+    out = []
+    for t in range(ne):
+        e = lane * ne + t
+        fi = (e >> 1) & 31 if p.config.index_rope_interleaved else e & 31
+        out.append(k.load(freq, fi, u64))
+    return out
+
+
+def rope_angles(k, pos, freqs):
+    """[(sin, cos)] of the lane's elements at position `pos` (lane_rope_freqs' `freqs`), for
+    `rotate`: inputs only, so a stage forms them before its wait."""
+    return [_sincos(k, pos, f) for f in freqs]
+
+
+def rotate(k, p: IndexPlan, xs, angles):
+    """rope on dims [0, 64) at `angles` (rope_angles) then (cfg.index_hadamard) the 128-point
+    Hadamard / sqrt(128), on the lane's elements xs[t] = x[lane * ne + t]."""
     ne = len(xs)
     lane = _lane(k)
     cfg = p.config
@@ -168,14 +199,12 @@ def rotate(k, p: IndexPlan, xs, pos, freq):
         e = lane * ne + t
         x = xs[t]
         if cfg.index_rope_interleaved:
-            fi = (e >> 1) & 31
             partner = xs[t ^ 1]
             first = (e & 1).eq(0)
         else:
-            fi = e & 31
             partner = k.lane_swap(x, 32 // ne)
             first = (e & 32).eq(0)
-        sn, cs = _sincos(k, pos, k.load(freq, fi, u64))
+        sn, cs = angles[t]
         ps = partner * sn
         y = k.fma(x, cs, k.select(first, -ps, ps))
         out.append(k.select(e < 64, y, x))

@@ -30,6 +30,8 @@ job's work is declared; the scheduler places jobs):
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from layouts.regions import BulkBuffer, PlainBuffer, TaggedPairs
 from monokernel.atoms import atom as get_atom
 from monokernel.ir import BULK_ALIGN, L2_LINE_BYTES
@@ -37,9 +39,14 @@ from monokernel.types import bf16, f32, i32, u8, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, KEY_WORDS, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
-from .index_dsl import (_lane, stage_body, rotate, quantize, pack_words, wait_flags,
+from .index_dsl import (_lane, stage_body, rotate, quantize, pack_words, wait_flags, wave_rows,
+                        lane_rope_freqs, rope_angles,
                         publish_done)
 from . import mma_tile
+
+class _Rows(list):
+    """IndexKey's rows of a wave (a list) with the lane's rope frequencies (`freqs`)."""
+
 
 RS_BATCH_ROWS = 4  # rows whose x loads ix_key keeps in flight together for their 1/rms(x)
 # (8 rows x 3 16-byte loads a thread would hold 96 registers; 4 rows: half, two barriers)
@@ -338,21 +345,25 @@ class IndexQ(_ProjStage):
         p = self.p
         a = io.args
         R, NQ = p.rows, p.heads * HD
+        ne = HD // k.L
+        lane = _lane(k)
+        # inputs only, before the wait: each row's position and rope angles
+        freqs = lane_rope_freqs(k, p, ne, a.ix_rope_freq)
+        mine = [(r, live, rope_angles(k, k.max(k.load(a.positions, r, i32), 0), freqs))
+                for r, live in wave_rows(k, R)]
         wait_flags(k, io, hq * p.q_splits, p.q_splits)
         io.env.phase(0)  # the head's partial sums are in
-        ne = HD // k.L
-        for r in k.range(k.wave_id(), R, k.W):
+        for r, live, angles in mine:
             xv = None
             for s in range(p.q_splits):  # the fixed split order: the same bits every run
-                v = io.load("ix_qpart", (s * R + r) * NQ + hq * HD + _lane(k) * ne, ne)
+                v = io.load("ix_qpart", (s * R + r) * NQ + hq * HD + lane * ne, ne)
                 xv = v if xv is None else xv + v
             xs = [xv[t] for t in range(ne)] if ne > 1 else [xv]
-            pos = k.load(a.positions, r, i32)
-            ys = rotate(k, p, xs, k.max(pos, 0), a.ix_rope_freq)
-            q8, sc = quantize(k, p, ys)
+            q8, sc = quantize(k, p, rotate(k, p, xs, angles))
             word, widx, wl = pack_words(k, q8)
-            io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
-            io.store("ix_qb", (hq * R + r) * QW + KEY_WORDS, k.bitcast(sc, u32), mask=_lane(k).eq(0))
+            io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl & live)
+            io.store("ix_qb", (hq * R + r) * QW + KEY_WORDS, k.bitcast(sc, u32),
+                     mask=lane.eq(0) & live)
         io.env.phase(1)  # wave 0's rows are rotated, quantized and stored
         publish_done(k, io, "ix_qdone", hq)
 
@@ -371,8 +382,11 @@ class IndexKey(_ProjStage):
 
     def jobs(self):
         p = self.p
-        # from the front, the rows' 1/rms(x) come first, before any wait: a CTA of its own
-        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2),
+        # from the front, the rows' 1/rms(x) come first, before any wait: a CTA of its own;
+        # their x bytes counted too (left out, the model ended the job at a third of its
+        # measured time and queued a q-head job behind it: bench/NOTES.md v37)
+        x_bytes = p.rows * p.hidden * bf16.bytes if p.source == "front" else 0
+        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2) + x_bytes,
                     cost_flops=p.rows * HD * 64, lead=p.source == "front")]
 
     def regions(self):
@@ -399,17 +413,59 @@ class IndexKey(_ProjStage):
     @stage_body
     def body(self, k, job, io):
         p = self.p
-        # the rows' 1/rms(x) read only inputs (each row an L2 round trip and CTA barriers):
-        # computed before any wait, while the projection jobs still run
-        rs_of = self._row_scales(k, io)
+        # Under the front's weight stream one dependent round trip of this job costs ~2-3.5
+        # us (H100, bench/NOTES.md v37): the input loads are issued first, together, and
+        # waited for only where the chain already waits. The rows' positions, rope
+        # frequencies and LayerNorm weights go out with the rows' x (their 1/rms(x), each
+        # row an L2 round trip and CTA barriers, computed while the projection jobs run);
+        # each row's cache page after the wait, with its partial sums
+        norm, mine, rs_of = self._before_wait(k, io)
         io.env.phase(0)  # the rows' 1/rms(x)
         wait_flags(k, io, p.q_jobs, p.k_splits)
         io.env.phase(1)  # the key jobs' partial sums are in
-        self._head_weights(k, io, rs_of)
-        io.env.phase(2)  # wave 0's head weights are stored
-        self._new_keys(k, io, rs_of)
-        io.env.phase(3)  # wave 0's new keys are in the cache
+        for row in mine:  # rows one at a time (_row_sums)
+            heads, key = self._row_sums(k, io, row, rs_of)
+            self._store_head_weights(k, io, row, heads)
+            self._new_key(k, io, row, norm, key)
+        io.env.phase(2)  # wave 0's head weights and new keys are stored
         io.release("ix_nb")
+
+    def _before_wait(self, k, io):
+        """(LayerNorm pieces, the wave's rows, their 1/rms(x)): inputs only (body)."""
+        norm, mine = self._row_inputs(k, io)
+        rs_of = self._row_scales(k, io)
+        for row in mine:  # the loads have long arrived: math only
+            row.angles = rope_angles(k, row.pc, mine.freqs)
+        return norm, mine, rs_of
+
+    def _row_sums(self, k, io, row, rs_of):
+        """(the row's head-weight sums, its key elements' sums), with its cache page
+        (`row.page`): every load of the row issued before its first store (a store to the
+        arena may alias them, so later loads would wait for it), one round trip a row. Rows
+        one at a time: gfx942's rows-8 build (2 rows a wave) holding both rows' 3 x 24
+        loads went past 256 VGPRs."""
+        p = self.p
+        ne = HD // k.L
+        row.page = k.load(io.args.block_table, row.r * p.max_pages + (row.pc >> 6), i32)
+        rs = rs_of(row.r)  # once a row
+        return (self._head_sums(k, io, row.r, rs),
+                self._kpart_sum(k, io, row.r, rs, _lane(k) * ne, ne))
+
+    def _row_inputs(self, k, io):
+        """(the LayerNorm's weight and bias pieces of the lane, the rows this wave owns:
+        [row, live, position, clamped position] with the lane's rope frequencies as
+        `.freqs`): the loads, issued, not yet waited for."""
+        p = self.p
+        a = io.args
+        ne = HD // k.L
+        e0 = _lane(k) * ne
+        norm = (k.load(a.ix_kn, e0, f32, ne), k.load(a.ix_kn, HD + e0, f32, ne))
+        mine = _Rows()
+        mine.freqs = lane_rope_freqs(k, p, ne, a.ix_rope_freq)
+        for r, live in wave_rows(k, p.rows):
+            pos = k.load(a.positions, r, i32)
+            mine.append(SimpleNamespace(r=r, live=live, pos=pos, pc=k.max(pos, 0)))
+        return norm, mine
 
     def _kpart_sum(self, k, io, r, rs, col, n=1, mask=None, heads=False):
         """Row r's sum over the key jobs' partials of ix_kpart's key columns [col, col + n)
@@ -425,59 +481,57 @@ class IndexKey(_ProjStage):
             v = x if v is None else v + x
         return v if rs is None else v * rs
 
-    def _head_weights(self, k, io, rs_of):
-        """W_w h (x 1/rms(x)) of every (row, head) -> ix_nb after the row's key words (a wave
-        a row, a lane a head); the scoring multiplies in s_q and the constants."""
+    def _head_sums(self, k, io, r, rs):
+        """W_w h (x 1/rms(x)) of row r: a lane a head, a block of L heads at a time."""
+        H = self.p.heads
+        lane = _lane(k)
+        return [self._kpart_sum(k, io, r, rs, k.min(h0 + lane, H - 1), mask=(h0 + lane) < H,
+                                heads=True) for h0 in range(0, H, k.L)]
+
+    def _store_head_weights(self, k, io, row, heads):
+        """The row's head weights -> ix_nb after its key words; the scoring multiplies in s_q
+        and the constants."""
         p = self.p
         H = p.heads
         lane = _lane(k)
-        for r in k.range(k.wave_id(), p.rows, k.W):
-            rs = rs_of(r)  # once a row, not once a head block
-            for h0 in range(0, H, k.L):
-                h = h0 + lane
-                m = h < H
-                wsum = self._kpart_sum(k, io, r, rs, k.min(h, H - 1), mask=m, heads=True)
-                io.store("ix_nb", r * p.nb_words + NW0 + k.min(h, H - 1), k.bitcast(wsum, u32),
-                         mask=m)
+        for h0, wsum in zip(range(0, H, k.L), heads):
+            h = h0 + lane
+            io.store("ix_nb", row.r * p.nb_words + NW0 + k.min(h, H - 1), k.bitcast(wsum, u32),
+                     mask=(h < H) & row.live)
 
-    def _new_keys(self, k, io, rs_of):
-        """Each row's new key from the key jobs' partials: LayerNorm, rope, Hadamard, FP8 ->
+    def _new_key(self, k, io, row, norm, v):
+        """The row's new key from its partial sums `v`: LayerNorm, rope, Hadamard, FP8 ->
         ix_nb and the paged cache slot of the row's position (a wave a row)."""
         p = self.p
         a = io.args
         lane = _lane(k)
         ne = HD // k.L
-        e0 = lane * ne
         eps = float(p.config.index_eps)
-        for r in k.range(k.wave_id(), p.rows, k.W):
-            v = self._kpart_sum(k, io, r, rs_of(r), e0, ne)
-            xs = [v[t] for t in range(ne)] if ne > 1 else [v]
-            tot = xs[0]
-            for x in xs[1:]:
-                tot = tot + x
-            mean = k.wave_sum(tot) * (1.0 / HD)
-            ds = [x - mean for x in xs]
-            sq = ds[0] * ds[0]
-            for d in ds[1:]:
-                sq = k.fma(d, d, sq)
-            rstd = k.rsqrt(k.wave_sum(sq) * (1.0 / HD) + eps)
-            g = k.load(a.ix_kn, e0, f32, ne)
-            b = k.load(a.ix_kn, HD + e0, f32, ne)
-            ys = [k.fma(ds[t] * rstd, g[t] if ne > 1 else g, b[t] if ne > 1 else b)
-                  for t in range(ne)]
-            pos = k.load(a.positions, r, i32)
-            pc = k.max(pos, 0)
-            ys = rotate(k, p, ys, pc, a.ix_rope_freq)
-            q8, sc = quantize(k, p, ys)
-            word, widx, wl = pack_words(k, q8)
-            io.store("ix_nb", r * p.nb_words + widx, word, mask=wl)
-            io.store("ix_nb", r * p.nb_words + KEY_WORDS, k.bitcast(sc, u32), mask=lane.eq(0))
-            page = k.load(a.block_table, r * p.max_pages + (pc >> 6), i32)
-            ok = io.ok & (pos >= 0) & (page >= 0)
-            base = page * PAGE_WORDS
-            k.store(a.index_cache, base + (pc & (PAGE - 1)) * 32 + widx, word, mask=wl & ok)
-            k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
-                    mask=lane.eq(0) & ok)
+        r = row.r
+        xs = [v[t] for t in range(ne)] if ne > 1 else [v]
+        tot = xs[0]
+        for x in xs[1:]:
+            tot = tot + x
+        mean = k.wave_sum(tot) * (1.0 / HD)
+        ds = [x - mean for x in xs]
+        sq = ds[0] * ds[0]
+        for d in ds[1:]:
+            sq = k.fma(d, d, sq)
+        rstd = k.rsqrt(k.wave_sum(sq) * (1.0 / HD) + eps)
+        g, b = norm
+        ys = [k.fma(ds[t] * rstd, g[t] if ne > 1 else g, b[t] if ne > 1 else b)
+              for t in range(ne)]
+        q8, sc = quantize(k, p, rotate(k, p, ys, row.angles))
+        word, widx, wl = pack_words(k, q8)
+        io.store("ix_nb", r * p.nb_words + widx, word, mask=wl & row.live)
+        io.store("ix_nb", r * p.nb_words + KEY_WORDS, k.bitcast(sc, u32),
+                 mask=lane.eq(0) & row.live)
+        pc = row.pc
+        ok = io.ok & (row.pos >= 0) & (row.page >= 0) & row.live
+        base = row.page * PAGE_WORDS
+        k.store(a.index_cache, base + (pc & (PAGE - 1)) * 32 + widx, word, mask=wl & ok)
+        k.store(a.index_cache, base + SCALE_WORD0 + (pc & (PAGE - 1)), sc,
+                mask=lane.eq(0) & ok)
 
     def bytes_moved(self):
         p = self.p
@@ -509,33 +563,30 @@ class IndexKey(_ProjStage):
         return key_reference(self.p, env)
 
 
-def _front_post():
-    from .front import _Post
-    return _Post
+def _front_q():
+    from .front import FrontQ
+    return FrontQ
 
 
-class IndexQR(_front_post()):
-    """From the front (kind `index`): qr[r] = RMSNorm(q_a[r]) * g_q with q_a = rs(x_r) *
-    sum_s front_part[s, r, :q_lora] (the front_q math, the front's helpers), rounded to bf16
-    as the front's qr, into the plain region `ix_qr`, then the row's pair in `ix_qrdone`
-    that the q-head projection jobs wait for (the front's `qr` output buffer is no region a
-    later stage can wait on)."""
+class IndexQR(_front_q()):
+    """From the front (kind `index`, in front_q's place): qr[r] = RMSNorm(q_a[r]) * g_q with
+    q_a = rs(x_r) * sum_s front_part[s, r, :q_lora] (front_q's math and helpers), rounded to
+    bf16 once, stored twice: to the front's `qr` output (masked as front_q masks it) and to
+    the plain region `ix_qr`, then the row's pair in `ix_qrdone` that the q-head projection
+    jobs wait for (an output buffer is no region a later stage can wait on). One job a row
+    instead of front_q's and its own: front_q's 8 jobs, each reading the row's x and
+    partial sums again, held the CTAs that the q-head jobs then waited for (H100 timeline,
+    bench/NOTES.md v37)."""
     name = "ix_qr"
-    rel_tol = 2.0 ** -8 + 1e-5
 
     def __init__(self, p: IndexPlan):
         super().__init__(p.front)
         self.ip = p
-        self.lo, self.hi = 0, p.q_lora
 
     def regions(self):
         ip = self.ip
         return [PlainBuffer("ix_qr", bf16, (ip.rows, ip.q_lora)),
                 TaggedPairs("ix_qrdone", (ip.rows,), u32)]
-
-    def buffers(self):
-        p = self.p
-        return {"x": Buffer(bf16, (p.rows, p.hidden)), "q_a_norm_w": Buffer(bf16, (p.q_lora,))}
 
     def writes(self, r):
         q = self.ip.q_lora
@@ -543,16 +594,18 @@ class IndexQR(_front_post()):
 
     @stage_body
     def body(self, k, job, io):
+        from .front import _check_rows
         p = self.p
         a = io.args
         lds = k.lds("ix_qr_red", f32, 2 * k.W)
         k.barrier()
+        valid = _check_rows(k, p, io, a)
         gs = self.norm_weights(k, a.q_a_norm_w, p.q_lora)
         ys, _, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
         qr = self.norm(k, ys, gs, lds, 1, p.q_lora)
+        ok = io.env.cta_ok() & valid
         for e, v, m in qr:
-            io.store("ix_qr", job * p.q_lora + e, k.cast(v, bf16), mask=m)
+            v16 = k.cast(v, bf16)
+            io.store("ix_qr", job * p.q_lora + e, v16, mask=m)
+            k.store(a.qr, job * p.q_lora + e, v16, mask=ok if m is None else m & ok)
         publish_done(k, io, "ix_qrdone", job)
-
-    def reference(self, env):
-        return {}

@@ -284,13 +284,16 @@ def test_index_kind_runs_the_front_and_the_indexer_in_one_launch():
     for rows, chip, mode in ((4, "gfx950", "random"), (2, "sm_90a", "relaxed")):
         spec = BuildSpec.make("tiny", rows=rows, target="interp")
         L = index_launch(spec, chip=chip)
-        assert [s.name for s in L.stages][:3] == ["front_proj", "front_q", "front_kv"]
+        assert [s.name for s in L.stages][:3] == ["front_proj", "front_kv", "ix_qr"]
         inp = _index_inputs(L, spec, np.random.default_rng(rows))
         res = _run(L, inp, mode=mode, seed=3)
         check_launch(L, inp, res)
         fr = front_reference(inp, L.plan.front)
         qr = numerics.to_f64(res.outputs["qr"], "bf16")
         assert _rel(qr, fr["qr"]) <= 2.0 ** -8 + 1e-5
+        # ix_qr rounds qr once and stores it twice: the output is the q heads' own input
+        np.testing.assert_array_equal(np.asarray(res.outputs["qr"]).view(np.uint16).ravel(),
+                                      np.asarray(res.regions["ix_qr"]).view(np.uint16).ravel())
 
 
 # ------------------------------------------------------------------------------- builds
