@@ -2,9 +2,10 @@
 heads (ix_qb), the new keys (the paged cache, ix_nb) and the head weights. Stages (each
 job's work is declared; the scheduler places jobs):
 
-    ix_qr[r]     (kind index only) qr = RMSNorm(q_a) from the front's partial sums (front_q's
-                 math and helpers) into ix_qr (plain), then the row's pair in ix_qrdone,
-                 which the q-head projection jobs wait for.
+    ix_qr[r]     (kind index only, in front_q's place) qr = RMSNorm(q_a) from the front's
+                 partial sums (front_q's math and helpers) into the front's qr output and
+                 ix_qr (plain), then the row's pair in ix_qrdone, which the q-head projection
+                 jobs wait for.
     ix_proj[j]   partial sums on the tensor cores (stages/mma_tile.py, the front's tile: the
                  chip's bf16 MMA, 16 weight rows as A, every weight load of a wave's m-tile in
                  flight before its first MMA, 16-byte nontemporal loads, the chunk's
@@ -22,11 +23,13 @@ job's work is declared; the scheduler places jobs):
                  scale's bits a (head, row)), then its pair in ix_qdone: a scoring job waits
                  for the `heads` pairs once and loads its query operands straight into
                  registers.
-    ix_key[0]    waits for the KS key jobs' pairs (not for the q heads), sums their partials
-                 in split order: the head weights W_w h (x 1/rms(x) from the front), then the
-                 new keys (LayerNorm, rope, Hadamard, quantize) -> the cache and ix_nb (bulk:
-                 a row's key words, scale bits, then its head weights; the scoring multiplies
-                 in s_q and the constant factors).
+    ix_key[0]    its input loads first (positions, rope angles, LayerNorm weights, the
+                 rows' 1/rms(x) from the front), then waits for the KS key jobs' pairs (not
+                 for the q heads) and sums their partials in split order, a row's loads in
+                 one round trip: the head weights W_w h (x 1/rms(x)), then the new key
+                 (LayerNorm, rope, Hadamard, quantize) -> the cache and ix_nb (bulk: a row's
+                 key words, scale bits, then its head weights; the scoring multiplies in s_q
+                 and the constant factors).
 """
 from __future__ import annotations
 
@@ -345,25 +348,25 @@ class IndexQ(_ProjStage):
         p = self.p
         a = io.args
         R, NQ = p.rows, p.heads * HD
-        ne = HD // k.L
-        lane = _lane(k)
-        # inputs only, before the wait: each row's position and rope angles
-        freqs = lane_rope_freqs(k, p, ne, a.ix_rope_freq)
-        mine = [(r, live, rope_angles(k, k.max(k.load(a.positions, r, i32), 0), freqs))
-                for r, live in wave_rows(k, R)]
         wait_flags(k, io, hq * p.q_splits, p.q_splits)
         io.env.phase(0)  # the head's partial sums are in
-        for r, live, angles in mine:
+        ne = HD // k.L
+        lane = _lane(k)
+        # (the positions and rope angles after the wait, in the loop: formed before it they
+        # were held across it, and the sm_90a build with the pipelined scoring chains, which
+        # test_index_score_pipeline pins at zero spills, spilled 172 bytes)
+        freqs = lane_rope_freqs(k, p, ne, a.ix_rope_freq)
+        for r in k.range(k.wave_id(), R, k.W):
             xv = None
             for s in range(p.q_splits):  # the fixed split order: the same bits every run
                 v = io.load("ix_qpart", (s * R + r) * NQ + hq * HD + lane * ne, ne)
                 xv = v if xv is None else xv + v
             xs = [xv[t] for t in range(ne)] if ne > 1 else [xv]
+            angles = rope_angles(k, k.max(k.load(a.positions, r, i32), 0), freqs)
             q8, sc = quantize(k, p, rotate(k, p, xs, angles))
             word, widx, wl = pack_words(k, q8)
-            io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl & live)
-            io.store("ix_qb", (hq * R + r) * QW + KEY_WORDS, k.bitcast(sc, u32),
-                     mask=lane.eq(0) & live)
+            io.store("ix_qb", (hq * R + r) * QW + widx, word, mask=wl)
+            io.store("ix_qb", (hq * R + r) * QW + KEY_WORDS, k.bitcast(sc, u32), mask=lane.eq(0))
         io.env.phase(1)  # wave 0's rows are rotated, quantized and stored
         publish_done(k, io, "ix_qdone", hq)
 
