@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# v37 (session 31): ix_qr writing the front's qr (front_q dropped from kind index), ix_key /
-# ix_q issuing their input loads before their waits, ix_key's cost counting its x bytes;
-# against the previous commit's tree (AB_OLD, a `git archive` of it carried beside the
-# working tree) in alternating processes on one machine; a timeline of the fused index r8 W1;
+# v37 (session 31): ix_qr writing the front's qr (front_q dropped from kind index) and ix_key
+# issuing its input loads before its wait, against v36's tree (AB_OLD: made here by
+#   mkdir ab_old && git archive 5fced71 | tar -x -C ab_old   (with /ab_old/ in .git/info/exclude)
+# and carried beside the working tree: run's carry ["ab_old"]) in alternating processes on one
+# machine; a timeline of the fused index r8 W1;
 # the new defaults' exact top-k. The logs are packed after every step (a call cut short
-# still returns them: the device returns 8 files).
+# still returns them: the device returns 8 files). ROUNDS=1 SCORING=0: the short form (the
+# session's last device minutes).
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-4}
 AB_OLD=${AB_OLD:-ab_old}
 OUT=$(cd "$OUT" && pwd)
+[ -d "$AB_OLD/stages" ] || { echo "no baseline tree at $AB_OLD (see the header)"; exit 2; }
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 pack() { tar czf "$OUT/v37-logs.tgz" -C "$LOGS" . ; }
 TL="python3 -m tools.time_layers --config glm5 --pos 524287 --backend cuda --reps 5"
-for round in 1 2; do
+ROUNDS=${ROUNDS:-2}
+for round in $(seq 1 "$ROUNDS"); do
     (cd "$AB_OLD" && OUT=$LOGS step ix_old$round 70 $TL --kind index --rows 8 --workload W1,W2)
     OUT=$LOGS step ix_new$round 70 $TL --kind index --rows 8 --workload W1,W2; pack
     if [ $round = 1 ]; then
@@ -23,6 +27,8 @@ for round in 1 2; do
             --pos 524287 --rows 8 --workload W1,W2 --backend cuda; pack
     fi
 done
-(cd "$AB_OLD" && OUT=$LOGS step sco_old 60 $TL --kind index_scoring --rows 8 --workload W1,W2)
-OUT=$LOGS step sco_new 60 $TL --kind index_scoring --rows 8 --workload W1,W2; pack
+if [ "${SCORING:-1}" = 1 ]; then
+    (cd "$AB_OLD" && OUT=$LOGS step sco_old 60 $TL --kind index_scoring --rows 8 --workload W1,W2)
+    OUT=$LOGS step sco_new 60 $TL --kind index_scoring --rows 8 --workload W1,W2; pack
+fi
 rm -rf "$LOGS"

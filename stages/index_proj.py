@@ -43,13 +43,8 @@ from monokernel.types import bf16, f32, i32, u8, u32, u64
 from .base import Buffer, Job, Stage, Use
 from .index_plan import HD, KEY_WORDS, PAGE, PAGE_BYTES, PAGE_WORDS, SCALE_WORD0, BLOCK, QW, NW0, IndexPlan
 from .index_dsl import (_lane, stage_body, rotate, quantize, pack_words, wait_flags, wave_rows,
-                        lane_rope_freqs, rope_angles,
-                        publish_done)
+                        lane_rope_freqs, rope_angles, publish_done)
 from . import mma_tile
-
-class _Rows(list):
-    """IndexKey's rows of a wave (a list) with the lane's rope frequencies (`freqs`)."""
-
 
 RS_BATCH_ROWS = 4  # rows whose x loads ix_key keeps in flight together for their 1/rms(x)
 # (8 rows x 3 16-byte loads a thread would hold 96 registers; 4 rows: half, two barriers)
@@ -385,11 +380,8 @@ class IndexKey(_ProjStage):
 
     def jobs(self):
         p = self.p
-        # from the front, the rows' 1/rms(x) come first, before any wait: a CTA of its own;
-        # their x bytes counted too (left out, the model ended the job at a third of its
-        # measured time and queued a q-head job behind it: bench/NOTES.md v37)
-        x_bytes = p.rows * p.hidden * bf16.bytes if p.source == "front" else 0
-        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2) + x_bytes,
+        # from the front, the rows' 1/rms(x) come first, before any wait: a CTA of its own
+        return [Job(0, cost_bytes=p.rows * (p.k_splits * (HD + p.heads) * 4 + HD * 2),
                     cost_flops=p.rows * HD * 64, lead=p.source == "front")]
 
     def regions(self):
@@ -435,10 +427,10 @@ class IndexKey(_ProjStage):
 
     def _before_wait(self, k, io):
         """(LayerNorm pieces, the wave's rows, their 1/rms(x)): inputs only (body)."""
-        norm, mine = self._row_inputs(k, io)
+        norm, freqs, mine = self._row_inputs(k, io)
         rs_of = self._row_scales(k, io)
         for row in mine:  # the loads have long arrived: math only
-            row.angles = rope_angles(k, row.pc, mine.freqs)
+            row.angles = rope_angles(k, row.pc, freqs)
         return norm, mine, rs_of
 
     def _row_sums(self, k, io, row, rs_of):
@@ -455,20 +447,20 @@ class IndexKey(_ProjStage):
                 self._kpart_sum(k, io, row.r, rs, _lane(k) * ne, ne))
 
     def _row_inputs(self, k, io):
-        """(the LayerNorm's weight and bias pieces of the lane, the rows this wave owns:
-        [row, live, position, clamped position] with the lane's rope frequencies as
-        `.freqs`): the loads, issued, not yet waited for."""
+        """(the lane's LayerNorm weight and bias pieces, its rope frequencies, the rows this
+        wave owns: [row, live, position, clamped position]): the loads, issued, not yet
+        waited for."""
         p = self.p
         a = io.args
         ne = HD // k.L
         e0 = _lane(k) * ne
         norm = (k.load(a.ix_kn, e0, f32, ne), k.load(a.ix_kn, HD + e0, f32, ne))
-        mine = _Rows()
-        mine.freqs = lane_rope_freqs(k, p, ne, a.ix_rope_freq)
+        freqs = lane_rope_freqs(k, p, ne, a.ix_rope_freq)
+        mine = []
         for r, live in wave_rows(k, p.rows):
             pos = k.load(a.positions, r, i32)
             mine.append(SimpleNamespace(r=r, live=live, pos=pos, pc=k.max(pos, 0)))
-        return norm, mine
+        return norm, freqs, mine
 
     def _kpart_sum(self, k, io, r, rs, col, n=1, mask=None, heads=False):
         """Row r's sum over the key jobs' partials of ix_kpart's key columns [col, col + n)
