@@ -14,7 +14,7 @@ import pytest
 from monokernel import link as mlink
 from monokernel.codeobject import read_code_object
 from stages.synthetic import SyntheticConfig, make_inputs, synthetic_launch
-from tools import build, check_layer, lint, time_layers
+from tools import build, check_layer, common, lint, time_layers
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +201,21 @@ def test_time_layers_timeline_in_the_interpreter_prints_stage_rows(capsys):
     assert [int(rows[s][1]) for s in ("produce", "reduce", "norm", "gather")] == [16, 4, 4, 2]
     # a consumer stage ends after its producers start
     assert float(rows["gather"][3]) > float(rows["norm"][2]) >= float(rows["produce"][2])
+    # the scheduler's estimates beside them (the 8th token: "slowest job: time" is two):
+    # each stage's model span from the schedule
+    from stages import kinds
+    L = common.launch_for(kinds.kind("synthetic"), common.make_spec("tiny", 1, 4, "fp8", "interp"),
+                          [])
+    model = time_layers.model_spans(L.schedule)
+    assert [rows[s][7] for s in ("produce", "reduce", "norm", "gather")] == \
+        [model[s] for s in ("produce", "reduce", "norm", "gather")]
+
+
+def test_model_spans_are_each_stage_first_start_to_last_end_in_us():
+    from types import SimpleNamespace
+    sched = SimpleNamespace(start={("a", 0): 0.0, ("a", 1): 1500.0, ("b", 0): 2000.0},
+                            end={("a", 0): 1000.0, ("a", 1): 2600.0, ("b", 0): 6040.0})
+    assert time_layers.model_spans(sched) == {"a": "0.0-2.6", "b": "2.0-6.0"}
 
 
 def test_timeline_records_every_job_in_order_and_leaves_the_plain_abi_alone():

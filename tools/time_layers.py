@@ -42,8 +42,11 @@ Kinds with a key cache (index, index_scoring; DESIGN.md section 8):
 
 `--timeline` links the kernel with per-job timestamps (monokernel.link: lane 0 of wave 0
 stores the clock at each job's start and end), runs it once more and prints per stage: jobs,
-first start and last end (from the launch's earliest start), the median job time and the
-slowest job (its number and time: a straggler the median hides);
+first start and last end (from the launch's earliest start), the median job time, the
+slowest job (its number and time: a straggler the median hides) and the list scheduler's own
+estimate of the stage's first start-last end (`model (us)`, from its cost model: a stage the
+model ends far earlier than the kernel does is where it queued work behind a job it thought
+short);
 `--jobs-csv FILE.csv` writes every job's record (CTA, position in its list, stage, job, start,
 end) to find the job a stage's last end belongs to. `--plot FILE.png` draws the jobs as a
 Gantt chart (one row per CTA) with matplotlib, if it is
@@ -72,6 +75,7 @@ kv fp8, cuda.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 
@@ -122,6 +126,8 @@ TALLY_COLUMN = "tallies (median a wave)"
 # the stage's longest job and its time: a straggler the median hides (v32: one scoring job
 # of 132 held every request's own pages, 82 us against a median of 57)
 SLOWEST_COLUMN = "slowest job: time"
+MODEL_COLUMN = "model (us)"  # model_spans
+NS_PER_US = 1000.0
 
 
 def stage_rows(records, scale: float, unit: str, stages, waves: int = 1,
@@ -200,15 +206,30 @@ def plot(records, path: str, title: str, scale: float, unit: str) -> str:
     return f"wrote {path}"
 
 
+def model_spans(schedule) -> dict:
+    """{stage: 'first start-last end'} of the list scheduler's estimates (its cost model, in
+    us): beside the measured columns, a stage the model ends far earlier than the kernel
+    does shows where the scheduler placed work behind a job it thought short (v37: ix_key
+    modelled 2.0-6.0 us, measured 0.4-19.8, a q-head job queued behind it)."""
+    spans: dict = {}
+    for key, start in schedule.start.items():
+        lo, hi = spans.get(key[0], (math.inf, -math.inf))
+        spans[key[0]] = (min(lo, start), max(hi, schedule.end[key]))
+    return {st: f"{lo / NS_PER_US:.1f}-{hi / NS_PER_US:.1f}" for st, (lo, hi) in spans.items()}
+
+
 def _print_timeline(L, stamps, scale, unit, args, title):
     recs = L.timeline(stamps)
     names = [s.name for s in L.stages]
     print(f"\ntimeline of {title} ({len(recs)} jobs on {L.table.grid} CTAs, {unit}):")
     tallies = {s.name: getattr(s, "TALLIES", ()) for s in L.stages}
-    print(common.table(stage_rows(recs, scale, unit, names, L.waves, tallies),
-                       ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
-                        f"median job ({unit})", SLOWEST_COLUMN,
-                        "phase ends (median from job start)", TALLY_COLUMN]))
+    rows = stage_rows(recs, scale, unit, names, L.waves, tallies)
+    model = model_spans(L.schedule)
+    for row in rows:
+        row[MODEL_COLUMN] = model.get(row["stage"], "-")
+    print(common.table(rows, ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
+                              f"median job ({unit})", SLOWEST_COLUMN, MODEL_COLUMN,
+                              "phase ends (median from job start)", TALLY_COLUMN]))
     if args.plot:
         print(plot(recs, _numbered(args, "plot"), title, scale, unit))
     if args.jobs_csv:
