@@ -6,7 +6,8 @@
 # machine; a timeline of the fused index r8 W1;
 # the new defaults' exact top-k. The logs are packed after every step (a call cut short
 # still returns them: the device returns 8 files). ROUNDS=1 SCORING=0: the short form (the
-# session's last device minutes).
+# session's last device minutes); NB_FIRST=0 skips the last part, ix_score.nb_first timed
+# against the defaults in one process.
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-4}
 AB_OLD=${AB_OLD:-ab_old}
@@ -30,5 +31,11 @@ done
 if [ "${SCORING:-1}" = 1 ]; then
     (cd "$AB_OLD" && OUT=$LOGS step sco_old 60 $TL --kind index_scoring --rows 8 --workload W1,W2)
     OUT=$LOGS step sco_new 60 $TL --kind index_scoring --rows 8 --workload W1,W2; pack
+fi
+if [ "${NB_FIRST:-1}" = 1 ]; then  # ix_score.nb_first (off until timed), A/B in one process
+    OUT=$LOGS step nb_ix 90 $TL --kind index --rows 8 --workload W1,W2 \
+        --versus ix_score.nb_first=1 --rounds 2; pack
+    OUT=$LOGS step nb_sco 70 $TL --kind index_scoring --rows 8 --workload W1,W2 \
+        --versus ix_score.nb_first=1 --rounds 2; pack
 fi
 rm -rf "$LOGS"

@@ -122,7 +122,7 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys")
+                "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -316,6 +316,13 @@ class IndexScore(Stage):
     # the fused index r8 W1 / W2 111.3 / 121.1 -> 108.3 / 110.0 us, r4 95.8 / 101.7 -> 93.3 /
     # 92.0, r2 93.0 / 93.0 -> 88.3 / 87.3; index_scoring r8 66.3 / 72.1 -> 64.8 / 65.4
     cached_new_keys = None
+    # The job's two waits in the other order: ix_nb's counter (ix_key's release) before the q
+    # heads' pairs. A satisfied poll still costs a round trip, and the second wait's comes
+    # after the first's: first the path that ends earlier. In every timeline so far the key
+    # path ended first (the fused index r8 W1: ix_nb 16.0 us, the q heads 24.1, the scoring's
+    # p0 25.8; v37 expects ~11 and ~21.7), so ix_nb first should take ~one round trip off
+    # the scoring's start. Off until timed (bench/NOTES.md v37).
+    nb_first = False
 
     @property
     def hist_slots(self) -> int:
@@ -535,8 +542,11 @@ class IndexScore(Stage):
             if k.W > 1:
                 k.barrier()  # the plan, for every thread (its counters: after the next one)
             count_divergent(self, k, io, tab, counters)
+        if self.nb_first:
+            io.acquire("ix_nb")
         wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads
-        io.acquire("ix_nb")
+        if not self.nb_first:
+            io.acquire("ix_nb")
         io.env.phase(0)  # the q heads and the new keys are in
         nh = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 0
         for i0 in range(0, nh, T):

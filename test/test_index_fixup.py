@@ -226,3 +226,22 @@ def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
         assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
         out.append(r.outputs[L.select_cfg.names.out])
     assert np.array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("rows,chip,requests,mode", CASES,
+                         ids=[f"r{c[0]}-{c[1]}-{c[3]}" for c in CASES])
+def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip, requests,
+                                                                     mode):
+    """IndexScore.nb_first (ix_nb's acquire before the q heads' wait, off until timed): the
+    same scores and histograms, bit for bit, as the default order, within check_launch's
+    checks, with the fix-up (AMD's default) and without it (sm_90a's)."""
+    outs = []
+    for first in (False, True):
+        L = _launch(rows, chip)
+        next(s for s in L.stages if isinstance(s, IndexScore)).nb_first = first
+        inp = make_inputs(L.plan, np.random.default_rng(rows + 7), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=5)
+        check_launch(L, inp, res)
+        outs.append(_outputs(res))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
