@@ -190,6 +190,10 @@ def test_a_key_job_releasing_before_its_cache_stores_is_caught(monkeypatch):
     caught = []
     for seed in range(4):
         L = _cached(8, "sm_90a")
+        # the wait above skips score_done[0] only: the scoring job behind ix_key on its CTA
+        # (waiting for it there would never end)
+        cta = next(c for c, jobs in enumerate(L.schedule.cta_jobs) if ("ix_key", 0) in jobs)
+        assert [j for j in L.schedule.cta_jobs[cta] if j[0] == "ix_score"] == [("ix_score", 0)]
         inp = make_inputs(L.plan, np.random.default_rng(seed), [(8, 2043)], cache_pages=PAGES)
         try:
             check_launch(L, inp, _run(L, inp, mode="relaxed", seed=seed))
