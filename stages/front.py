@@ -337,6 +337,12 @@ def _row_slot(k, p, a, r):
     return pos, page * PAGE + pos % PAGE, okp, okg
 
 
+def _and(ok, m):
+    """A store's mask: `ok` (the rows' check, the CTA's health) and, where a piece has one,
+    the piece's mask m."""
+    return ok if m is None else m & ok
+
+
 def _check_rows(k, p, io, a):
     """Uniform i1: every row's position and page are valid. A bad one is recorded in the
     error word (io.env.fail with BAD_POSITION / BAD_PAGE), which marks the CTA failed. (A
@@ -743,17 +749,23 @@ class FrontQ(_Post):
         return {"q_a_norm_w": p.q_lora * 2, "qr": p.rows * p.q_lora * 2}
 
     def body(self, k, job, io):
-        p = self.p
         a = _args(k, io, self.buffers())
-        lds = k.lds("front_q_red", f32, 2 * k.W)
+        qr, ok = self.row_qr(k, io, a, job)
+        for e, v, m in qr:
+            k.store(a.qr, job * self.p.q_lora + e, k.cast(v, bf16), mask=_and(ok, m))
+
+    def row_qr(self, k, io, a, r):
+        """(row r's RMSNorm(q_a) as this thread's f32 pieces [(e, value, piece mask)], ok:
+        the rows' check and the CTA's health, which mask the qr output's stores); ix_qr stores
+        the same pieces."""
+        p = self.p
+        lds = k.lds(f"{self.name}_red", f32, 2 * k.W)
         k.barrier()
         valid = _check_rows(k, p, io, a)
         gs = self.norm_weights(k, a.q_a_norm_w, p.q_lora)
-        ys, _, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
+        ys, _, _ = self.reduce_row(k, io, a, r, lds, 0, 0, p.q_lora)
         qr = self.norm(k, ys, gs, lds, 1, p.q_lora)
-        ok = io.env.cta_ok() & valid
-        for e, v, m in qr:
-            k.store(a.qr, job * p.q_lora + e, k.cast(v, bf16), mask=ok if m is None else m & ok)
+        return qr, io.env.cta_ok() & valid
 
     def reference(self, env):
         p = self.p
@@ -819,11 +831,9 @@ class FrontKV(_Post):
         ok = io.env.cta_ok() & valid
         tok = k.ptr_add(a.kv_cache, k.cast(slot, i64) * p.token_bytes)
 
-        def msk(m):
-            return ok if m is None else m & ok
         if p.kv == "bf16":
             for e, v, m in cs:
-                k.store(tok, e, k.cast(v, bf16), mask=msk(m))
+                k.store(tok, e, k.cast(v, bf16), mask=_and(ok, m))
             k.store(tok, p.kv_lora // 2 + tid, k.bitcast(rope, u32), mask=mr & ok)
             return
         fmax = p.fp8_max
@@ -838,10 +848,10 @@ class FrontKV(_Post):
             for _ in range(2):  # at most two doublings to the smallest s with s * fmax >= amax
                 sc = k.select(sc * fmax < am, sc * 2.0, sc)
             q8 = k.cast(v * (1.0 / sc), p.fp8)  # 1/sc is exact: sc is a power of two
-            k.store(tok, e / 4, k.bitcast(q8, u32), mask=msk(m))
+            k.store(tok, e / 4, k.bitcast(q8, u32), mask=_and(ok, m))
             lead = (tid % (BLOCK // POST_VEC)).eq(0)
             blk = e / BLOCK
-            k.store(tok, p.kv_lora // 4 + blk, sc, mask=msk(m) & lead)
+            k.store(tok, p.kv_lora // 4 + blk, sc, mask=_and(ok, m) & lead)
         k.store(tok, (p.kv_lora + 4 * p.scale_blocks) // 4 + tid, k.bitcast(rope, u32), mask=mr & ok)
 
     def reference(self, env):

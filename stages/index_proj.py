@@ -589,18 +589,12 @@ class IndexQR(_front_q()):
 
     @stage_body
     def body(self, k, job, io):
-        from .front import _check_rows
-        p = self.p
+        from .front import _and
+        q = self.p.q_lora
         a = io.args
-        lds = k.lds("ix_qr_red", f32, 2 * k.W)
-        k.barrier()
-        valid = _check_rows(k, p, io, a)
-        gs = self.norm_weights(k, a.q_a_norm_w, p.q_lora)
-        ys, _, _ = self.reduce_row(k, io, a, job, lds, 0, 0, p.q_lora)
-        qr = self.norm(k, ys, gs, lds, 1, p.q_lora)
-        ok = io.env.cta_ok() & valid
+        qr, ok = self.row_qr(k, io, a, job)
         for e, v, m in qr:
             v16 = k.cast(v, bf16)
-            io.store("ix_qr", job * p.q_lora + e, v16, mask=m)
-            k.store(a.qr, job * p.q_lora + e, v16, mask=ok if m is None else m & ok)
+            io.store("ix_qr", job * q + e, v16, mask=m)
+            k.store(a.qr, job * q + e, v16, mask=_and(ok, m))
         publish_done(k, io, "ix_qrdone", job)
