@@ -93,7 +93,8 @@ TIMELINE_WORDS = 2 + PHASE_SLOTS + TALLY_SLOTS
 TALLY_WORD0 = 2 + PHASE_SLOTS
 TABLE_MAGIC = 0x4D4B4C31  # "MKL1"
 HEADER_WORDS = 4
-ENTRY_WORDS = 4
+ENTRY_WORDS = 4  # an entry: (stage id, job, priority, LAST_WORD)
+LAST_WORD = ENTRY_WORDS - 1  # 1 on a CTA's last entry
 PRIO_TABLE_MISMATCH = 0xFFFFFFFF
 PRIO_MAX_JOB = 0xFFFFFFFE
 WHAT_TABLE_MISMATCH = "schedule table (magic, grid or stage count) does not fit the kernel/launch"
@@ -548,7 +549,7 @@ class _Builder:
                         # entry is followed by a zero one): the next job's constant inputs
                         # are asked of the L2 while this job runs
                         nxt = k.load(a.sched, w + ENTRY_WORDS, i32, ENTRY_WORDS)
-                        with k.if_(k.extract(ent, ENTRY_WORDS - 1).eq(0)):
+                        with k.if_(k.extract(ent, LAST_WORD).eq(0)):
                             self.prefetch_job(k, k.extract(nxt, 0), k.extract(nxt, 1))
                     e = (w - base) / ENTRY_WORDS if self.timeline else None
                     self.entry = e
@@ -560,7 +561,7 @@ class _Builder:
                     if self.timeline:
                         self.stamp(e, 1)
                     self.agree()
-                    last = k.load(a.sched, w + (ENTRY_WORDS - 1), i32)
+                    last = k.load(a.sched, w + LAST_WORD, i32)
                     at.set(w + ENTRY_WORDS)
                     more.set(k.cast(last.eq(0) & self.failed.get().eq(0), u32))
             with bad:
