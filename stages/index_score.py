@@ -111,6 +111,9 @@ FIXUP_BALLOT_ON_NVIDIA = True
 # IndexScore.cached_new_keys where the chip is sm_90a (no fix-up: the key loop's reads of
 # the launch's new keys follow ix_key's release); AMD keeps the fix-up
 CACHED_NEW_KEYS_ON_NVIDIA = True
+# IndexScore.nb_first where the chip is sm_90a (measured there: the class's comment); AMD
+# keeps the q heads' wait first (its paths' ends are unmeasured)
+NB_FIRST_ON_NVIDIA = True
 
 
 class IndexScore(Stage):
@@ -320,9 +323,11 @@ class IndexScore(Stage):
     # heads' pairs. A satisfied poll still costs a round trip, and the second wait's comes
     # after the first's: first the path that ends earlier. In every timeline so far the key
     # path ended first (the fused index r8 W1: ix_nb 16.0 us, the q heads 24.1, the scoring's
-    # p0 25.8; v37 expects ~11 and ~21.7), so ix_nb first should take ~one round trip off
-    # the scoring's start. Off until timed (bench/NOTES.md v37).
-    nb_first = False
+    # p0 25.8; v38: ~19 and ~25), so ix_nb first takes ~one round trip off the scoring's
+    # start. None: on where the chip is sm_90a (NB_FIRST_ON_NVIDIA), off on AMD. H100, the
+    # fused index r8 at 512K W1, A/B in one process, two device calls (bench/NOTES.md v38):
+    # 107.5 -> 106.7 us and 107.4 -> 106.0; index_scoring r8 W1 64.1 -> 63.6
+    nb_first = None
 
     @property
     def hist_slots(self) -> int:
@@ -371,6 +376,8 @@ class IndexScore(Stage):
             self.share_pages = nvidia and SHARE_PAGES_ON_NVIDIA
         if self.fixup_ballot is None:
             self.fixup_ballot = nvidia and FIXUP_BALLOT_ON_NVIDIA
+        if self.nb_first is None:
+            self.nb_first = nvidia and NB_FIRST_ON_NVIDIA
 
     @property
     def reads_cached_new_keys(self) -> bool:

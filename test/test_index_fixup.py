@@ -236,9 +236,9 @@ def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
                          ids=[f"r{c[0]}-{c[1]}-{c[3]}" for c in CASES])
 def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip, requests,
                                                                      mode):
-    """IndexScore.nb_first (ix_nb's acquire before the q heads' wait, off until timed): the
-    same scores and histograms, bit for bit, as the default order, within check_launch's
-    checks, with the fix-up (AMD's default) and without it (sm_90a's)."""
+    """IndexScore.nb_first (ix_nb's acquire before the q heads' wait, sm_90a's default since
+    v38): the same scores and histograms, bit for bit, as the other order, within
+    check_launch's checks, with the fix-up (AMD's default) and without it (sm_90a's)."""
     outs = []
     for first in (False, True):
         L = _launch(rows, chip)
@@ -249,3 +249,11 @@ def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip,
         outs.append(_outputs(res))
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("chip,first", [("sm_90a", True), ("gfx950", False), ("gfx942", False)])
+def test_the_new_keys_are_acquired_first_where_it_was_measured(chip, first):
+    """nb_first's per-chip default (NB_FIRST_ON_NVIDIA, timed on an H100 in v38; AMD keeps
+    the q heads' wait first, unmeasured there)."""
+    L = _launch(4, chip)
+    assert next(s for s in L.stages if isinstance(s, IndexScore)).nb_first is first
