@@ -267,6 +267,62 @@ class CostModel:
 DEFAULT_COST = CostModel.for_target("gfx950")
 
 
+@dataclass(frozen=True)
+class ProfiledCost:
+    """Measured job durations (ns, by job key) in the cost model's place, `base` for jobs
+    the profile lacks: a profile-guided schedule. The byte/flop model misjudges the
+    latency-bound jobs most (an H100 timeline of the fused index r8: ix_key modelled 4 us,
+    18.6 measured; front_kv 0.7 against ~2.5 of work; bench/NOTES.md v38), and the list
+    scheduler then queues a job behind one it thinks short. monokernel.profile derives the
+    durations from a timeline. Any durations give a deadlock-free schedule (module doc)."""
+    durations_ns: tuple  # ((stage, index, ns), ...), sorted: hashable and comparable
+    base: CostModel
+    source: str = ""  # where the durations were measured (a file name), for manifests
+
+    def __post_init__(self):
+        for st, i, ns in self.durations_ns:
+            if not (isinstance(ns, (int, float)) and math.isfinite(ns) and ns >= 0):
+                raise ValueError(f"profiled duration of {job_name((st, i))} = {ns!r} ns must be "
+                                 f"a finite number >= 0")
+
+    @staticmethod
+    def of(durations: Mapping[Key, float], base: CostModel, source: str = "") -> "ProfiledCost":
+        return ProfiledCost(tuple(sorted((str(k[0]), int(k[1]), float(v))
+                                         for k, v in durations.items())), base, source)
+
+    @property
+    def name(self) -> str:
+        return f"profile {self.source}" if self.source else "profile"
+
+    def duration(self, job: JobNode) -> float:
+        ns = self._table.get(job.key)
+        return self.base.duration(job) if ns is None else ns
+
+    @property
+    def _table(self) -> dict:
+        t = self.__dict__.get("_t")
+        if t is None:
+            t = {(st, i): ns for st, i, ns in self.durations_ns}
+            object.__setattr__(self, "_t", t)
+        return t
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": PROFILE_KIND, "source": self.source,
+                "base": self.base.to_json(),
+                "durations_ns": [[st, i, ns] for st, i, ns in self.durations_ns]}
+
+
+PROFILE_KIND = "profile"  # a cost model's JSON "kind": ProfiledCost (absent: CostModel)
+
+
+def cost_from_json(d: Mapping) -> "CostModel | ProfiledCost":
+    """A manifest's cost model back: a CostModel, or a ProfiledCost (its "kind")."""
+    if d.get("kind") == PROFILE_KIND:
+        return ProfiledCost(tuple((str(st), int(i), float(ns)) for st, i, ns in d["durations_ns"]),
+                            CostModel.from_json(d["base"]), str(d.get("source", "")))
+    return CostModel.from_json(d)
+
+
 # --------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------
@@ -292,7 +348,7 @@ class Schedule:
     start: dict = field(default_factory=dict)  # Key -> ns (estimate)
     end: dict = field(default_factory=dict)  # Key -> ns (estimate)
     order: list = field(default_factory=list)  # the global topological order the lists follow
-    cost_model: CostModel | None = None
+    cost_model: "CostModel | ProfiledCost | None" = None
     policy: str = "critical_path"
 
     def __post_init__(self):
@@ -369,7 +425,7 @@ class Schedule:
                 if e.get("end_ns") is not None:
                     end[k] = float(e["end_ns"])
             cta_jobs.append(row)
-        cm = CostModel.from_json(d["cost_model"]) if d.get("cost_model") else None
+        cm = cost_from_json(d["cost_model"]) if d.get("cost_model") else None
         return Schedule(int(d["num_ctas"]), cta_jobs, start, end,
                         [_norm_key(k) for k in d.get("order", [])], cm, d.get("policy", "critical_path"))
 
@@ -394,7 +450,7 @@ def ranks(graph: JobGraph, durations: Mapping[Key, float]) -> dict[Key, float]:
 
 
 def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
-                  cost: CostModel | None = None, lds_budget: int | None = None,
+                  cost: "CostModel | ProfiledCost | None" = None, lds_budget: int | None = None,
                   policy: str = "earliest_start") -> Schedule:
     """Place `graph`'s jobs on `ctas` persistent CTAs (an int, or a Target: its CU count, its
     LDS per CTA as the default budget and its cost model).

@@ -62,11 +62,11 @@ class Launch:
         self.arena = Arena.from_regions([r for st in self.stages for r in st.regions()])
         self.proofs = prove_all(self.accesses())
         self.graph = mlink.job_graph(self.stages)
-        self.schedule = list_schedule(self.graph, grid, cost)
-        self.witness = check_deadlock_free(self.schedule, self.graph, max_resident_ctas=grid)
-        self.table = mlink.make_table(self.stages, self.schedule, self.graph, grid)
+        self.grid = grid
         self._linked: dict = {}
         self._cuda: dict = {}
+        self._hip: dict = {}
+        self.reschedule(cost)
         # programmatic dependent launch (sm_90a; --tune launch.pdl=1): each launch may start
         # under the one before it, its first job's constant inputs asked of the L2 before
         # its grid_dep_wait (monokernel.link); values never change with it
@@ -81,7 +81,19 @@ class Launch:
         # first job's at the start (Stage.prefetch; monokernel.link); values never change
         # with it. --tune launch.prefetch_next=1
         self.prefetch_next = False
-        self._hip: dict = {}
+
+    def reschedule(self, cost=None):
+        """Place the jobs again under `cost` (a schedule.CostModel, a ProfiledCost from
+        monokernel.profile, or None: the grid's default), check the placement deadlock-free
+        and rebuild the schedule table; kernels built before are dropped (their table is
+        the old one). Outputs never depend on the placement, only when each job runs."""
+        schedule = list_schedule(self.graph, self.grid, cost)
+        witness = check_deadlock_free(schedule, self.graph, max_resident_ctas=self.grid)
+        table = mlink.make_table(self.stages, schedule, self.graph, self.grid)
+        self.schedule, self.witness, self.table = schedule, witness, table
+        for built in (self._linked, self._cuda, self._hip):
+            built.clear()
+        return self
 
     # -- layout and proofs ----------------------------------------------------------------
     def accesses(self) -> list[Access]:

@@ -659,6 +659,11 @@ LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_m
 # prefetch_next = 1, each job asks the L2 for the next job's constant inputs
 # (stages.launch.Launch.prefetch_next)
 LINK_TUNABLES = ("pdl", "lds_overlay", "prefetch_next")
+# --tune launch.profile=FILE.csv: schedule the launch with the job durations a timeline of
+# the same build measured (`time_layers --timeline --jobs-csv FILE.csv`; monokernel.profile),
+# the cost model's figures for nothing else: a profile-guided placement (what each job
+# computes is unchanged; bench/NOTES.md v38)
+PROFILE_TUNE = "profile"
 
 
 def launch_tune_value(attr: str, text: str):
@@ -681,10 +686,13 @@ def launch_tune_value(attr: str, text: str):
 def launch_for(kind, spec, tunes=()):
     """kind.launch(spec) with the --tune settings applied: `launch.ATTR=VALUE` (one of
     LAUNCH_TUNABLES) builds the launch with that keyword, the others set stage tunables."""
-    kw, link, rest = {}, {}, []
+    kw, link, rest, profile = {}, {}, [], None
     for stage_name, attr, text in tunes:
         if stage_name != "launch":
             rest.append((stage_name, attr, text))
+            continue
+        if attr == PROFILE_TUNE:
+            profile = text
             continue
         if attr in LINK_TUNABLES:
             if text not in ("0", "1"):
@@ -693,7 +701,7 @@ def launch_for(kind, spec, tunes=()):
             continue
         if attr not in LAUNCH_TUNABLES:
             raise ValueError(f"--tune launch.{attr}: the launch's tunables are "
-                             f"{', '.join(LAUNCH_TUNABLES + LINK_TUNABLES)}")
+                             f"{', '.join(LAUNCH_TUNABLES + LINK_TUNABLES + (PROFILE_TUNE,))}")
         kw[attr] = launch_tune_value(attr, text)
     for attr in kw:
         if attr not in kind.launch_tunables:
@@ -703,6 +711,13 @@ def launch_for(kind, spec, tunes=()):
     launch = apply_tunes(kind.launch(spec, **kw), rest)
     for attr, value in link.items():
         setattr(launch, attr, value)
+    if profile is not None:
+        from monokernel.profile import profiled_cost
+        try:
+            cost = profiled_cost(launch.graph, profile, launch.schedule.cost_model)
+        except ValueError as e:
+            raise ValueError(f"--tune launch.{PROFILE_TUNE}={profile}: {e}") from None
+        launch.reschedule(cost)
     return launch
 
 
