@@ -3,7 +3,8 @@
 Input is a generic job graph, independent of the IR: one `JobNode` per job, keyed by
 `(stage_name, index)`, with a cost estimate (bytes moved, flops, LDS bytes) and the keys of
 the jobs it waits for. The output is a `Schedule`: for every CTA the ordered list of jobs it
-runs, each job's CTA and position, and estimated start/end times under a `CostModel`.
+runs, each job's CTA and position, and estimated start/end times under a `CostModel` (or a
+`ProfiledCost`: the durations a timeline measured, monokernel.profile).
 
 Algorithm (list scheduling: earliest start first, then critical path, "ETF"/"HLFET"):
 
