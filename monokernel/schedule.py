@@ -452,7 +452,7 @@ def ranks(graph: JobGraph, durations: Mapping[Key, float]) -> dict[Key, float]:
 
 def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
                   cost: "CostModel | ProfiledCost | None" = None, lds_budget: int | None = None,
-                  policy: str = "earliest_start") -> Schedule:
+                  policy: str = "earliest_start", lead_alone: bool = False) -> Schedule:
     """Place `graph`'s jobs on `ctas` persistent CTAs (an int, or a Target: its CU count, its
     LDS per CTA as the default budget and its cost model).
 
@@ -464,6 +464,11 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
     critical_path ran the front's kv projection jobs after the scoring jobs that waited on
     the index projections: 380 us for a launch whose parts take ~100; bench/NOTES.md);
     "stage_order" takes them by (stage, index) only: a baseline to compare against.
+    `lead_alone`: a lead job's CTA takes no further job until one that waits for the lead
+    job is ready (then it is free from the lead's modelled end as usual): the byte model
+    cannot see how long a lead job's latency-bound work holds its CTA (the fused index's
+    ix_key: modelled 4 us, 12-18 measured on an H100), so nothing else is queued behind it
+    (bench/NOTES.md v38: a q-head job behind ix_key set ix_q's last end).
     Raises ValueError for a dependency on an unknown job, a cyclic graph, or a job whose LDS
     bytes exceed the per-CTA budget (naming the job).
     """
@@ -505,6 +510,7 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
     # A reserved CTA joins them once its lead job is placed.
     held = set(reserved.values())
     free = [(0.0, c) for c in range(num_ctas) if c not in held]
+    parked: dict[Key, tuple] = {}  # lead_alone: lead job -> (its end, its CTA) not yet free
     cta_jobs: list[list[Key]] = [[] for _ in range(num_ctas)]
     start: dict[Key, float] = {}
     end: dict[Key, float] = {}
@@ -537,10 +543,16 @@ def list_schedule(graph: JobGraph | Iterable[JobNode], ctas: int | Target,
         start[k], end[k] = s, e
         cta_jobs[c].append(k)
         order.append(k)
-        bisect.insort(free, (e, c))
+        if lead_alone and node.lead:
+            parked[k] = (e, c)
+        else:
+            bisect.insort(free, (e, c))
         for sk in graph.succs[k]:
             missing[sk] -= 1
             if missing[sk] == 0:
+                for d in graph.nodes[sk].deps:  # a lead's consumer: its CTA is free again
+                    if d in parked:
+                        bisect.insort(free, parked.pop(d))
                 take.push(sk)
     assert len(order) == len(graph)
     return Schedule(num_ctas, cta_jobs, start, end, order, cost, policy)

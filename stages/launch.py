@@ -63,6 +63,10 @@ class Launch:
         self.proofs = prove_all(self.accesses())
         self.graph = mlink.job_graph(self.stages)
         self.grid = grid
+        # the list scheduler's lead_alone (monokernel.schedule.list_schedule): nothing queued
+        # behind a lead job on its CTA. Off until timed (bench/NOTES.md v38); --tune
+        # launch.lead_alone=1 reschedules
+        self.lead_alone = False
         self._linked: dict = {}
         self._cuda: dict = {}
         self._hip: dict = {}
@@ -87,7 +91,7 @@ class Launch:
         monokernel.profile, or None: the grid's default), check the placement deadlock-free
         and rebuild the schedule table; kernels built before are dropped (their table is
         the old one). Outputs never depend on the placement, only when each job runs."""
-        schedule = list_schedule(self.graph, self.grid, cost)
+        schedule = list_schedule(self.graph, self.grid, cost, lead_alone=self.lead_alone)
         witness = check_deadlock_free(schedule, self.graph, max_resident_ctas=self.grid)
         table = mlink.make_table(self.stages, schedule, self.graph, self.grid)
         self.schedule, self.witness, self.table = schedule, witness, table

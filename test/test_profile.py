@@ -1,5 +1,6 @@
-"""Profile-guided schedules (monokernel.profile, schedule.ProfiledCost, --tune launch.profile):
-a timeline's job durations in the cost model's place.
+"""Placement tunables: profile-guided schedules (monokernel.profile, schedule.ProfiledCost,
+--tune launch.profile: a timeline's job durations in the cost model's place) and a lead job's
+CTA kept for its consumers (list_schedule's lead_alone, --tune launch.lead_alone).
 
   * the durations: from the later of a job's start and its dependencies' last end;
   * a job the byte model thinks short (v38's ix_key) no longer has a job queued behind it;
@@ -135,12 +136,19 @@ def test_a_profiled_launch_computes_the_same_outputs(tmp_path, capsys):
     tuned = common.launch_for(kinds.kind("index"), spec, [("launch", "profile", str(prof))])
     assert tuned.schedule.cost_model.name == "profile jobs.csv"
     assert tuned.schedule.cta_jobs != plain.schedule.cta_jobs
-    a, b = tmp_path / "a", tmp_path / "b"
+    alone = common.launch_for(kinds.kind("index"), spec, [("launch", "lead_alone", "1")])
+    assert alone.schedule.cta_jobs != plain.schedule.cta_jobs
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     assert check_layer.main(base + ["--kv", "fp8", "--dump", str(a)]) == 0
     assert check_layer.main(base + ["--kv", "fp8", "--dump", str(b), "--tune",
                                     f"launch.profile={prof}"]) == 0
+    assert check_layer.main(base + ["--kv", "fp8", "--dump", str(c), "--tune",
+                                    "launch.lead_alone=1"]) == 0
     capsys.readouterr()
     assert check_layer.main(["--compare", str(a), str(b)]) == 0
+    assert check_layer.main(["--compare", str(a), str(c)]) == 0
+    with pytest.raises(ValueError, match=r"launch.lead_alone=yes: expected 0 or 1"):
+        common.launch_for(kinds.kind("index"), spec, [("launch", "lead_alone", "yes")])
     with pytest.raises(ValueError, match=r"launch.profile=.*: the profile is of another build"):
         common.launch_for(kinds.kind("index"), common.make_spec("tiny", 1, 4, "fp8", "interp"),
                           [("launch", "profile", str(prof))])
@@ -159,3 +167,17 @@ def test_a_job_that_ends_before_its_producers_end_stamp_gets_no_negative_time(tm
     g = JobGraph([JobNode(("p", 0)), JobNode(("c", 0), deps=(("p", 0),))])
     f = _write(tmp_path / "t.csv", [[0, 0, "p", 0, 0.0, 5.0], [1, 0, "c", 0, 1.0, 4.9]])
     assert job_durations(g, read_jobs_csv(f)) == {("p", 0): 5000.0, ("c", 0): 0.0}
+
+
+def test_lead_alone_keeps_a_lead_jobs_cta_for_its_consumers():
+    g = _lead_graph()
+    by_model = list_schedule(g, 3, UNIT)
+    alone = list_schedule(g, 3, UNIT, lead_alone=True)
+    key_cta = alone.cta_of(("key", 0))
+    assert by_model.cta_jobs[by_model.cta_of(("key", 0))][1:] != []
+    assert all(k[0] in ("key", "end") for k in alone.cta_jobs[key_cta])
+    check_deadlock_free(alone, g)
+    # a lead job nothing waits for: its CTA is never free again, every job still placed
+    lone = JobGraph([JobNode(("key", 0), lead=True)] + [JobNode(("x", i)) for i in range(4)])
+    s = list_schedule(lone, 2, UNIT, lead_alone=True)
+    assert s.cta_jobs[s.cta_of(("key", 0))] == [("key", 0)] and s.num_jobs == 5

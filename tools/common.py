@@ -659,11 +659,13 @@ LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_m
 # prefetch_next = 1, each job asks the L2 for the next job's constant inputs
 # (stages.launch.Launch.prefetch_next)
 LINK_TUNABLES = ("pdl", "lds_overlay", "prefetch_next")
-# --tune launch.profile=FILE.csv: schedule the launch with the job durations a timeline of
-# the same build measured (`time_layers --timeline --jobs-csv FILE.csv`; monokernel.profile),
-# the cost model's figures for nothing else: a profile-guided placement (what each job
-# computes is unchanged; bench/NOTES.md v38)
+# --tune launch.ATTR=VALUE that place the jobs anew (what each job computes is unchanged;
+# bench/NOTES.md v38): profile = FILE.csv, the job durations a timeline of the same build
+# measured (`time_layers --timeline --jobs-csv FILE.csv`; monokernel.profile) in the cost
+# model's place; lead_alone = 1, nothing queued behind a lead job on its CTA
+# (monokernel.schedule.list_schedule)
 PROFILE_TUNE = "profile"
+SCHEDULE_TUNABLES = (PROFILE_TUNE, "lead_alone")
 
 
 def launch_tune_value(attr: str, text: str):
@@ -686,13 +688,15 @@ def launch_tune_value(attr: str, text: str):
 def launch_for(kind, spec, tunes=()):
     """kind.launch(spec) with the --tune settings applied: `launch.ATTR=VALUE` (one of
     LAUNCH_TUNABLES) builds the launch with that keyword, the others set stage tunables."""
-    kw, link, rest, profile = {}, {}, [], None
+    kw, link, rest, place = {}, {}, [], {}
     for stage_name, attr, text in tunes:
         if stage_name != "launch":
             rest.append((stage_name, attr, text))
             continue
-        if attr == PROFILE_TUNE:
-            profile = text
+        if attr in SCHEDULE_TUNABLES:
+            if attr != PROFILE_TUNE and text not in ("0", "1"):
+                raise ValueError(f"--tune launch.{attr}={text}: expected 0 or 1")
+            place[attr] = text
             continue
         if attr in LINK_TUNABLES:
             if text not in ("0", "1"):
@@ -701,7 +705,7 @@ def launch_for(kind, spec, tunes=()):
             continue
         if attr not in LAUNCH_TUNABLES:
             raise ValueError(f"--tune launch.{attr}: the launch's tunables are "
-                             f"{', '.join(LAUNCH_TUNABLES + LINK_TUNABLES + (PROFILE_TUNE,))}")
+                             f"{', '.join(LAUNCH_TUNABLES + LINK_TUNABLES + SCHEDULE_TUNABLES)}")
         kw[attr] = launch_tune_value(attr, text)
     for attr in kw:
         if attr not in kind.launch_tunables:
@@ -711,14 +715,24 @@ def launch_for(kind, spec, tunes=()):
     launch = apply_tunes(kind.launch(spec, **kw), rest)
     for attr, value in link.items():
         setattr(launch, attr, value)
+    if place:
+        return _replace_jobs(launch, place)
+    return launch
+
+
+def _replace_jobs(launch, place: dict):
+    """The launch placed anew by SCHEDULE_TUNABLES' settings {attr: text}."""
+    cost = launch.schedule.cost_model
+    if "lead_alone" in place:
+        launch.lead_alone = place["lead_alone"] == "1"
+    profile = place.get(PROFILE_TUNE)
     if profile is not None:
         from monokernel.profile import profiled_cost
         try:
-            cost = profiled_cost(launch.graph, profile, launch.schedule.cost_model)
+            cost = profiled_cost(launch.graph, profile, cost)
         except ValueError as e:
             raise ValueError(f"--tune launch.{PROFILE_TUNE}={profile}: {e}") from None
-        launch.reschedule(cost)
-    return launch
+    return launch.reschedule(cost)
 
 
 def add_spec_options(ap, *, config: str, kv: list, kind_help: str):
