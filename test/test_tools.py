@@ -742,3 +742,26 @@ def test_time_layers_versus_times_a_then_b_each_round_and_prints_the_ratio(monke
     assert "A 102.00 us (100.00, 104.00, 102.00)" in line
     assert "B 90.50 us (90.00, 91.00)" in line and "B/A 0.887" in line
     assert "(1 failed runs left out)" in line
+
+
+def test_time_layers_fixed_below_keeps_small_inputs_at_one_copy():
+    """--fixed-below: an input under the limit is the same tensor in every rotated set,
+    the others are copies (equal values, other storage); the byte count's forms."""
+    import argparse as ap_mod
+    import torch
+    from tools import time_layers
+    prepared = {"w": torch.arange(1024, dtype=torch.float32), "pos": torch.arange(8)}
+    sizes = {"w": 4096, "pos": 64}
+    sets = time_layers.rotated_sets(prepared, sizes, 3, fixed_below=1024)
+    assert len(sets) == 3 and sets[0] is prepared
+    for s in sets[1:]:
+        assert s["pos"] is prepared["pos"]
+        assert s["w"].data_ptr() != prepared["w"].data_ptr()
+        assert torch.equal(s["w"], prepared["w"])
+    everything = time_layers.rotated_sets(prepared, sizes, 2)
+    assert everything[1]["pos"].data_ptr() != prepared["pos"].data_ptr()
+    assert [time_layers._byte_count(t) for t in ("0", "4096", "64K", "1m")] == \
+        [0, 4096, 65536, 1 << 20]
+    for bad in ("-1", "1G", "x"):
+        with pytest.raises(ap_mod.ArgumentTypeError, match="expected a byte count"):
+            time_layers._byte_count(bad)

@@ -11,7 +11,10 @@ where small inputs need more copies, at most 200), each launch reading its own c
 inputs (the copies span more than 4x the 60 MB L2, so nothing is timed from L2, unless 200
 copies do not: the "rotated MB" column says; a key cache, read and appended to, rotates with
 the inputs, its copies counted by the bytes a launch reads of it) and carrying its own tag on
-one never-reset arena, as a decode step's launches do. The byte floor is what the launch must
+one never-reset arena, as a decode step's launches do. `--fixed-below BYTES` keeps the inputs
+smaller than BYTES at one copy (a decode step reuses its position, block-table and activation
+buffers: their TLB entries and L2 lines are warm; bench/NOTES.md v38 suspects a fresh copy's
+TLB misses in ix_key's 6 us). The byte floor is what the launch must
 move (Launch.bytes_moved: weights once, caches once, activations in, outputs out) over the
 device-to-device copy bandwidth measured in the same run (1 GiB, read + write). `x floor` =
 us / floor. Before timing, one launch runs; after it, the launch's outputs are checked
@@ -110,6 +113,10 @@ def _parser() -> argparse.ArgumentParser:
                          "end, from the launch's first start) as CSV, to find stragglers")
     ap.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     ap.add_argument("--per-graph", type=int, default=20, help="launches per graph (default 20)")
+    ap.add_argument("--fixed-below", type=_byte_count, default=0, metavar="BYTES",
+                    help="inputs smaller than BYTES are not rotated: every launch reads the "
+                         "one copy, as a decode step's fixed buffers (positions, block "
+                         "tables, the activations) are; default 0: every input rotates")
     ap.add_argument("--reps", type=int, default=15, help="graph replays timed (default 15)")
     ap.add_argument("--versus", type=common.tune_list, action=common.TuneAction, default=[],
                     metavar="STAGE.ATTR=VALUE",
@@ -244,6 +251,27 @@ def _numbered(args, opt: str) -> str:
         return path
     stem, dot, ext = path.rpartition(".")
     return f"{stem}.{n}.{ext}" if dot else f"{path}.{n}"
+
+
+def rotated_sets(prepared: dict, sizes: dict, copies: int, fixed_below: int = 0) -> list:
+    """`copies` sets of the inputs named in `sizes` ({name: bytes}) for the timed launches to
+    take in turn: the first is `prepared` itself, the others clones, except that an input
+    smaller than `fixed_below` bytes is the same tensor in every set (--fixed-below: a TLB
+    and L2 that have seen it, as a decode step's fixed buffers are seen)."""
+    return [prepared] + [{n: prepared[n] if nb < fixed_below else prepared[n].clone()
+                          for n, nb in sizes.items()} for _ in range(copies - 1)]
+
+
+def _byte_count(text: str) -> int:
+    """--fixed-below's BYTES: an integer >= 0 (suffix K / M: KiB / MiB)."""
+    scale = {"K": 2**10, "M": 2**20}.get(text[-1:].upper(), 1)
+    try:
+        n = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a byte count >= 0, e.g. 1M")
+    return n
 
 
 def write_jobs_csv(records, path: str, scale: float, unit: str) -> str:
@@ -456,7 +484,9 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
     # graph, so the graph holds at least one launch per copy (at most MAX_PER_GRAPH)
     per_graph = max(args.per_graph, min(copies, MAX_PER_GRAPH))
     copies = min(copies, per_graph)
-    sets = [prepared] + [{n: prepared[n].clone() for n in ro} for _ in range(copies - 1)]
+    fixed_below = getattr(args, "fixed_below", 0)
+    sets = rotated_sets(prepared, {n: inp[n].nbytes for n in ro}, copies, fixed_below)
+    rotated_bytes = sum(inp[n].nbytes for n in ro if inp[n].nbytes >= fixed_below)
     outs_dev = {n: prepared[n] for n, b in specs.items() if b.output}
     gpu = _Gpu(args.backend, L, False, args.chip)
     dev = arena.device
@@ -479,7 +509,7 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
                wl=workload if keyed else "-", us=us, floor_us=fl["floor_us"],
                key_us=fl.get("key_us"), flop_us=fl.get("flop_us"), rest_us=fl.get("rest_us"),
                x_floor=us / fl["floor_us"] if fl["floor_us"] else None, MB=moved / 1e6,
-               TBps=moved / (us * 1e-6) / 1e12, rotMB=copies * min(ro_bytes, moved) / 1e6,
+               TBps=moved / (us * 1e-6) / 1e12, rotMB=copies * min(rotated_bytes, moved) / 1e6,
                graph=per_graph)
     scale = 1e-3 if args.backend == "cuda" else 1e6 / AMD_REALTIME_HZ
     if args.timeline or _stage(L, SCORE_STAGE) is not None:
