@@ -138,6 +138,9 @@ def test_a_profiled_launch_computes_the_same_outputs(tmp_path, capsys):
     assert tuned.schedule.cta_jobs != plain.schedule.cta_jobs
     alone = common.launch_for(kinds.kind("index"), spec, [("launch", "lead_alone", "1")])
     assert alone.schedule.cta_jobs != plain.schedule.cta_jobs
+    # the same kernel code, another placement: an A/B of them is no A/B of one kernel twice
+    assert not common.same_code(plain, alone, "gfx950")
+    assert common.same_code(plain, common.launch_for(kinds.kind("index"), spec), "gfx950")
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     assert check_layer.main(base + ["--kv", "fp8", "--dump", str(a)]) == 0
     assert check_layer.main(base + ["--kv", "fp8", "--dump", str(b), "--tune",

@@ -568,9 +568,11 @@ def inert_tunes(kind, spec, tunes, tuned, target: str) -> bool:
 
 def same_code(a, b, target: str) -> bool:
     """Whether launches `a` and `b` build the same kernel code for `target` (their LLVM IR,
-    value numbers aside)."""
+    value numbers aside) and place the jobs alike (their schedule tables: a placement
+    tunable, launch.profile or launch.lead_alone, changes only the table)."""
     from monokernel.build import emit_llvm
-    return _canonical_ir(emit_llvm(a.kernel(target), target)) == \
+    return np.array_equal(a.table.data, b.table.data) and \
+        _canonical_ir(emit_llvm(a.kernel(target), target)) == \
         _canonical_ir(emit_llvm(b.kernel(target), target))
 
 
