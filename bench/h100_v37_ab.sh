@@ -11,11 +11,8 @@
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-4}
 AB_OLD=${AB_OLD:-ab_old}
-OUT=$(cd "$OUT" && pwd)
 [ -d "$AB_OLD/stages" ] || { echo "no baseline tree at $AB_OLD (see the header)"; exit 2; }
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
-pack() { tar czf "$OUT/v37-logs.tgz" -C "$LOGS" . ; }
+packed_logs v37
 TL="python3 -m tools.time_layers --config glm5 --pos 524287 --backend cuda --reps 5"
 ROUNDS=${ROUNDS:-2}
 for round in $(seq 1 "$ROUNDS"); do

@@ -5,10 +5,7 @@
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-14}
 AB_OLD=${AB_OLD:-ab_old}
-OUT=$(cd "$OUT" && pwd)
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
-pack() { tar czf "$OUT/v38b-logs.tgz" -C "$LOGS" . ; }
+packed_logs v38b
 TL="python3 -m tools.time_layers --config glm5 --pos 524287 --backend cuda --kind index --rows 8 --workload W1 --reps 3 --timeline"
 (cd "$AB_OLD" && OUT=$LOGS step tl_old 50 $TL --jobs-csv "$LOGS/old.csv"); pack
 OUT=$LOGS step tl_new 50 $TL --jobs-csv "$LOGS/new.csv"; pack

@@ -6,10 +6,7 @@
 # Logs packed after every step (the device returns 8 files).
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-8}
-OUT=$(cd "$OUT" && pwd)
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
-pack() { tar czf "$OUT/v39-logs.tgz" -C "$LOGS" . ; }
+packed_logs v39
 TL="python3 -m tools.time_layers --config glm5 --pos 524287 --backend cuda --kind index --rows 8"
 OUT=$LOGS step tl_fixed 45 $TL --workload W1 --reps 3 --timeline --fixed-below 1M \
     --jobs-csv "$LOGS/fixed.csv"; pack

@@ -10,3 +10,14 @@ step() {
     timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
     echo "== $name (rc $?, $((SECONDS - t0)) s)"; grep -v "it/s" "$OUT/$name.log" | tail -n "${TAIL:-14}" | cut -c1-200
 }
+# packed_logs NAME: the steps' logs under $LOGS = $OUT/logs (absolute: a step may run from
+# another folder, as an A/B's baseline tree does), and `pack` tars them to
+# $OUT/NAME-logs.tgz (the device returns 8 files: pack after every step, so a call cut
+# short still returns what ran)
+packed_logs() {
+    OUT=$(cd "$OUT" && pwd)
+    LOGS=$OUT/logs
+    PACKED=$OUT/$1-logs.tgz
+    mkdir -p "$LOGS"
+}
+pack() { tar czf "$PACKED" -C "$LOGS" . ; }

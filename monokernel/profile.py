@@ -22,10 +22,10 @@ import csv
 import math
 from pathlib import Path
 
-from .schedule import CostModel, JobGraph, ProfiledCost, job_name
+from .schedule import NS_PER_US, CostModel, JobGraph, ProfiledCost, job_name
 
 # ns a unit of write_jobs_csv's time columns (start_<unit>, end_<unit>) is taken as
-NS_PER_UNIT = {"us": 1e3, "ticks": 1.0}
+NS_PER_UNIT = {"us": NS_PER_US, "ticks": 1.0}
 # the columns write_jobs_csv (tools/time_layers.py) writes that a profile needs, beside the
 # time columns
 KEY_COLUMNS = ("stage", "job")

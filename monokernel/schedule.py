@@ -57,6 +57,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from .targets import Target
 
 Key = tuple  # (stage_name: str, index: int)
+NS_PER_US = 1e3  # the schedule's times are ns; timelines and tables show us
 
 
 def _norm_key(k, what: str = "job key") -> Key:

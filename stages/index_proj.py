@@ -377,16 +377,15 @@ class IndexKey(_ProjStage):
     for nothing but the key jobs' partial sums, not for the q heads, so it is off the q
     path (bench/NOTES.md v14)."""
     name = "ix_key"
-    TUNABLES = ("scales_first", "rows_at_once")
+    TUNABLES = ("scales_first",)
     # The rows' x loads (their 1/rms(x)) before the other input loads, as v36 issued them:
     # v37's form (the inputs first) put ix_key's phase 0 at 11.5 us instead of 4.6 on the
     # H100 (index r8 W1 timeline), and the q-head job queued behind ix_key then set ix_q's
     # last end. Measured in bench/NOTES.md v38.
     scales_first = False
-    # a wave's rows whose page and partial sums go out in one round trip after the wait
-    # (each such round trip ~2.5 us under the front's stream); 1: rows one at a time, what
-    # gfx942's rows-8 build fits in 256 VGPRs
-    rows_at_once = 1
+    # (rows_at_once, a wave's rows' page and partial sums in one round trip after the wait,
+    # measured no change on the H100 (v38: at rows 8 a wave owns one row) and gfx942's rows-8
+    # build cannot fit two: removed)
 
     def jobs(self):
         p = self.p
@@ -428,13 +427,10 @@ class IndexKey(_ProjStage):
         io.env.phase(0)  # the rows' 1/rms(x)
         wait_flags(k, io, p.q_jobs, p.k_splits)
         io.env.phase(1)  # the key jobs' partial sums are in
-        step = self._rows_at_once()
-        for i in range(0, len(mine), step):  # `step` rows a round trip (_row_sums)
-            group = mine[i:i + step]
-            sums = [self._row_sums(k, io, row, rs_of) for row in group]
-            for row, (heads, key) in zip(group, sums):
-                self._store_head_weights(k, io, row, heads)
-                self._new_key(k, io, row, norm, key)
+        for row in mine:  # rows one at a time (_row_sums)
+            heads, key = self._row_sums(k, io, row, rs_of)
+            self._store_head_weights(k, io, row, heads)
+            self._new_key(k, io, row, norm, key)
         io.env.phase(2)  # wave 0's head weights and new keys are stored
         io.release("ix_nb")
 
@@ -449,12 +445,6 @@ class IndexKey(_ProjStage):
         for row in mine:  # the loads have long arrived: math only
             row.angles = rope_angles(k, row.pc, freqs)
         return norm, mine, rs_of
-
-    def _rows_at_once(self) -> int:
-        n = self.rows_at_once
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"ix_key.rows_at_once = {n!r}: expected an int >= 1")
-        return n
 
     def _row_sums(self, k, io, row, rs_of):
         """(the row's head-weight sums, its key elements' sums), with its cache page

@@ -157,7 +157,7 @@ def test_a_profiled_launch_computes_the_same_outputs(tmp_path, capsys):
                           [("launch", "profile", str(prof))])
 
 
-def test_profiled_cost_of_a_launch_falls_back_to_nothing(tmp_path):
+def test_profiled_cost_reads_every_job_from_its_file(tmp_path):
     """profiled_cost names the file it read; every job of the graph comes from it."""
     g = _lead_graph()
     f = _write(tmp_path / "x.csv", [[0, 0, st, i, 0.0, 1.0] for st, i in g.nodes])

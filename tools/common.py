@@ -718,11 +718,11 @@ def launch_for(kind, spec, tunes=()):
     for attr, value in link.items():
         setattr(launch, attr, value)
     if place:
-        return _replace_jobs(launch, place)
+        return _place_anew(launch, place)
     return launch
 
 
-def _replace_jobs(launch, place: dict):
+def _place_anew(launch, place: dict):
     """The launch placed anew by SCHEDULE_TUNABLES' settings {attr: text}."""
     cost = launch.schedule.cost_model
     if "lead_alone" in place:

@@ -84,6 +84,7 @@ import sys
 
 import numpy as np
 
+from monokernel.schedule import NS_PER_US
 from tools import common
 
 MAX_PER_GRAPH = 200  # launches per graph when small inputs need many copies to leave L2
@@ -134,7 +135,6 @@ TALLY_COLUMN = "tallies (median a wave)"
 # of 132 held every request's own pages, 82 us against a median of 57)
 SLOWEST_COLUMN = "slowest job: time"
 MODEL_COLUMN = "model (us)"  # model_spans
-NS_PER_US = 1000.0
 
 
 def stage_rows(records, scale: float, unit: str, stages, waves: int = 1,
