@@ -7,6 +7,9 @@
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-8}
 packed_logs v39
+# nb_first became the sm_90a default after v38's last top-k check: exact first
+OUT=$LOGS step topk8 60 python3 -m tools.check_topk --through index --config glm5 \
+    --pos 524287 --rows 8 --workload W1,W2 --backend cuda; pack
 TL="python3 -m tools.time_layers --config glm5 --pos 524287 --backend cuda --kind index --rows 8"
 OUT=$LOGS step tl_fixed 45 $TL --workload W1 --reps 3 --timeline --fixed-below 1M \
     --jobs-csv "$LOGS/fixed.csv"; pack
