@@ -22,6 +22,7 @@ VARIANT_TESTS = {
         "test_wide_lean_scan_writes_the_same_lists_and_messages",  # lean_lane_keys=32
         "test_lean_refills_write_the_same_lists_and_messages",  # lean_refill
         "test_coalesced_lean_loads_write_the_same_lists_and_messages",  # lean_coalesced
+        "test_lean_any_special_writes_the_same_lists_and_messages",  # lean_any_special
         "test_lean_scan_prefetches_and_early_loads_change_no_bit",  # lean prefetches
         "test_scan_ahead_writes_the_same_lists_and_messages",  # scan_ahead
         "test_scan_unroll_writes_the_same_lists_and_messages",  # scan_unroll

@@ -704,6 +704,22 @@ def test_lean_refills_write_the_same_lists_and_messages(dist, waves, mode, refil
         (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
 
 
+@pytest.mark.parametrize("dist,waves,mode,lane_keys", [
+    ("nan", 3, "relaxed", 16), ("extreme", 2, "random", 16), ("normal", 1, "inorder", 16),
+    ("nan", 2, "relaxed", 32)])
+def test_lean_any_special_writes_the_same_lists_and_messages(dist, waves, mode, lane_keys):
+    """lean_any_special (the rare branch's flag from one OR of the compares, its masks built
+    in the branch; the flag also sees keys past the slice, which the branch masks off): the
+    default scan's lists, messages and NaN / unselectable counts bit for bit, rows of every
+    special value, slices ending inside an iteration (3 waves), 16 or 32 keys a lane."""
+    lean = dataclasses.replace(DEFERRING, lean_scan=True)
+
+    def tweak(st):
+        st.lean_any_special, st.lean_lane_keys = 1, lane_keys
+    _same_lists_and_messages(dist, [67, DISTS.index(dist), waves], [
+        (lean, tweak), (DEFERRING, lambda st: None)], waves=waves, mode=mode, hist="buffer")
+
+
 @pytest.mark.parametrize("dist,waves,mode,tunes,where", [
     ("normal", 3, "relaxed", {}, "lds"), ("allequal", 3, "relaxed", {}, "lds"),
     ("nan", 2, "random", {}, "lds"), ("extreme", 3, "inorder", {}, "registers"),

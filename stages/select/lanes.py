@@ -237,6 +237,20 @@ def _lane_masks(k, raws, tests):
     return masks
 
 
+def _lane_any(k, raws, test):
+    """Whether any of a lane's keys (4-vectors of raw scores, as `_lane_masks`) passes `test`,
+    valid or not: one OR of the compares, where a mask costs a select and an add a key (the
+    lean scan's rare-branch flag, SelectPass.lean_any_special; what the branch counts it
+    masks itself)."""
+    out = None
+    for raw in raws:
+        bits = test(k.bitcast(raw, f32))
+        for e in range(LOAD_KEYS):
+            b = k.extract(bits, e)
+            out = b if out is None else out | b
+    return out
+
+
 def _pick16(k, raws, it, jj):
     """Key jj (per lane, 0 .. 4 len(raws) - 1) of a lane's 4-key vectors (4 or 8), by a tree
     of selects on jj's bits (no LDS; `it` unused: the registers are the iteration's)."""

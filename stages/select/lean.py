@@ -10,7 +10,7 @@ from monokernel.types import f32, i32, i64, u32
 
 from .config import (LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL, LOAD_KEYS,
                      SCAN_UNROLL, X_D, X_Q)
-from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_masks, _pick16,
+from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks, _pick16,
                     _prefix, _region_loader, _u, keys_and_specials, score_floor)
 
 
@@ -151,12 +151,19 @@ class LeanScan:
 
             def unselectable(f):  # -inf and NaN
                 return ~(f > neg_inf)
-            if nan_acc is None:
+            any_special = nan_acc is not None and self.lean_any_special
+            if nan_acc is None or any_special:
                 mask, = _lane_masks(k, raws, [keep])
             else:
                 mask, special = _lane_masks(k, raws, [keep, unselectable])
             mask = mask & valid
-            if nan_acc is not None:  # the counts from masks too, where a wave holds one
+            if any_special:  # one flag a lane (no mask), the masks in the rare branch only
+                with k.if_(k.ballot(_lane_any(k, raws, unselectable)).ne(0)):
+                    special, nan = _lane_masks(k, raws, [unselectable,
+                                                         lambda f: f.ne(f)])  # NaN only
+                    counts = k.popc(nan & valid) | (k.popc(special & valid) << 16)
+                    nan_acc.set(nan_acc.get() + _i(k, counts))
+            elif nan_acc is not None:  # the counts from masks too, where a wave holds one
                 special = special & valid
                 with k.if_(k.ballot(special.ne(0)).ne(0)):
                     nan, = _lane_masks(k, raws, [lambda f: f.ne(f)])  # unordered: NaN only

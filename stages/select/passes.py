@@ -37,7 +37,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "l2_prefetch", "lds_scan", "list_bases", "grouped_counts", "one_wait",
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
-                "lean_coalesced", "lean_refill", "tail_rank", "cta_publish", "fold_bins")
+                "lean_coalesced", "lean_refill", "lean_any_special", "tail_rank", "cta_publish",
+                "fold_bins")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # sel_h1 folding the first digit in (SelectConfig.fold_first_digits): bins of a band of
@@ -86,6 +87,11 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # two iterations on. No gain: 25.27 (1), 25.36-25.49 (2) against 24.81-25.08 us, the scan
     # unchanged (the copies' wait was off the critical path)
     lean_refill = 0
+    # 1: the rare branch's flag (a lane holds -inf or NaN) from one OR of the 16 compares,
+    # not from a 16-bit mask (a select and an add a key), its masks built in the branch only;
+    # the same counts (the branch masks off keys past the slice itself)
+    lean_any_special = 0
+
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
         U = getattr(self, attr)
