@@ -84,6 +84,7 @@ import sys
 
 import numpy as np
 
+from monokernel.critical import critical_path, path_rows
 from monokernel.schedule import NS_PER_US
 from tools import common
 
@@ -237,6 +238,10 @@ def _print_timeline(L, stamps, scale, unit, args, title):
     print(common.table(rows, ["stage", "jobs", f"first start ({unit})", f"last end ({unit})",
                               f"median job ({unit})", SLOWEST_COLUMN, MODEL_COLUMN,
                               "phase ends (median from job start)", TALLY_COLUMN]))
+    path = critical_path(L.graph, recs, L.schedule)
+    print(f"critical path ({len(path)} jobs: each one's data or CTA held the next; own = "
+          f"from ready to end):")
+    print(common.table(path_rows(path, scale, unit), list(path_rows(path[:1], scale, unit)[0])))
     if args.plot:
         print(plot(recs, _numbered(args, "plot"), title, scale, unit))
     if args.jobs_csv:
