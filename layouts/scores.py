@@ -42,6 +42,12 @@ REFINED_BITS = FIRST_DIGIT_BITS + FINE_DIGIT_BITS  # 10: sign, exponent, 1 manti
 REFINED_BINS = 1 << REFINED_BITS  # 1024 counts a (job, row) in `score_fine`
 REFINED_SHIFT = KEY_BITS - REFINED_BITS  # 22
 NOT_SELECTABLE = 0
+# score_gmax (IndexPlan.group_max, sm_90a): the maximum of each aligned GROUP_KEYS-key group
+# of a row's scores, an unselectable score (-inf, NaN) counted as +inf so that its group is
+# never skipped; the scoring's head-sum D holds 16 keys a warp (index_score_sm90), and at
+# 16 keys 7-33% of a row's groups hold a key the selection lists (bench/NOTES.md v39)
+GROUP_KEYS = 16
+GROUP_SHIFT = GROUP_KEYS.bit_length() - 1  # a key's group: position >> GROUP_SHIFT
 MAX_SLICES = 64
 MAX_KEYS = 1 << 19  # 512K scores per row: the selection's stated limit
 TOPK = 2048

@@ -161,10 +161,11 @@ def index_scoring_launch(spec, **kw) -> IndexLaunch:
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "capacity", "cache_pages", "segment",
                                  "score_jobs", "k_splits", "q_splits") if n in kw}
     fine = bool(kw.pop("fine_digits", False))
+    group_max = bool(kw.pop("group_max", False))
     p = plan(spec, **pk)
-    if fine:  # (the scoring's share of the refined first digits: its cost, timed alone)
+    if fine or group_max:  # (the scoring's share of the selection's aids: its cost, alone)
         from dataclasses import replace
-        p = replace(p, fine_digits=True)
+        p = replace(p, fine_digits=fine, group_max=group_max).check()
     return IndexLaunch("index_scoring", p, index_stages(p), **kw)
 
 
@@ -206,6 +207,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     spans = kw.pop("lean_spans", None)
     fine = kw.pop("fine_digits", None)
     row_parts = kw.pop("row_parts", None)
+    group_max = bool(kw.pop("group_max", False))
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -236,7 +238,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
     p = plan(spec, capacity=fp.capacity, cache_pages=fp.cache_pages, segment=pk.pop("segment", None),
              **{**pk, "grid": fp.grid, "waves": fp.waves})
     from dataclasses import replace
-    p = replace(p, source="front", front=fp, fine_digits=fine, row_parts=row_parts).check()
+    p = replace(p, source="front", front=fp, fine_digits=fine, row_parts=row_parts,
+                group_max=group_max).check()
     # front_q's qr output is written by ix_qr, which the q heads wait for (IndexQR)
     front = [reloaded(st) for st in front_stages(fp) if not isinstance(st, FrontQ)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
@@ -335,9 +338,10 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
                                               "lean_lists", "finish_max", "cta_publish",
                                               "fold_first_digits", "lean_spans",
-                                              "fine_digits", "row_parts")))
+                                              "fine_digits", "row_parts", "group_max")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",
               index_scoring_launch, _kind_inputs, launch_tunables=("waves", "q_splits",
-                                                                   "fine_digits")))
+                                                                   "fine_digits",
+                                                                   "group_max")))

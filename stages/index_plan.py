@@ -79,6 +79,10 @@ class IndexPlan:
     # into `score_rows` [score_jobs, rows, 64], for the fused selection's fold
     # (SelectConfig.row_parts), and none per segment (`score_hist` unwritten)
     row_parts: bool = False
+    # sm_90a: each score's aligned 16-key group maximum a row into `score_gmax` [rows,
+    # capacity / GROUP_KEYS] (layouts/scores.py), for a selection that skips the groups
+    # below its threshold
+    group_max: bool = False
 
     @property
     def heads(self): return self.config.index_heads
@@ -192,6 +196,9 @@ class IndexPlan:
         if self.row_parts and not self.fine_digits:
             raise ValueError("index: row_parts sums the scoring's refined counts: it needs "
                              "fine_digits")
+        if self.group_max and self.chip != SM90:
+            raise ValueError(f"index: group_max takes the 16-key groups of sm_90a's head-sum "
+                             f"layout; chip {self.chip!r} has none")
         self.scores_layout  # the selection's limits
         return self
 

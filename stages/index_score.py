@@ -78,7 +78,8 @@ from __future__ import annotations
 import math
 
 from layouts.regions import PlainBuffer, TaggedPairs
-from layouts.scores import FIRST_DIGIT_BINS, REFINED_BINS, REFINED_SHIFT
+from layouts.scores import (FIRST_DIGIT_BINS, GROUP_KEYS, GROUP_SHIFT, REFINED_BINS,
+                            REFINED_SHIFT)
 from monokernel.atoms.base import DESC_SHIFT, desc_units
 from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
 from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
@@ -459,6 +460,8 @@ class IndexScore(Stage):
             if p.fine_digits else []
         if p.row_parts:
             fine.append(PlainBuffer("score_rows", u32, (p.score_jobs, p.rows, FIRST_DIGIT_BINS)))
+        if p.group_max:
+            fine.append(PlainBuffer("score_gmax", f32, (p.rows, p.capacity // GROUP_KEYS)))
         return [PlainBuffer("scores", f32, (p.rows, p.capacity)),
                 PlainBuffer("score_hist", u32, (p.rows, p.segments, FIRST_DIGIT_BINS)),
                 *fine, TaggedPairs("score_done", (p.score_jobs,), u32)]
@@ -491,6 +494,8 @@ class IndexScore(Stage):
             fine.append(Use("score_rows", j * rw, (j + 1) * rw))
         hist = [Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS)] \
             if self.segment_hist else []
+        if p.group_max:
+            fine.append(Use("score_gmax", 0, p.rows * (p.capacity // GROUP_KEYS)))
         return [Use("scores", 0, p.rows * p.capacity), *hist, *fine,
                 Use("score_done", j, j + 1)]
 
@@ -703,6 +708,7 @@ class IndexScore(Stage):
                     ordered_digit(k, score, REFINED_SHIFT), i32),
                     k.const(1, u32), mask=one, scope="cta")
             io.store("scores", idx, score, mask=one)
+            self._group_unknown(k, io, row, pu, one)
 
         def entry(gi, g):
             n, lo, hi, posf, btrow = g[1], g[2], g[3], g[5], g[6]
@@ -806,9 +812,8 @@ class IndexScore(Stage):
         segment being whole pages), so the histogram's segment is the step's, not a lane's;
         `score` is never -0.0 (made +0.0 by the scale's FMA), for the 5-operation digit."""
         p = self.p
-        n, lo, base, posf = g[1], g[2], g[4], g[5]
-        row = gi + row_rel
-        ok = valid & (row_rel < n) & (kpos <= posf + row_rel)
+        row, ok = self._store_mask(g, gi, row_rel, kpos, valid)
+        n, lo, base = g[1], g[2], g[4]
         io.store("scores", row * p.capacity + kpos, score, mask=ok)
         if self.segment_hist:
             slot = base + ((step_key >> p.segment_shift) - lo) * n + row_rel
@@ -818,6 +823,21 @@ class IndexScore(Stage):
         if self._fine is not None:  # the row's refined first digit (IndexPlan.fine_digits)
             k.count(self._fine, row * REFINED_BINS + k.bitcast(
                 refined_digit_canonical(k, score), i32), ok, grouped=self.grouped_hist)
+
+    @staticmethod
+    def _store_mask(g, gi, row_rel, kpos, valid):
+        """(row, whether a lane's score of key kpos is stored): a row of the group, the key
+        within the row's bound."""
+        n, posf = g[1], g[5]
+        return gi + row_rel, valid & (row_rel < n) & (kpos <= posf + row_rel)
+
+    def _group_unknown(self, k, io, row, kpos, mask):
+        """IndexPlan.group_max: key kpos's group maximum of row `row` as +inf (never skipped),
+        where a path stores a score without its group's maximum (the one-pair chains, the
+        fix-up's rescored keys; several lanes of a group store the same word)."""
+        if self.p.group_max:
+            io.store("score_gmax", row * (self.p.capacity // GROUP_KEYS) + (kpos >> GROUP_SHIFT),
+                     k.const(math.inf, f32), mask=mask)
 
     @staticmethod
     def _scaled(k, val, scale):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+from layouts.scores import GROUP_KEYS, GROUP_SHIFT
 from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, desc_units, swizzled
 from monokernel.ir import MBARRIER_BYTES
 from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
@@ -36,6 +37,9 @@ from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
 from .index_plan import PAGE_BYTES, PAGE_ROWS
 
 KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
+# the head-sum D's lanes of one column t (lane = 4 g + t, g = 0 .. 7 the warp's keys g and
+# g + 8): lane bits 2, 3, 4, the group maximum's swaps (IndexPlan.group_max)
+GROUP_LANE_BITS = (4, 8, 16)
 
 
 class WgmmaGroup:
@@ -248,8 +252,12 @@ class WgmmaGroup:
             keep = [k.select(bit, vals[half + i], vals[i]) for i in range(half)]
             send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
             vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
+        ok = k.const(True, "i1") if valid is None else valid
         st._store(k, self.io, self.hist, self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, b0,
-                  st._scaled(k, vals[0], sc), k.const(True, "i1") if valid is None else valid)
+                  st._scaled(k, vals[0], sc), ok)
+        if p.group_max:  # a lane's one score: no group maximum here
+            row, stored = st._store_mask(self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, ok)
+            st._group_unknown(k, self.io, row, b0 + self.kf, stored)
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -370,13 +378,37 @@ class WgmmaGroup:
         D's slot `slot` scaled (built where the store needs it)."""
         k, st, p = self.k, self.st, self.p
         nrows = atom.n // p.heads_pad
+        cols = {}
         for i, (hk, col) in enumerate(st._sum_slots()):
             n = self.t4 * 2 + col  # D column: the row
             ok = (n >= ra) & (n < ra + nrows)
             ok = ok if valid is None else ok & valid
-            st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi,
-                      self.warp_key(hk, b0), b0, score(i, hk), ok)
+            key = self.warp_key(hk, b0)
+            sc = score(i, hk)
+            st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi, key, b0, sc, ok)
+            if p.group_max:
+                _, kept = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
+                cols.setdefault(col, (n, ok & (n - self.gi < self.g[1]), []))[2].append(
+                    (sc, kept))
+        for n, row_ok, halves in cols.values():
+            self._group_max(n, row_ok, halves, b0)
         st._cyc.mark("epilogue")
+
+    def _group_max(self, row, row_ok, halves, b0):
+        """IndexPlan.group_max: row `row`'s maximum over this warp's 16 keys of the step (the
+        head-sum D: slot keys g + 8 hk of the warp's 16 for column 2t + col, so the 8 lanes
+        of a t hold them), an unselectable score (-inf, NaN) as +inf, a key past the row's
+        bound as -inf; the lanes g = 0 store it. `halves`: [(score, stored?)] a key half."""
+        k, p = self.k, self.p
+        neg, pos = k.const(-math.inf, f32), k.const(math.inf, f32)
+        m = None
+        for sc, kept in halves:
+            v = k.select(kept, k.select(sc > neg, sc, pos), neg)
+            m = v if m is None else k.max(m, v)
+        for bit in GROUP_LANE_BITS:
+            m = k.max(m, k.lane_swap(m, bit))
+        self.io.store("score_gmax", row * (p.capacity // GROUP_KEYS) + (b0 >> GROUP_SHIFT)
+                      + self.ww, m, mask=row_ok & self.g8.eq(0))
 
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
         """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for

@@ -651,10 +651,12 @@ def apply_tunes(launch, tunes):
 # SelectConfig.fold_first_digits (sel_h1 sums its row's first digits: no sel_h0), select_hist
 # and index; lean_spans = 1 / 0, SelectConfig.lean_spans (the lean loop's waves list their
 # own spans, no barrier in the loop), the select kinds and index; row_parts = 1 / 0,
-# SelectConfig.row_parts (the fold sums the scoring's per-job first digits), index
+# SelectConfig.row_parts (the fold sums the scoring's per-job first digits), index;
+# group_max = 1 / 0, IndexPlan.group_max (sm_90a: the scoring also writes each row's 16-key
+# group maxima, score_gmax), index and index_scoring
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
                    "tail_finish", "cta_publish", "fold_first_digits", "lean_spans",
-                   "fine_digits", "row_parts")
+                   "fine_digits", "row_parts", "group_max")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
 # lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay);
