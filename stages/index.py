@@ -272,6 +272,8 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
         if v is not None:
             more[name] = bool(v)
     options = sel.measured_options(p.wgmma)
+    if p.group_max:  # sel_h1 skips the groups below its threshold (the scoring's maxima)
+        more["group_skip"] = True
     if p.fine_digits:  # the scoring's refined first digits: no row is crowded, none deferred
         options.update(defer_fat_bins=False, count_from_list=True)
         more.update(fine_digits=True, fine_parts=p.score_jobs, row_parts=p.row_parts)
@@ -288,7 +290,8 @@ def fused_select(p: IndexPlan, cfg) -> list:
     from . import select as sel
     ready = sel.Ready(lambda r: scored_reads(p), lambda k, io: wait_scored(k, io, p))
     return sel.select_stages(cfg, scores="plain", hist="plain", ready=ready,
-                             fine="plain" if cfg.fine_digits else None)
+                             fine="plain" if cfg.fine_digits else None,
+                             gmax="plain" if cfg.group_skip else None)
 
 
 def _request(launch, rng, pos):

@@ -27,6 +27,10 @@ VARIANT_TESTS = {
         "test_scan_ahead_writes_the_same_lists_and_messages",  # scan_ahead
         "test_scan_unroll_writes_the_same_lists_and_messages",  # scan_unroll
     ),
+    "test_group_max.py": (
+        "test_one_request_of_eight_rows_writes_every_groups_maximum",  # memory modes
+        "test_sel_h1_skipping_groups_lists_what_the_spans_loop_lists",  # group_skip
+    ),
     "test_index_score_pipeline.py": (
         "test_keys_in_shared_memory_score_as_the_register_path",  # ss_keys
         "test_sm90a_keys_in_shared_memory_ptx",  # ss_keys

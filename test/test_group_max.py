@@ -111,3 +111,43 @@ def test_the_option_changes_no_output_and_is_refused_off_sm90a():
     with pytest.raises(ValueError, match="group_max .* chip 'gfx950'"):
         kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
                                    group_max=True)
+
+
+def _select_run(rows, workload, pos, mode, **kw):
+    from tools import common
+    from spec import BuildSpec
+    from stages import kinds
+    kind = kinds.kind("index")
+    spec = BuildSpec.make("tiny", rows=rows, target="interp")
+    L = kind.launch(spec, chip="sm_90a", lean_spans=True, **kw)
+    inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows + pos), pos,
+                                    workload)
+    r = L.run_interp(inp, step=0, mode=mode, seed=13)
+    assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
+    c = L.select_cfg
+    return L, {n: np.asarray(r.regions[n]) for n in (c.list_keys, c.list_pos)}, \
+        np.asarray(r.outputs[c.names.out]), np.asarray(r.outputs[c.names.diag])
+
+
+@pytest.mark.parametrize("rows,workload,pos,mode", [
+    (8, "W1", 2049, "relaxed"), (8, "W1", 2049, "random"), (8, "W2", 2049, "relaxed"),
+    (4, "W1", 1500, "inorder"), (8, "W1", 700, "relaxed")])
+def test_sel_h1_skipping_groups_lists_what_the_spans_loop_lists(rows, workload, pos, mode):
+    """SelectConfig.group_skip (launch.group_max with lean_spans): sel_h1 lists only the
+    16-key groups whose maximum reaches its threshold, a flagged group a lane: the lists
+    (keys and positions), the top-k and its diagnostics bit for bit the lean spans loop's,
+    at W1 (real maxima), W2 (some +inf), a context under K (every key selected)."""
+    _, lists, out, diag = _select_run(rows, workload, pos, mode, group_max=True)
+    _, lists0, out0, diag0 = _select_run(rows, workload, pos, mode)
+    for name in lists0:  # (fresh arenas: words neither run wrote are zero in both)
+        np.testing.assert_array_equal(lists[name], lists0[name])
+    np.testing.assert_array_equal(out, out0)
+    np.testing.assert_array_equal(diag, diag0)
+
+
+def test_group_skip_needs_the_spans_loop_and_the_scorings_maxima():
+    from spec import BuildSpec
+    from stages import kinds
+    with pytest.raises(ValueError, match="group_skip: .* lean_spans"):
+        kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
+                                   chip="sm_90a", group_max=True)

@@ -43,6 +43,7 @@ LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.l
 # scan starts on a slice's first quarter while the rest is still in flight
 LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
 LEAN_REFILL_TURNS = 2  # SelectPass.lean_refill's two register sets taking turns
+GROUPS_A_LANE = 4  # SelectConfig.group_skip: score_gmax words a lane reads an iteration (16 B)
 LEAN_WIDE_KEYS = 32  # ... with SelectPass.lean_lane_keys = 32: a 32-bit mask, half the iterations
 LOAD_KEYS = 4  # keys of one 16-byte load
 LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one
@@ -318,6 +319,12 @@ class SelectConfig:
     # NOTES.md v31, an H100): select_hist r8 64K / 512K 17.96 / 24.87 -> 18.49 / 25.13 us,
     # no gain; False
     lean_spans: bool = False
+    # with lean_spans: sel_h1 reads the scoring's 16-key group maxima (`score_gmax`,
+    # IndexPlan.group_max: unselectable scores as +inf) and lists only the groups whose
+    # maximum is not below its threshold, a flagged group a lane (bench/NOTES.md v39: 7-33% of
+    # a row's groups hold a listed key); the same lists, counts and messages. The fused
+    # index only (`--tune launch.lean_spans=1,launch.group_max=1`); untimed
+    group_skip: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
     # its own slice's apart) and decides the first digit locally: no sel_h0 stage, no message
@@ -382,6 +389,10 @@ class SelectConfig:
             if self.fine_parts < 1:
                 raise ValueError(f"fine_digits: fine_parts = {self.fine_parts} must be >= 1 "
                                  "(the partial fine histograms of a row)")
+        if self.group_skip and not (self.lean_scan and self.lean_spans):
+            raise ValueError("group_skip: sel_h1 lists the flagged groups in the lean loop's "
+                             "own spans: it needs lean_scan and lean_spans (--tune "
+                             "launch.lean_spans=1)")
         if self.row_parts and not (self.fine_digits and self.fold_first_digits):
             raise ValueError("row_parts: sel_h1's fold sums the scoring's per-job counts; it "
                              "needs fine_digits and fold_first_digits")

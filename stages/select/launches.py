@@ -12,14 +12,14 @@ from .config import (DEFAULT_DIGITS, DIAG_WORDS, FINE_DIGITS, SELECT_KIND_DIGITS
 from .passes import SelectPass
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel
 from .reference import fine_histograms, segment_histograms
-from .sources import (BufferScores, FineBuffer, FinePlain, HistBuffer, HistPlain, HistRegion,
+from .sources import (BufferScores, FineBuffer, FinePlain, GroupMaxPlain, HistBuffer, HistPlain, HistRegion,
                       RegionScores, score_done_ready)
 
 
 # ----------------------------------------------------------------------------- composition
 
 def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
-                  fine=None, **fences) -> list:
+                  fine=None, gmax=None, **fences) -> list:
     """The selection's stages (sel_h0 .. sel_out). `scores`: "buffer" (input [rows,
     capacity] f32), "region" (an arena BulkBuffer of that shape written earlier in the
     launch) or a source object; `hist`: None (local first pass), "buffer" (input [rows,
@@ -56,7 +56,14 @@ def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
     if cfg.fold_first_digits and not hasattr(hist, "read4"):
         raise ValueError(f"fold_first_digits: sel_h1 sums a row's first digits with plain "
                          f"16-byte loads (hist 'buffer' or 'plain'), not from {hist!r}")
-    return [SelectPass(cfg, q, scores, hist, ready=ready, fine=fine, **fences)
+    if gmax == "plain":
+        gmax = GroupMaxPlain(cfg)
+    elif gmax is not None:
+        raise ValueError(f"gmax {gmax!r}: None or 'plain'")
+    if cfg.group_skip and gmax is None:
+        raise ValueError("group_skip: sel_h1 reads the scoring's group maxima (gmax "
+                         "'plain'), which only the fused index's scoring writes")
+    return [SelectPass(cfg, q, scores, hist, ready=ready, fine=fine, gmax=gmax, **fences)
             for q in range(cfg.first_pass, cfg.passes + 1)]
 
 

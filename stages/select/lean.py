@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 
+from layouts.scores import GROUP_KEYS, GROUP_SHIFT
 from monokernel.ir import L2_LINE_BYTES
 from monokernel.types import f32, i32, i64, u32
 
-from .config import (LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL, LOAD_KEYS,
-                     SCAN_UNROLL, X_D, X_Q)
+from .config import (GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL,
+                     LOAD_KEYS, SCAN_UNROLL, X_D, X_Q)
 from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks, _pick16,
                     _prefix, _region_loader, _u, keys_and_specials, score_floor)
 
@@ -138,8 +139,9 @@ class LeanScan:
         n_lane = self._lane_keys
         count_bits = n_lane.bit_length()  # a lane's count is 0 .. n_lane
 
-        def iteration(it, raws, pick, refill=None, refill_late=False):
-            p0 = self._lean_first_position(k, sl, it)
+        def iteration(it, raws, pick, refill=None, refill_late=False, p0=None):
+            if p0 is None:  # (group_skip gives a group's first key, `it` unused)
+                p0 = self._lean_first_position(k, sl, it)
             nv = k.max(k.min(bound - p0, n_lane), 0)
             if n_lane < 32:  # nv <= 16: no shift past 31
                 valid = _u(k, (k.const(1, i32) << nv) - 1)
@@ -219,6 +221,15 @@ class LeanScan:
                               pick)
             return False
 
+        if self.gmax is not None:
+            if n_lane != GROUP_KEYS or not spans:
+                raise ValueError(f"{self.name}: group_skip lists whole {GROUP_KEYS}-key groups "
+                                 f"a lane in the waves' own spans (lean_lane_keys "
+                                 f"{n_lane}, lean_spans {int(spans)})")
+            self._lean_groups_scan(k, io, sl, lds, iteration, span_lo, bound, t_lo)
+            self._gather_spans(k, io, sl, lds, run, start)
+            return spans
+
         stage = lds.get("lean_stage")
         slot = k.thread_id() * n_lane
         if stage is not None:
@@ -281,6 +292,54 @@ class LeanScan:
         if spans:
             self._gather_spans(k, io, sl, lds, run, start)
         return spans
+
+    def _lean_groups_scan(self, k, io, sl, lds, iteration, span_lo, bound, t_lo):
+        """SelectConfig.group_skip: the wave's span [span_lo, bound) in iterations of
+        GROUPS_A_LANE x L aligned 16-key groups: each lane loads its groups' maxima (one
+        16-byte load), flags those not below t_lo (a NaN or -inf in a group made its maximum
+        +inf: always flagged, so the NaN / unselectable counts see it), and the wave writes
+        the flagged groups' numbers into its LDS slots in position order (the flags' counts'
+        exclusive prefix over the lanes); then rounds of L flagged groups, a group a lane,
+        each `iteration`'s masks, counts and store rounds on the group's 16 keys (a lane
+        without a group: no valid key). The lists come out as the lean loop's: the flagged
+        groups hold every key at or above t_lo, in position order."""
+        c, L = self.cfg, k.L
+        lane = k.lane_id()
+        slots, base = lds["groups"], k.wave_id() * (L * GROUPS_A_LANE)
+        g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
+        n_groups = (k.max(bound - span_lo, 0) + (GROUP_KEYS - 1)) >> GROUP_SHIFT
+        per_it = GROUPS_A_LANE * L
+        last_g = c.capacity // GROUP_KEYS - GROUPS_A_LANE
+        last = c.capacity - LOAD_KEYS
+        for it in k.range(0, (n_groups + (per_it - 1)) / per_it):
+            gl = it * per_it + GROUPS_A_LANE * lane  # the lane's first group in the span
+            mx = self.gmax.load4(k, io, sl.r, k.min(g_lo + gl, last_g), None)
+            flags = k.const(0, u32)
+            for e in range(GROUPS_A_LANE):
+                hit = ((gl + e) < n_groups) & ~(k.bitcast(k.extract(mx, e), f32) < t_lo)
+                flags = flags | (k.cast(hit, u32) << e)
+            own = _i(k, k.popc(flags))
+            excl, tot = k.const(0, i32), k.const(0, i32)
+            for b in range(GROUPS_A_LANE.bit_length()):  # a lane flags 0 .. 4 groups
+                bit = ((own >> b) & 1).ne(0)
+                excl = excl + (k.prefix_count(bit) << b)
+                tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+            for e in range(GROUPS_A_LANE):
+                rank = excl + _i(k, k.popc(flags & ((1 << e) - 1)))
+                k.store(slots, base + rank, gl + e, mask=((flags >> e) & 1).ne(0))
+            k.wave_sync()  # the lanes read each other's slots
+            for r0 in k.range(0, tot, L):
+                j = r0 + lane
+                has = j < tot
+                grel = k.load(slots, base + k.min(j, tot - 1), i32)
+                first = span_lo + (grel << GROUP_SHIFT)
+                at = k.select(has, first, span_lo)  # (an aligned address for a lane without)
+                raws = [self.scores.load4(k, io, sl.r, k.min(at + LOAD_KEYS * jj, last), None)
+                        for jj in range(GROUP_KEYS // LOAD_KEYS)]
+                # a lane without a group starts at the span's bound: no valid key
+                iteration(None, raws, functools.partial(_pick16, k, raws),
+                          p0=k.select(has, first, bound))
+            k.wave_sync()  # every lane has read its slot before the next iteration's stores
 
     def _gather_spans(self, k, io, sl, lds, run, start):
         """lean_spans, after every wave's loop: the waves' entry counts through LDS (one CTA

@@ -12,7 +12,7 @@ from layouts.scores import FINE_DIGIT_BINS, FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
-from .config import (FOLD_BAND_BINS, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
+from .config import (FOLD_BAND_BINS, GROUPS_A_LANE, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
                      LIST_UNROLL, LOAD_KEYS, MAX_PAGE, PAGE, PAGE_SHIFT, SCAN_AHEAD, SCAN_UNROLL,
                      SEGMENT_UNROLL, SelectConfig, X_DEFER, X_EMITTED)
 from .tail import TailFinish
@@ -106,8 +106,11 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         return self._count_tunable("scan_unroll")
 
     def __init__(self, cfg: SelectConfig, q: int, scores, hist=None, *, ready=None,
-                 release=True, acquire=True, fine=None):
+                 release=True, acquire=True, fine=None, gmax=None):
         self.cfg, self.q = cfg, q
+        # sel_h1 lists only the 16-key groups whose maximum reaches its threshold
+        # (SelectConfig.group_skip) from `gmax` (GroupMaxPlain)
+        self.gmax = gmax if cfg.group_skip and q == 1 else None
         # sel_h1 refines the first digit by 4 bits (SelectConfig.fine_digits) from `fine`
         # (a FineBuffer / FinePlain source)
         self.fine = fine if cfg.fine_digits and q == 1 else None
@@ -274,6 +277,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out.append(Use(c.rdy(1), j, j + 1))
         if self.refines:
             out += self.fine.reads(r)
+        if self.gmax is not None:
+            out += self.gmax.reads(r)
         if self.q == 0 or self.folds:
             if self.ready is not None:
                 out += self.ready.reads(r)
@@ -458,6 +463,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                                 max(2 * 2 * k.W, append_words if appends else 0))
         if appends and "emit" not in out:
             out["emit"] = k.lds(f"{nm}_emit", i32, append_words)
+        if self.gmax is not None:  # a wave's flagged groups of an iteration, in order
+            out["groups"] = k.lds(f"{nm}_groups", i32, k.W * k.L * GROUPS_A_LANE)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self.finishes:

@@ -2,7 +2,7 @@
 an arena region, tagged pairs or plain data) and how a fused launch says they are ready."""
 from __future__ import annotations
 
-from layouts.scores import FIRST_DIGIT_BINS, REFINED_BINS
+from layouts.scores import FIRST_DIGIT_BINS, GROUP_KEYS, REFINED_BINS
 from monokernel.types import f32, u32
 
 from ..base import Buffer, Use
@@ -65,6 +65,24 @@ class RegionScores:
 
     def prefetch_line(self, k, io, r, p, nbytes, mask):
         io.prefetch_line(self.name, r * self.cfg.capacity + p, nbytes, mask=mask)
+
+
+class GroupMaxPlain:
+    """The scoring's 16-key group maxima (`score_gmax` [rows, capacity / GROUP_KEYS] f32,
+    IndexPlan.group_max), plain words its jobs store before the release the selection's
+    first wait orders them behind (as `scores`)."""
+    name = "score_gmax"
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg = cfg
+        self.groups = cfg.capacity // GROUP_KEYS
+
+    def reads(self, r: int) -> list:
+        return [Use(self.name, r * self.groups, (r + 1) * self.groups)]
+
+    def load4(self, k, io, r, g, mask):
+        """Maxima g .. g + 3 of row r (g a multiple of 4: 16 aligned bytes)."""
+        return io.load(self.name, r * self.groups + g, 4, mask=mask)
 
 
 class HistBuffer:
