@@ -37,9 +37,12 @@ from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
 from .index_plan import PAGE_BYTES, PAGE_ROWS
 
 KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
-# the head-sum D's lanes of one column t (lane = 4 g + t, g = 0 .. 7 the warp's keys g and
-# g + 8): lane bits 2, 3, 4, the group maximum's swaps (IndexPlan.group_max)
-GROUP_LANE_BITS = (4, 8, 16)
+# IndexPlan.group_max's swaps: the lanes holding one row's scores of a warp's 16 keys differ
+# in these lane bits. The head-sum D (lane = 4 g + t: keys g and g + 8, column 2t + col):
+# bits 2, 3, 4; a one-pair chain after its quad butterfly (key g + 8 (t >> 1 & 1), row
+# t & 1: `_wg_lane_key`): bits 1 .. 4
+HEAD_SUM_GROUP_BITS = (4, 8, 16)
+BUTTERFLY_GROUP_BITS = (2, 4, 8, 16)
 
 
 class WgmmaGroup:
@@ -253,11 +256,13 @@ class WgmmaGroup:
             send = [k.select(bit, vals[i], vals[half + i]) for i in range(half)]
             vals = [keep[i] + k.lane_swap(send[i], m) for i in range(half)]
         ok = k.const(True, "i1") if valid is None else valid
-        st._store(k, self.io, self.hist, self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, b0,
-                  st._scaled(k, vals[0], sc), ok)
-        if p.group_max:  # a lane's one score: no group maximum here
-            row, stored = st._store_mask(self.g, self.gi, 2 * pp + self.rf, b0 + self.kf, ok)
-            st._group_unknown(k, self.io, row, b0 + self.kf, stored)
+        row_rel, kpos = 2 * pp + self.rf, b0 + self.kf
+        score = st._scaled(k, vals[0], sc)
+        st._store(k, self.io, self.hist, self.g, self.gi, row_rel, kpos, b0, score, ok)
+        if p.group_max:  # a lane's one score; the lanes of its row differ in lane bits 1-4
+            row, kept = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
+            self._group_max(row, ok & (row_rel < self.g[1]), [(score, kept)], b0,
+                            BUTTERFLY_GROUP_BITS, (self.lane & 0x1E).eq(0))
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -391,24 +396,25 @@ class WgmmaGroup:
                 cols.setdefault(col, (n, ok & (n - self.gi < self.g[1]), []))[2].append(
                     (sc, kept))
         for n, row_ok, halves in cols.values():
-            self._group_max(n, row_ok, halves, b0)
+            self._group_max(n, row_ok, halves, b0, HEAD_SUM_GROUP_BITS, self.g8.eq(0))
         st._cyc.mark("epilogue")
 
-    def _group_max(self, row, row_ok, halves, b0):
-        """IndexPlan.group_max: row `row`'s maximum over this warp's 16 keys of the step (the
-        head-sum D: slot keys g + 8 hk of the warp's 16 for column 2t + col, so the 8 lanes
-        of a t hold them), an unselectable score (-inf, NaN) as +inf, a key past the row's
-        bound as -inf; the lanes g = 0 store it. `halves`: [(score, stored?)] a key half."""
+    def _group_max(self, row, row_ok, scores, b0, lane_bits, first):
+        """IndexPlan.group_max: row `row`'s maximum over this warp's 16 keys of the step (one
+        aligned group), an unselectable score (-inf, NaN) as +inf, a key past the row's bound
+        as -inf: the lane's own (`scores`: [(score, stored?)]), then swaps over the
+        `lane_bits` in which the lanes holding the row's other keys differ; the lanes `first`
+        store it."""
         k, p = self.k, self.p
         neg, pos = k.const(-math.inf, f32), k.const(math.inf, f32)
         m = None
-        for sc, kept in halves:
+        for sc, kept in scores:
             v = k.select(kept, k.select(sc > neg, sc, pos), neg)
             m = v if m is None else k.max(m, v)
-        for bit in GROUP_LANE_BITS:
+        for bit in lane_bits:
             m = k.max(m, k.lane_swap(m, bit))
         self.io.store("score_gmax", row * (p.capacity // GROUP_KEYS) + (b0 >> GROUP_SHIFT)
-                      + self.ww, m, mask=row_ok & self.g8.eq(0))
+                      + self.ww, m, mask=row_ok & first)
 
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
         """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for

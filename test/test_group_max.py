@@ -1,7 +1,8 @@
 """IndexPlan.group_max (sm_90a, `--tune launch.group_max=1`): the scoring also writes each
 row's aligned 16-key group maxima (`score_gmax`, layouts/scores.py GROUP_KEYS), an
-unselectable score counted as +inf; paths without a group's maximum (one-pair chains, the
-fix-up's rescored keys) write +inf, which a selection reading it must take as "scan".
+unselectable score counted as +inf, from the head-sum path's lanes and the one-pair chains';
+the fix-up's rescored keys leave +inf (their old maximum may be stale), which a selection
+reading it must take as "scan".
 Checked in the interpreter (the sm_90a paths, chip="sm_90a") against numpy's group maxima
 of the launch's own scores, the region poisoned with NaN before the run, so a group left
 unwritten shows; the outputs (scores, top-k) unchanged by the option."""
@@ -80,15 +81,14 @@ def test_one_request_of_eight_rows_writes_every_groups_maximum(mode):
     assert real > 0 and unknown == 0
 
 
-def test_one_pair_groups_and_shared_pages_write_maxima_or_plus_inf():
-    """W2 at rows 8 (one-pair requests, pages shared between them scored once) and rows 2
-    (one pair: the FMA epilogue alone): every visible group written, its maximum or +inf."""
-    for rows in (8, 2):
-        L, inp, r = _run(rows, "W2")
-        real, unknown = _check(L, inp, r, exact=False)
-        assert unknown > 0
-        if rows == 2:  # one pair: no mma head sum, no maximum known
-            assert real == 0
+def test_one_pair_chains_and_shared_pages_write_every_groups_maximum():
+    """W2 at rows 8 (one-pair requests on the FMA epilogue, the pages they share scored once
+    on the head-sum path) and W1 at rows 2 (one pair: the FMA epilogue alone): every visible
+    group's maximum exactly, from either lane layout."""
+    for rows, workload in ((8, "W2"), (2, "W1")):
+        L, inp, r = _run(rows, workload)
+        real, unknown = _check(L, inp, r, exact=True)
+        assert real > 0 and unknown == 0
 
 
 def test_the_fix_ups_rescored_keys_leave_their_groups_unknown():
