@@ -48,6 +48,13 @@ NOT_SELECTABLE = 0
 # 16 keys 7-33% of a row's groups hold a key the selection lists (bench/NOTES.md v39)
 GROUP_KEYS = 16
 GROUP_SHIFT = GROUP_KEYS.bit_length() - 1  # a key's group: position >> GROUP_SHIFT
+GROUP_MAX_REGION = "score_gmax"
+
+
+def group_max_word(capacity: int, row, key):
+    """The score_gmax word [rows, capacity / GROUP_KEYS] of row `row`'s group holding `key`
+    (ints or kernel values): the scoring's stores and the selection's loads agree on it."""
+    return row * (capacity // GROUP_KEYS) + (key >> GROUP_SHIFT)
 MAX_SLICES = 64
 MAX_KEYS = 1 << 19  # 512K scores per row: the selection's stated limit
 TOPK = 2048

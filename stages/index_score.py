@@ -78,8 +78,8 @@ from __future__ import annotations
 import math
 
 from layouts.regions import PlainBuffer, TaggedPairs
-from layouts.scores import (FIRST_DIGIT_BINS, GROUP_KEYS, GROUP_SHIFT, REFINED_BINS,
-                            REFINED_SHIFT)
+from layouts.scores import (FIRST_DIGIT_BINS, GROUP_KEYS, GROUP_MAX_REGION, REFINED_BINS,
+                            REFINED_SHIFT, group_max_word)
 from monokernel.atoms.base import DESC_SHIFT, desc_units
 from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
 from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
@@ -461,7 +461,7 @@ class IndexScore(Stage):
         if p.row_parts:
             fine.append(PlainBuffer("score_rows", u32, (p.score_jobs, p.rows, FIRST_DIGIT_BINS)))
         if p.group_max:
-            fine.append(PlainBuffer("score_gmax", f32, (p.rows, p.capacity // GROUP_KEYS)))
+            fine.append(PlainBuffer(GROUP_MAX_REGION, f32, (p.rows, p.capacity // GROUP_KEYS)))
         return [PlainBuffer("scores", f32, (p.rows, p.capacity)),
                 PlainBuffer("score_hist", u32, (p.rows, p.segments, FIRST_DIGIT_BINS)),
                 *fine, TaggedPairs("score_done", (p.score_jobs,), u32)]
@@ -495,7 +495,7 @@ class IndexScore(Stage):
         hist = [Use("score_hist", 0, p.rows * p.segments * FIRST_DIGIT_BINS)] \
             if self.segment_hist else []
         if p.group_max:
-            fine.append(Use("score_gmax", 0, p.rows * (p.capacity // GROUP_KEYS)))
+            fine.append(Use(GROUP_MAX_REGION, 0, p.rows * (p.capacity // GROUP_KEYS)))
         return [Use("scores", 0, p.rows * p.capacity), *hist, *fine,
                 Use("score_done", j, j + 1)]
 
@@ -812,7 +812,7 @@ class IndexScore(Stage):
         segment being whole pages), so the histogram's segment is the step's, not a lane's;
         `score` is never -0.0 (made +0.0 by the scale's FMA), for the 5-operation digit."""
         p = self.p
-        row, ok = self._store_mask(g, gi, row_rel, kpos, valid)
+        row, _, ok = self._store_mask(g, gi, row_rel, kpos, valid)
         n, lo, base = g[1], g[2], g[4]
         io.store("scores", row * p.capacity + kpos, score, mask=ok)
         if self.segment_hist:
@@ -826,17 +826,19 @@ class IndexScore(Stage):
 
     @staticmethod
     def _store_mask(g, gi, row_rel, kpos, valid):
-        """(row, whether a lane's score of key kpos is stored): a row of the group, the key
-        within the row's bound."""
+        """(row, whether it is a row of the group (and `valid`), whether a lane's score of
+        key kpos is stored: that and the key within the row's bound)."""
         n, posf = g[1], g[5]
-        return gi + row_rel, valid & (row_rel < n) & (kpos <= posf + row_rel)
+        row = gi + row_rel
+        in_group = valid & (row_rel < n)
+        return row, in_group, in_group & (kpos <= posf + row_rel)
 
     def _group_unknown(self, k, io, row, kpos, mask):
         """IndexPlan.group_max: key kpos's group maximum of row `row` as +inf (never skipped),
-        where a path stores a score without its group's maximum (the one-pair chains, the
-        fix-up's rescored keys; several lanes of a group store the same word)."""
+        where a score is stored after its group's maximum was (the fix-up's rescored keys:
+        the maximum may be stale)."""
         if self.p.group_max:
-            io.store("score_gmax", row * (self.p.capacity // GROUP_KEYS) + (kpos >> GROUP_SHIFT),
+            io.store(GROUP_MAX_REGION, group_max_word(self.p.capacity, row, kpos),
                      k.const(math.inf, f32), mask=mask)
 
     @staticmethod

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from layouts.scores import GROUP_KEYS, GROUP_SHIFT
+from layouts.scores import GROUP_KEYS, GROUP_MAX_REGION, group_max_word
 from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, desc_units, swizzled
 from monokernel.ir import MBARRIER_BYTES
 from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
@@ -260,9 +260,8 @@ class WgmmaGroup:
         score = st._scaled(k, vals[0], sc)
         st._store(k, self.io, self.hist, self.g, self.gi, row_rel, kpos, b0, score, ok)
         if p.group_max:  # a lane's one score; the lanes of its row differ in lane bits 1-4
-            row, kept = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
-            self._group_max(row, ok & (row_rel < self.g[1]), [(score, kept)], b0,
-                            BUTTERFLY_GROUP_BITS, (self.lane & 0x1E).eq(0))
+            row, in_group, kept = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
+            self._group_max(row, in_group, [(score, kept)], b0, BUTTERFLY_GROUP_BITS)
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -392,19 +391,18 @@ class WgmmaGroup:
             sc = score(i, hk)
             st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi, key, b0, sc, ok)
             if p.group_max:
-                _, kept = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
-                cols.setdefault(col, (n, ok & (n - self.gi < self.g[1]), []))[2].append(
-                    (sc, kept))
-        for n, row_ok, halves in cols.values():
-            self._group_max(n, row_ok, halves, b0, HEAD_SUM_GROUP_BITS, self.g8.eq(0))
+                _, in_group, kept = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
+                cols.setdefault(col, (n, in_group, []))[2].append((sc, kept))
+        for n, in_group, halves in cols.values():
+            self._group_max(n, in_group, halves, b0, HEAD_SUM_GROUP_BITS)
         st._cyc.mark("epilogue")
 
-    def _group_max(self, row, row_ok, scores, b0, lane_bits, first):
+    def _group_max(self, row, row_ok, scores, b0, lane_bits):
         """IndexPlan.group_max: row `row`'s maximum over this warp's 16 keys of the step (one
         aligned group), an unselectable score (-inf, NaN) as +inf, a key past the row's bound
         as -inf: the lane's own (`scores`: [(score, stored?)]), then swaps over the
-        `lane_bits` in which the lanes holding the row's other keys differ; the lanes `first`
-        store it."""
+        `lane_bits` in which the lanes holding the row's other keys differ; the lane with
+        none of those bits set stores it."""
         k, p = self.k, self.p
         neg, pos = k.const(-math.inf, f32), k.const(math.inf, f32)
         m = None
@@ -413,8 +411,10 @@ class WgmmaGroup:
             m = v if m is None else k.max(m, v)
         for bit in lane_bits:
             m = k.max(m, k.lane_swap(m, bit))
-        self.io.store("score_gmax", row * (p.capacity // GROUP_KEYS) + (b0 >> GROUP_SHIFT)
-                      + self.ww, m, mask=row_ok & first)
+        first = (self.lane & sum(lane_bits)).eq(0)
+        key = b0 + self.ww * GROUP_KEYS  # this warp's group
+        self.io.store(GROUP_MAX_REGION, group_max_word(p.capacity, row, key), m,
+                      mask=row_ok & first)
 
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
         """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for

@@ -241,7 +241,8 @@ def _print_timeline(L, stamps, scale, unit, args, title):
     path = critical_path(L.graph, recs, L.schedule)
     print(f"critical path ({len(path)} jobs: each one's data or CTA held the next; own = "
           f"from ready to end):")
-    print(common.table(path_rows(path, scale, unit), list(path_rows(path[:1], scale, unit)[0])))
+    rows = path_rows(path, scale, unit)
+    print(common.table(rows, list(rows[0])))
     if args.plot:
         print(plot(recs, _numbered(args, "plot"), title, scale, unit))
     if args.jobs_csv:

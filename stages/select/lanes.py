@@ -237,6 +237,17 @@ def _lane_masks(k, raws, tests):
     return masks
 
 
+def _lane_prefix(k, own, bits: int):
+    """(exclusive prefix over the wave's lanes, the wave's total) of a lane's count `own` <
+    2**bits: a ballot a count bit, independent steps (not a chain of lane swaps)."""
+    excl, tot = k.const(0, i32), k.const(0, i32)
+    for b in range(bits):
+        bit = ((own >> b) & 1).ne(0)
+        excl = excl + (k.prefix_count(bit) << b)
+        tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+    return excl, tot
+
+
 def _lane_any(k, raws, test):
     """Whether any of a lane's keys (4-vectors of raw scores, as `_lane_masks`) passes `test`,
     valid or not: one OR of the compares, where a mask costs a select and an add a key (the

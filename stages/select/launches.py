@@ -12,8 +12,8 @@ from .config import (DEFAULT_DIGITS, DIAG_WORDS, FINE_DIGITS, SELECT_KIND_DIGITS
 from .passes import SelectPass
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel
 from .reference import fine_histograms, segment_histograms
-from .sources import (BufferScores, FineBuffer, FinePlain, GroupMaxPlain, HistBuffer, HistPlain, HistRegion,
-                      RegionScores, score_done_ready)
+from .sources import (BufferScores, FineBuffer, FinePlain, GroupMaxPlain, HistBuffer, HistPlain,
+                      HistRegion, RegionScores, score_done_ready)
 
 
 # ----------------------------------------------------------------------------- composition

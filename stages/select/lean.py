@@ -11,8 +11,9 @@ from monokernel.types import f32, i32, i64, u32
 
 from .config import (GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL,
                      LOAD_KEYS, SCAN_UNROLL, X_D, X_Q)
-from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks, _pick16,
-                    _prefix, _region_loader, _u, keys_and_specials, score_floor)
+from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks,
+                    _lane_prefix, _pick16, _prefix, _region_loader, _u, keys_and_specials,
+                    score_floor)
 
 
 class LeanScan:
@@ -171,12 +172,7 @@ class LeanScan:
                     nan, = _lane_masks(k, raws, [lambda f: f.ne(f)])  # unordered: NaN only
                     counts = k.popc(nan & valid) | (k.popc(special) << 16)
                     nan_acc.set(nan_acc.get() + _i(k, counts))
-            own = _i(k, k.popc(mask))
-            excl, tot = k.const(0, i32), k.const(0, i32)
-            for b in range(count_bits):  # bit b of every lane's count: independent ballots
-                bit = ((own >> b) & 1).ne(0)
-                excl = excl + (k.prefix_count(bit) << b)
-                tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+            excl, tot = _lane_prefix(k, _i(k, k.popc(mask)), count_bits)
             if refill is not None and not refill_late:  # the raws are dead from here on
                 refill()
             if W > 1 and not spans:
@@ -318,12 +314,8 @@ class LeanScan:
             for e in range(GROUPS_A_LANE):
                 hit = ((gl + e) < n_groups) & ~(k.bitcast(k.extract(mx, e), f32) < t_lo)
                 flags = flags | (k.cast(hit, u32) << e)
-            own = _i(k, k.popc(flags))
-            excl, tot = k.const(0, i32), k.const(0, i32)
-            for b in range(GROUPS_A_LANE.bit_length()):  # a lane flags 0 .. 4 groups
-                bit = ((own >> b) & 1).ne(0)
-                excl = excl + (k.prefix_count(bit) << b)
-                tot = tot + (_i(k, k.cast(k.popc(k.ballot(bit)), u32)) << b)
+            # a lane flags 0 .. GROUPS_A_LANE groups
+            excl, tot = _lane_prefix(k, _i(k, k.popc(flags)), GROUPS_A_LANE.bit_length())
             for e in range(GROUPS_A_LANE):
                 rank = excl + _i(k, k.popc(flags & ((1 << e) - 1)))
                 k.store(slots, base + rank, gl + e, mask=((flags >> e) & 1).ne(0))

@@ -2,7 +2,8 @@
 an arena region, tagged pairs or plain data) and how a fused launch says they are ready."""
 from __future__ import annotations
 
-from layouts.scores import FIRST_DIGIT_BINS, GROUP_KEYS, REFINED_BINS
+from layouts.scores import (FIRST_DIGIT_BINS, GROUP_KEYS, GROUP_MAX_REGION, REFINED_BINS,
+                            group_max_word)
 from monokernel.types import f32, u32
 
 from ..base import Buffer, Use
@@ -71,18 +72,20 @@ class GroupMaxPlain:
     """The scoring's 16-key group maxima (`score_gmax` [rows, capacity / GROUP_KEYS] f32,
     IndexPlan.group_max), plain words its jobs store before the release the selection's
     first wait orders them behind (as `scores`)."""
-    name = "score_gmax"
+    name = GROUP_MAX_REGION
 
     def __init__(self, cfg: SelectConfig):
         self.cfg = cfg
-        self.groups = cfg.capacity // GROUP_KEYS
 
     def reads(self, r: int) -> list:
-        return [Use(self.name, r * self.groups, (r + 1) * self.groups)]
+        c = self.cfg
+        return [Use(self.name, group_max_word(c.capacity, r, 0),
+                    group_max_word(c.capacity, r + 1, 0))]
 
     def load4(self, k, io, r, g, mask):
         """Maxima g .. g + 3 of row r (g a multiple of 4: 16 aligned bytes)."""
-        return io.load(self.name, r * self.groups + g, 4, mask=mask)
+        return io.load(self.name, group_max_word(self.cfg.capacity, r, g * GROUP_KEYS), 4,
+                       mask=mask)
 
 
 class HistBuffer:
