@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from layouts.scores import GROUP_KEYS, GROUP_MAX_REGION, group_max_word
+from layouts.scores import GROUP_MAX_REGION, group_max_word
 from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, desc_units, swizzled
 from monokernel.ir import MBARRIER_BYTES
 from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
@@ -412,8 +412,8 @@ class WgmmaGroup:
         for bit in lane_bits:
             m = k.max(m, k.lane_swap(m, bit))
         first = (self.lane & sum(lane_bits)).eq(0)
-        key = b0 + self.ww * GROUP_KEYS  # this warp's group
-        self.io.store(GROUP_MAX_REGION, group_max_word(p.capacity, row, key), m,
+        # this warp's group: the step's first (b0: whole pages) and the warp's place in it
+        self.io.store(GROUP_MAX_REGION, group_max_word(p.capacity, row, b0) + self.ww, m,
                       mask=row_ok & first)
 
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
