@@ -261,7 +261,7 @@ class WgmmaGroup:
         st._store(k, self.io, self.hist, self.g, self.gi, row_rel, kpos, b0, score, ok)
         if p.group_max:  # a lane's one score; the lanes of its row differ in lane bits 1-4
             row, in_group, kept = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
-            self._group_max(row, in_group, [(score, kept)], b0, BUTTERFLY_GROUP_BITS)
+            self._group_max([(row, in_group, [(score, kept)])], b0, BUTTERFLY_GROUP_BITS)
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -393,25 +393,43 @@ class WgmmaGroup:
             if p.group_max:
                 _, in_group, kept = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
                 cols.setdefault(col, (n, in_group, []))[2].append((sc, kept))
-        for n, in_group, halves in cols.values():
-            self._group_max(n, in_group, halves, b0, HEAD_SUM_GROUP_BITS)
+        if cols:
+            self._group_max([cols[c] for c in sorted(cols)], b0, HEAD_SUM_GROUP_BITS)
         st._cyc.mark("epilogue")
 
-    def _group_max(self, row, row_ok, scores, b0, lane_bits):
-        """IndexPlan.group_max: row `row`'s maximum over this warp's 16 keys of the step (one
-        aligned group), an unselectable score (-inf, NaN) as +inf, a key past the row's bound
-        as -inf: the lane's own (`scores`: [(score, stored?)]), then swaps over the
-        `lane_bits` in which the lanes holding the row's other keys differ; the lane with
-        none of those bits set stores it."""
+    def _group_max(self, rows, b0, lane_bits):
+        """IndexPlan.group_max: each of `rows`' maximum over this warp's 16 keys of the step
+        (one aligned group), an unselectable score (-inf, NaN) as +inf, a key past the row's
+        bound as -inf. rows: [(row, row ok?, [(score, stored?)])], the lane's own scores of
+        one row or of two (the head-sum D: columns 2t, 2t + 1); then swaps over the
+        `lane_bits` in which the lanes holding the rows' other keys differ. Two rows are
+        reduce-scattered over the first bit (a lane keeps one row, sends the other: one swap
+        where two would carry both), so a lane stores one row's word, and the lanes with none
+        of the remaining bits set store."""
         k, p = self.k, self.p
         neg, pos = k.const(-math.inf, f32), k.const(math.inf, f32)
-        m = None
-        for sc, kept in scores:
-            v = k.select(kept, k.select(sc > neg, sc, pos), neg)
-            m = v if m is None else k.max(m, v)
-        for bit in lane_bits:
+        maxima = []
+        for _, _, scores in rows:
+            m = None
+            for sc, kept in scores:
+                v = k.select(kept, k.select(sc > neg, sc, pos), neg)
+                m = v if m is None else k.max(m, v)
+            maxima.append(m)
+        bits = list(lane_bits)
+        (row, row_ok, _), m = rows[0], maxima[0]
+        if len(rows) == 2:
+            bit = bits.pop(0)
+            second = (self.lane & bit).ne(0)
+            keep = k.select(second, maxima[1], maxima[0])
+            send = k.select(second, maxima[0], maxima[1])
+            m = k.max(keep, k.lane_swap(send, bit))
+            row = k.select(second, rows[1][0], row)
+            row_ok = k.select(second, rows[1][1], row_ok)
+        elif len(rows) != 1:
+            raise ValueError(f"ix_score: group maxima of {len(rows)} rows a lane (1 or 2)")
+        for bit in bits:
             m = k.max(m, k.lane_swap(m, bit))
-        first = (self.lane & sum(lane_bits)).eq(0)
+        first = (self.lane & sum(bits)).eq(0)
         # this warp's group: the step's first (b0: whole pages) and the warp's place in it
         self.io.store(GROUP_MAX_REGION, group_max_word(p.capacity, row, b0) + self.ww, m,
                       mask=row_ok & first)
