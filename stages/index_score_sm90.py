@@ -73,6 +73,10 @@ class WgmmaGroup:
         self.mma_sum = st.bf16_head_sum
         # chains of several pairs sum on the tensor cores (`sums`): only builds of 2+ pairs
         self.mma_chains = self.mma_sum and p.pairs > 1
+        # IndexPlan.group_max on the all-pairs chain: the lane's two rows' maxima of the
+        # step, carried to the next step's chain (`_wide_gmax_deferred`); None: swapped and
+        # stored at once
+        self.held_gmax = None
 
     # -- a step's parts --------------------------------------------------------------------
     def warp_key(self, h, base=None):
@@ -261,7 +265,8 @@ class WgmmaGroup:
         st._store(k, self.io, self.hist, self.g, self.gi, row_rel, kpos, b0, score, ok)
         if p.group_max:  # a lane's one score; the lanes of its row differ in lane bits 1-4
             row, in_group, kept = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
-            self._group_max([(row, in_group, [(score, kept)])], b0, BUTTERFLY_GROUP_BITS)
+            rows = [(row, in_group, [(score, kept)])]
+            self._group_max(rows, self._group_partials(rows), b0, BUTTERFLY_GROUP_BITS)
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -394,19 +399,20 @@ class WgmmaGroup:
                 _, in_group, kept = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
                 cols.setdefault(col, (n, in_group, []))[2].append((sc, kept))
         if cols:
-            self._group_max([cols[c] for c in sorted(cols)], b0, HEAD_SUM_GROUP_BITS)
+            rows = [cols[c] for c in sorted(cols)]
+            if self.held_gmax is None:
+                self._group_max(rows, self._group_partials(rows), b0, HEAD_SUM_GROUP_BITS)
+            else:
+                for v, m in zip(self.held_gmax, self._group_partials(rows)):
+                    v.set(m)
         st._cyc.mark("epilogue")
 
-    def _group_max(self, rows, b0, lane_bits):
-        """IndexPlan.group_max: each of `rows`' maximum over this warp's 16 keys of the step
-        (one aligned group), an unselectable score (-inf, NaN) as +inf, a key past the row's
-        bound as -inf. rows: [(row, row ok?, [(score, stored?)])], the lane's own scores of
-        one row or of two (the head-sum D: columns 2t, 2t + 1); then swaps over the
-        `lane_bits` in which the lanes holding the rows' other keys differ. Two rows are
-        reduce-scattered over the first bit (a lane keeps one row, sends the other: one swap
-        where two would carry both), so a lane stores one row's word, and the lanes with none
-        of the remaining bits set store."""
-        k, p = self.k, self.p
+    def _group_partials(self, rows):
+        """IndexPlan.group_max, a lane's part: for each of `rows` ([(row, row ok?, [(score,
+        stored?)])], the lane's own scores of one row or of two: the head-sum D's columns
+        2t, 2t + 1) the maximum of its scores, an unselectable one (-inf, NaN) as +inf, one
+        not stored (a key past the row's bound) as -inf."""
+        k = self.k
         neg, pos = k.const(-math.inf, f32), k.const(math.inf, f32)
         maxima = []
         for _, _, scores in rows:
@@ -415,6 +421,16 @@ class WgmmaGroup:
                 v = k.select(kept, k.select(sc > neg, sc, pos), neg)
                 m = v if m is None else k.max(m, v)
             maxima.append(m)
+        return maxima
+
+    def _group_max(self, rows, maxima, b0, lane_bits, mask=None):
+        """IndexPlan.group_max: `rows`' maxima over this warp's 16 keys of the step at b0 (one
+        aligned group) from the lanes' `maxima` (`_group_partials`), by swaps over the
+        `lane_bits` in which the lanes holding the rows' other keys differ, stored (where
+        `mask`). Two rows are reduce-scattered over the first bit (a lane keeps one row,
+        sends the other: one swap where two would carry both), so a lane stores one row's
+        word, and the lanes with none of the remaining bits set store."""
+        k, p = self.k, self.p
         bits = list(lane_bits)
         (row, row_ok, _), m = rows[0], maxima[0]
         if len(rows) == 2:
@@ -429,10 +445,46 @@ class WgmmaGroup:
             raise ValueError(f"ix_score: group maxima of {len(rows)} rows a lane (1 or 2)")
         for bit in bits:
             m = k.max(m, k.lane_swap(m, bit))
-        first = (self.lane & sum(bits)).eq(0)
+        store = row_ok & (self.lane & sum(bits)).eq(0)
         # this warp's group: the step's first (b0: whole pages) and the warp's place in it
         self.io.store(GROUP_MAX_REGION, group_max_word(p.capacity, row, b0) + self.ww, m,
-                      mask=row_ok & first)
+                      mask=store if mask is None else store & mask)
+
+    def _wide_gmax_deferred(self):
+        """The all-pairs chain with IndexPlan.group_max's swaps and stores a step behind:
+        step t's chain is issued, then step t - 1's maxima (carried, the lane's two rows')
+        are swapped and stored while it runs on the tensor cores, then step t's wait and
+        epilogue. Measured on an H100 (bench/NOTES.md v40), the swaps in the epilogue made
+        each step ~256 clocks longer (a dependent chain of three swaps after the head sum's
+        wait, two warps a scheduler): under the chain that latency is hidden. The carried
+        maxima come from selects (not registers a wgmma wrote, which would draw ptxas's
+        injected wait, C7517); the last step's follow the loop."""
+        st, k = self.st, self.k
+        cols = sorted({col for _, col in st._sum_slots()})
+        nrows = self.wide.n // self.p.heads_pad
+        held = [k.lane_var(k.const(-math.inf, f32)) for _ in cols]
+
+        def stores(t, mask=None):
+            rows = []
+            for col in cols:  # store_scores' rows of the all-pairs chain
+                n = self.t4 * 2 + col
+                ok = (n >= self.gi) & (n < self.gi + nrows)
+                _, in_group, _ = st._store_mask(self.g, self.gi, n - self.gi, n, ok)
+                rows.append((n, in_group, None))
+            self._group_max(rows, [v.get() for v in held], self.step_key(t),
+                            HEAD_SUM_GROUP_BITS, mask)
+
+        def compute(t, cur):
+            acc = self.issue(self.wide, self.operands(cur), self.gi)
+            stores(t - 1, t > 0)
+            k.wgmma_wait(0)
+            st._cyc.mark("chain")
+            self.held_gmax = held
+            self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
+            self.held_gmax = None
+
+        st._pipeline(k, self.my_n, self.locate, self.load, compute)
+        stores(self.my_n - 1)
 
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
         """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for
@@ -730,6 +782,8 @@ class WgmmaGroup:
                     with all_pairs:
                         if self.half is None and st.defer_stores and self.mma_chains:
                             self._wide_deferred()
+                        elif self.half is None and p.group_max and self.mma_chains:
+                            self._wide_gmax_deferred()
                         elif self.half is None:
                             st._pipeline(k, my_n, self.locate, self.load, self.compute_wide)
                         else:
