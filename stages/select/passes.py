@@ -89,7 +89,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     lean_refill = 0
     # 1: the rare branch's flag (a lane holds -inf or NaN) from one OR of the 16 compares,
     # not from a 16-bit mask (a select and an add a key), its masks built in the branch only;
-    # the same counts (the branch masks off keys past the slice itself)
+    # the same counts (the branch masks off keys past the slice itself). Timed on top of the
+    # group skip (bench/NOTES.md v40, an H100, fused index r8 512K): B/A 0.994 / 1.003 (W1 /
+    # W2), noise; top-k exact
     lean_any_special = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
