@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layouts.scores import GROUP_KEYS
+from layouts.scores import GROUP_KEYS, TOPK
+from stages.index_plan import PAGE as PAGE_KEYS
 
 POISON = np.float32(np.nan)
 
@@ -28,10 +29,12 @@ def _launch(rows, tunes=(), group_max=True):
     return kind, spec, L
 
 
-def _run(rows, workload, tunes=(), mode="relaxed", group_max=True, pos=2049):
+def _run(rows, workload, tunes=(), mode="relaxed", group_max=True, pos=2049, edit=None):
     from tools import common
     kind, spec, L = _launch(rows, tunes, group_max)
     inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows), pos, workload)
+    if edit is not None:
+        edit(inp)
     arena = L.new_arena()
     if group_max:  # unwritten maxima read NaN, never equal to anything
         at = L.arena["score_gmax"].data_offset
@@ -115,7 +118,7 @@ def test_the_option_changes_no_output_and_is_refused_off_sm90a():
                                    group_max=True)
 
 
-def _select_run(rows, workload, pos, mode, **kw):
+def _select_run(rows, workload, pos, mode, edit=None, **kw):
     from tools import common
     from spec import BuildSpec
     from stages import kinds
@@ -124,11 +127,15 @@ def _select_run(rows, workload, pos, mode, **kw):
     L = kind.launch(spec, chip="sm_90a", lean_spans=True, **kw)
     inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows + pos), pos,
                                     workload)
+    if edit is not None:
+        edit(inp)
     r = L.run_interp(inp, step=0, mode=mode, seed=13)
     assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
     c = L.select_cfg
+    scores = np.asarray(r.regions["scores"], np.float32).reshape(L.plan.rows, -1)
     return L, {n: np.asarray(r.regions[n]) for n in (c.list_keys, c.list_pos)}, \
-        np.asarray(r.outputs[c.names.out]), np.asarray(r.outputs[c.names.diag])
+        np.asarray(r.outputs[c.names.out]), np.asarray(r.outputs[c.names.diag]), \
+        scores[:, :np.asarray(inp["positions"]).max() + 1]
 
 
 @pytest.mark.parametrize("rows,workload,pos,mode", [
@@ -139,9 +146,46 @@ def test_sel_h1_skipping_groups_lists_what_the_spans_loop_lists(rows, workload, 
     16-key groups whose maximum reaches its threshold, a flagged group a lane: the lists
     (keys and positions), the top-k and its diagnostics bit for bit the lean spans loop's,
     at W1 (real maxima), W2 (some +inf), a context under K (every key selected)."""
-    _, lists, out, diag = _select_run(rows, workload, pos, mode, group_max=True)
-    _, lists0, out0, diag0 = _select_run(rows, workload, pos, mode)
+    _, lists, out, diag, _ = _select_run(rows, workload, pos, mode, group_max=True)
+    _, lists0, out0, diag0, _ = _select_run(rows, workload, pos, mode)
     for name in lists0:  # (fresh arenas: words neither run wrote are zero in both)
+        np.testing.assert_array_equal(lists[name], lists0[name])
+    np.testing.assert_array_equal(out, out0)
+    np.testing.assert_array_equal(diag, diag0)
+
+
+# groups of tiny scores: the scales of every group whose number is 1 mod 5 (20% of the keys)
+# set to 2^-100, so in a row whose threshold is positive (6 of the 8 here: the others' top
+# quarter reaches into negative scores) the top-k lies among the other keys and those
+# groups are skipped
+TINY_SCALE = 2.0 ** -100
+TINY_GROUP_MOD, TINY_GROUP_RESIDUES = 5, (1,)
+TINY_ROWS = 6  # rows whose threshold is above every tiny score
+
+
+def _tiny_groups(inp):
+    from stages.index_plan import PAGE, PAGE_SHIFT
+    from stages.index_tiling import HEAD_DIM
+    cache, table = inp["index_cache"], np.asarray(inp["block_table"])
+    tiny = np.frombuffer(np.float32(TINY_SCALE).tobytes(), np.uint8)
+    for row in range(table.shape[0]):
+        for q in range(int(np.asarray(inp["positions"]).max()) + 1):
+            if (q // GROUP_KEYS) % TINY_GROUP_MOD in TINY_GROUP_RESIDUES:
+                cache[table[row, q >> PAGE_SHIFT], PAGE * HEAD_DIM + 4 * (q % PAGE):][:4] = tiny
+
+
+def test_sel_h1_skips_groups_of_tiny_scores_and_lists_what_the_spans_loop_lists():
+    """A context of ~8000 keys, a fifth of them in groups of tiny scores below most rows'
+    thresholds (counted): sel_h1 skipping them lists, selects and counts bit for bit what
+    the spans loop does."""
+    pages = SPECIAL_POS // PAGE_KEYS + 8
+    runs = [_select_run(8, "W1", SPECIAL_POS, "relaxed", edit=_tiny_groups, group_max=on,
+                        cache_pages=pages) for on in (True, False)]
+    (_, lists, out, diag, _), (_, lists0, out0, diag0, scores0) = runs
+    # the premise: in TINY_ROWS rows a tiny group never holds a listed key
+    thresholds = np.sort(scores0, axis=1)[:, ::-1][:, TOPK - 1]
+    assert (thresholds > TINY_SCALE * 2 ** 40).sum() >= TINY_ROWS, thresholds
+    for name in lists0:
         np.testing.assert_array_equal(lists[name], lists0[name])
     np.testing.assert_array_equal(out, out0)
     np.testing.assert_array_equal(diag, diag0)
@@ -153,3 +197,69 @@ def test_group_skip_needs_the_spans_loop_and_the_scorings_maxima():
     with pytest.raises(ValueError, match="group_skip: .* lean_spans"):
         kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
                                    chip="sm_90a", group_max=True)
+
+
+# groups of unselectable scores: each key of the group at each of these positions gets
+# zero bytes and a -inf scale (score 0 x -inf = NaN in every row), but the key at the
+# position keeps its bytes (score -inf where its head sum is positive, +inf where negative).
+# A group of NaNs and a -inf has no score to reach a threshold, so only its maximum's +inf
+# makes sel_h1 scan it and count its unselectable keys (near a page's end, in a later
+# segment, two groups in a row)
+SPECIAL_GROUPS = (100, 777, 1501, 1517)
+SPECIAL_POS = 8000  # 2048 of ~8000 keys selected, so the groups' scans are not by chance
+
+
+def _special_scales(inp):
+    """SPECIAL_GROUPS written into the index cache through every row's block table."""
+    from stages.index_plan import PAGE, PAGE_SHIFT
+    from stages.index_tiling import HEAD_DIM
+    cache, table = inp["index_cache"], np.asarray(inp["block_table"])
+    neg_inf = np.frombuffer(np.float32(-np.inf).tobytes(), np.uint8)
+    for pos in SPECIAL_GROUPS:
+        first = pos // GROUP_KEYS * GROUP_KEYS
+        for row in range(table.shape[0]):
+            for q in range(first, first + GROUP_KEYS):
+                page, slot = table[row, q >> PAGE_SHIFT], q % PAGE
+                cache[page, PAGE * HEAD_DIM + 4 * slot:][:4] = neg_inf
+                if q != pos:
+                    cache[page, HEAD_DIM * slot:][:HEAD_DIM] = 0
+
+
+def _special_rows(scores):
+    """[(row, pos)] where SPECIAL_GROUPS' group is a -inf among NaNs (the test's premise)."""
+    out = []
+    for row in range(scores.shape[0]):
+        for pos in SPECIAL_GROUPS:
+            grp = scores[row, pos // GROUP_KEYS * GROUP_KEYS:][:GROUP_KEYS]
+            others = np.delete(grp, pos % GROUP_KEYS)
+            if grp[pos % GROUP_KEYS] == -np.inf and np.isnan(others).all():
+                out.append((row, pos))
+    return out
+
+
+def test_unselectable_scores_make_their_groups_always_scanned():
+    """Groups of unselectable scores (NaN, -inf): their maxima read +inf (no threshold skips
+    them), every other group's is exact, and sel_h1 skipping groups lists, selects and
+    counts (the NaN and unselectable diagnostics) bit for bit what the spans loop does on
+    the same scores: a maximum that took the -inf as it is would leave these groups
+    unscanned and their keys uncounted."""
+    L, inp, r = _run(8, "W1", edit=_special_scales)
+    scores = np.asarray(r.regions["scores"], np.float32).reshape(L.plan.rows, -1)
+    gmax = np.asarray(r.regions["score_gmax"], np.float32).reshape(L.plan.rows, -1)
+    assert len(_special_rows(scores)) >= 8
+    for row in range(L.plan.rows):
+        for pos in SPECIAL_GROUPS:
+            assert gmax[row, pos // GROUP_KEYS] == np.inf, (row, pos)
+    real, unknown = _check(L, inp, r, exact=True)
+    assert real > 0 and unknown == 0
+    pages = SPECIAL_POS // PAGE_KEYS + 8
+    runs = [_select_run(8, "W1", SPECIAL_POS, "relaxed", edit=_special_scales, group_max=on,
+                        cache_pages=pages) for on in (True, False)]
+    (_, lists, out, diag, _), (_, lists0, out0, diag0, scores0) = runs
+    assert len(_special_rows(scores0)) >= 8
+    for name in lists0:
+        np.testing.assert_array_equal(lists[name], lists0[name])
+    np.testing.assert_array_equal(out, out0)
+    np.testing.assert_array_equal(diag, diag0)
+    # every group's NaNs counted (and its -inf, where the head sum made it one)
+    assert (diag0[:, 2] >= (GROUP_KEYS - 1) * len(SPECIAL_GROUPS)).all(), diag0
