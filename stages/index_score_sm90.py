@@ -389,8 +389,7 @@ class WgmmaGroup:
         nrows = atom.n // p.heads_pad
         cols = {}
         for i, (hk, col) in enumerate(st._sum_slots()):
-            n = self.t4 * 2 + col  # D column: the row
-            ok = (n >= ra) & (n < ra + nrows)
+            n, ok = self._sum_row(col, ra, nrows)
             ok = ok if valid is None else ok & valid
             key = self.warp_key(hk, b0)
             sc = score(i, hk)
@@ -406,6 +405,12 @@ class WgmmaGroup:
                 for v, m in zip(self.held_gmax, self._group_partials(rows)):
                     v.set(m)
         st._cyc.mark("epilogue")
+
+    def _sum_row(self, col, ra, nrows):
+        """(row, whether the chain has it) of the lane's head-sum D column `col` (0 / 1) in a
+        chain of rows ra .. ra + nrows - 1."""
+        n = self.t4 * 2 + col
+        return n, (n >= ra) & (n < ra + nrows)
 
     def _group_partials(self, rows):
         """IndexPlan.group_max, a lane's part: for each of `rows` ([(row, row ok?, [(score,
@@ -463,13 +468,13 @@ class WgmmaGroup:
         cols = sorted({col for _, col in st._sum_slots()})
         nrows = self.wide.n // self.p.heads_pad
         held = [k.lane_var(k.const(-math.inf, f32)) for _ in cols]
+        any_key = k.const(0, i32)  # (`_store_mask`: the row condition takes no key)
 
         def stores(t, mask=None):
             rows = []
             for col in cols:  # store_scores' rows of the all-pairs chain
-                n = self.t4 * 2 + col
-                ok = (n >= self.gi) & (n < self.gi + nrows)
-                _, in_group, _ = st._store_mask(self.g, self.gi, n - self.gi, n, ok)
+                n, ok = self._sum_row(col, self.gi, nrows)
+                _, in_group, _ = st._store_mask(self.g, self.gi, n - self.gi, any_key, ok)
                 rows.append((n, in_group, None))
             self._group_max(rows, [v.get() for v in held], self.step_key(t),
                             HEAD_SUM_GROUP_BITS, mask)
