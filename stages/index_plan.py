@@ -81,7 +81,8 @@ class IndexPlan:
     row_parts: bool = False
     # sm_90a: each score's aligned 16-key group maximum a row into `score_gmax` [rows,
     # capacity / GROUP_KEYS] (layouts/scores.py), for a selection that skips the groups
-    # below its threshold
+    # below its threshold: NaNs passed over, -inf as it is (a row holding either scans
+    # every group), a fix-up's rescored key's group +inf
     group_max: bool = False
 
     @property

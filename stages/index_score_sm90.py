@@ -415,15 +415,18 @@ class WgmmaGroup:
     def _group_partials(self, rows):
         """IndexPlan.group_max, a lane's part: for each of `rows` ([(row, row ok?, [(score,
         stored?)])], the lane's own scores of one row or of two: the head-sum D's columns
-        2t, 2t + 1) the maximum of its scores, an unselectable one (-inf, NaN) as +inf, one
-        not stored (a key past the row's bound) as -inf."""
+        2t, 2t + 1) the maximum of its scores, one not stored (a key past the row's bound)
+        as -inf. A NaN is passed over (max.f32 returns the other operand) and a -inf taken
+        as it is: a row holding an unselectable score scans every group (the selection
+        knows it from the row's refined first digits, whose bin 0 holds exactly those), so
+        the maxima need no select a score for them (8 of the two-step loop's instructions)."""
         k = self.k
-        neg, pos = k.const(-math.inf, f32), k.const(math.inf, f32)
+        neg = k.const(-math.inf, f32)
         maxima = []
         for _, _, scores in rows:
             m = None
             for sc, kept in scores:
-                v = k.select(kept, k.select(sc > neg, sc, pos), neg)
+                v = k.select(kept, sc, neg)
                 m = v if m is None else k.max(m, v)
             maxima.append(m)
         return maxima

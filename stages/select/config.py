@@ -320,7 +320,8 @@ class SelectConfig:
     # no gain; False
     lean_spans: bool = False
     # with lean_spans: sel_h1 reads the scoring's 16-key group maxima (`score_gmax`,
-    # IndexPlan.group_max: unselectable scores as +inf) and lists only the groups whose
+    # IndexPlan.group_max; a row with an unselectable score, its refined bin 0 not empty,
+    # scans every group) and lists only the groups whose
     # maximum is not below its threshold, a flagged group a lane (bench/NOTES.md v39: 7-33% of
     # a row's groups hold a listed key); the same lists, counts and messages. The fused
     # index only (`--tune launch.lean_spans=1,launch.group_max=1`). Timed (bench/NOTES.md
@@ -396,6 +397,10 @@ class SelectConfig:
             raise ValueError("group_skip: sel_h1 lists the flagged groups in the lean loop's "
                              "own spans: it needs lean_scan and lean_spans (--tune "
                              "launch.lean_spans=1)")
+        if self.group_skip and not self.fine_digits:
+            raise ValueError("group_skip: a row holding a NaN or -inf score scans every group, "
+                             "which sel_h1 learns from the refined first digits' bin 0: it "
+                             "needs fine_digits")
         if self.row_parts and not (self.fine_digits and self.fold_first_digits):
             raise ValueError("row_parts: sel_h1's fold sums the scoring's per-job counts; it "
                              "needs fine_digits and fold_first_digits")

@@ -176,6 +176,11 @@ class Exchange:
         st = _State.load(k, lds["state"], 0)
         refine = st.i(X_D).eq(FIRST_DIGIT_BITS)  # (0: the row takes every key)
         b = st.i(X_Q)
+        unsel = lds.get("unsel")  # group_skip: whether the row holds an unselectable score
+        if unsel is not None:  # (a row taking every key scans every group)
+            with _wave0(k):
+                k.store(unsel, 0, k.select(refine, k.const(0, u32), k.const(1, u32)),
+                        mask=k.lane_id().eq(0))
         _barrier(k)
         with k.if_(refine):
             J = c.fine_parts
@@ -183,12 +188,21 @@ class Exchange:
             cq = t % Q4  # (T is a multiple of Q4: a thread keeps its quarter)
             zero4 = k.vec(k.const(0, u32), 0, 0, 0)
             acc = k.lane_var(zero4)
+            bad = k.lane_var(k.const(0, u32)) if unsel is not None else None
             for it in range(-(-items // T)):
                 item = t + it * T
                 m = item < items
                 j = k.min(item / Q4, J - 1)
                 idx = (j * c.rows + sl.r) * REFINED_BINS + b * F + V * cq
                 acc.set(acc.get() + k.select(m, self.fine.read4(k, io, idx, m), 0))
+                if bad is not None:  # the part's bin 0 (-inf and NaN), beside its sub-bins
+                    m0 = m & cq.eq(0)
+                    w0 = k.extract(self.fine.read4(k, io, (j * c.rows + sl.r) * REFINED_BINS,
+                                                   m0), 0)
+                    bad.set(bad.get() | k.select(m0, w0, 0))
+            if bad is not None:
+                k.atomic("add", unsel, 0, k.const(1, u32),
+                         mask=k.lane_id().eq(0) & k.ballot(bad.get().ne(0)).ne(0), scope="cta")
             a = [k.extract(acc.get(), e) for e in range(V)]
             swap = Q4
             while swap < k.L:  # the lanes of one quarter (lane % Q4) summed

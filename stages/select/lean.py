@@ -292,8 +292,9 @@ class LeanScan:
     def _lean_groups_scan(self, k, io, sl, lds, iteration, span_lo, bound, t_lo):
         """SelectConfig.group_skip: the wave's span [span_lo, bound) in iterations of
         GROUPS_A_LANE x L aligned 16-key groups: each lane loads its groups' maxima (one
-        16-byte load), flags those not below t_lo (a NaN or -inf in a group made its maximum
-        +inf: always flagged, so the NaN / unselectable counts see it), and the wave writes
+        16-byte load), flags those not below t_lo (every group where the row holds a NaN or
+        -inf score, LDS `unsel` from its refined bin 0: the maxima pass over those, and the
+        NaN / unselectable counts must see them; a fix-up's +inf always), and the wave writes
         the flagged groups' numbers into its LDS slots in position order (the flags' counts'
         exclusive prefix over the lanes); then rounds of L flagged groups, a group a lane,
         each `iteration`'s masks, counts and store rounds on the group's 16 keys (a lane
@@ -307,12 +308,14 @@ class LeanScan:
         per_it = GROUPS_A_LANE * L
         last_g = c.capacity // GROUP_KEYS - GROUPS_A_LANE
         last = c.capacity - LOAD_KEYS
+        neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
+        t_flag = k.select(k.load(lds["unsel"], 0, u32).ne(0), neg_inf, t_lo)
         for it in k.range(0, (n_groups + (per_it - 1)) / per_it):
             gl = it * per_it + GROUPS_A_LANE * lane  # the lane's first group in the span
             mx = self.gmax.load4(k, io, sl.r, k.min(g_lo + gl, last_g), None)
             flags = k.const(0, u32)
             for e in range(GROUPS_A_LANE):
-                hit = ((gl + e) < n_groups) & ~(k.bitcast(k.extract(mx, e), f32) < t_lo)
+                hit = ((gl + e) < n_groups) & ~(k.bitcast(k.extract(mx, e), f32) < t_flag)
                 flags = flags | (k.cast(hit, u32) << e)
             # a lane flags 0 .. GROUPS_A_LANE groups
             excl, tot = _lane_prefix(k, _i(k, k.popc(flags)), GROUPS_A_LANE.bit_length())
