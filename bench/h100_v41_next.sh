@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # v41 (prepared in session 34): the group skip's adoption question, on the fused index r8 at
 # 512K. v40 measured it on W1 only in its current form (the maxima's swaps under the next
-# chain, B/A 0.987) and on W1 / W2 in the earlier form (1.006 / 0.995). (1) top-k exact,
+# chain, B/A 0.987) and on W1 / W2 in the earlier form (1.006 / 0.995); the tree now also has
+# the maxima without their per-score select (untimed). (1) top-k exact,
 # (2) the A/B on W1 and W2 with three rounds, (3) W2's timeline (sel_h1's scan and the
 # scoring's tallies: W2's groups also run the narrow one-pair chains, whose maxima are
 # swapped at once), (4) lean_spans alone against the defaults (how much of the gain is the

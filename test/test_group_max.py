@@ -198,6 +198,10 @@ def test_group_skip_needs_the_spans_loop_and_the_scorings_maxima():
     with pytest.raises(ValueError, match="group_skip: .* lean_spans"):
         kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
                                    chip="sm_90a", group_max=True)
+    with pytest.raises(ValueError, match="group_skip: .* fine_digits"):
+        kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
+                                   chip="sm_90a", group_max=True, lean_spans=True,
+                                   fine_digits=False, row_parts=False)
 
 
 # groups of unselectable scores: each key of the group at each of these positions gets
