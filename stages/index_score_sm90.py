@@ -264,8 +264,8 @@ class WgmmaGroup:
         score = st._scaled(k, vals[0], sc)
         st._store(k, self.io, self.hist, self.g, self.gi, row_rel, kpos, b0, score, ok)
         if p.group_max:  # a lane's one score; the lanes of its row differ in lane bits 1-4
-            row, in_group, kept = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
-            rows = [(row, in_group, [(score, kept)])]
+            row, in_group, _ = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
+            rows = [(row, in_group, [score])]
             self._group_max(rows, self._group_partials(rows), b0, BUTTERFLY_GROUP_BITS)
         st._cyc.mark("epilogue")
 
@@ -395,8 +395,8 @@ class WgmmaGroup:
             sc = score(i, hk)
             st._store(k, self.io, self.hist, self.g, self.gi, n - self.gi, key, b0, sc, ok)
             if p.group_max:
-                _, in_group, kept = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
-                cols.setdefault(col, (n, in_group, []))[2].append((sc, kept))
+                _, in_group, _ = st._store_mask(self.g, self.gi, n - self.gi, key, ok)
+                cols.setdefault(col, (n, in_group, []))[2].append(sc)
         if cols:
             rows = [cols[c] for c in sorted(cols)]
             if self.held_gmax is None:
@@ -413,21 +413,22 @@ class WgmmaGroup:
         return n, (n >= ra) & (n < ra + nrows)
 
     def _group_partials(self, rows):
-        """IndexPlan.group_max, a lane's part: for each of `rows` ([(row, row ok?, [(score,
-        stored?)])], the lane's own scores of one row or of two: the head-sum D's columns
-        2t, 2t + 1) the maximum of its scores, one not stored (a key past the row's bound)
-        as -inf. A NaN is passed over (max.f32 returns the other operand) and a -inf taken
-        as it is: a row holding an unselectable score scans every group (the selection
-        knows it from the row's refined first digits, whose bin 0 holds exactly those), so
-        the maxima need no select a score for them (8 of the two-step loop's instructions)."""
+        """IndexPlan.group_max, a lane's part: for each of `rows` ([(row, row ok?, [score])],
+        the lane's own scores of one row or of two: the head-sum D's columns 2t, 2t + 1) the
+        maximum of its scores, stored or not. A key past the row's bound (only in the group
+        holding the bound) adds its score too: the maximum is then an upper bound, which is
+        all a skip needs (a group is scanned, never wrongly passed), and the loop keeps no
+        per-score predicate for it (measured: 8 selects a two-step loop, on the epilogue's
+        critical path, and predicate spills). A NaN is passed over (max.f32 returns the
+        other operand) and a -inf taken as it is: a row holding an unselectable score scans
+        every group (the selection knows it from the row's refined first digits, whose bin
+        0 holds exactly those)."""
         k = self.k
-        neg = k.const(-math.inf, f32)
         maxima = []
         for _, _, scores in rows:
-            m = None
-            for sc, kept in scores:
-                v = k.select(kept, sc, neg)
-                m = v if m is None else k.max(m, v)
+            m = scores[0]
+            for sc in scores[1:]:
+                m = k.max(m, sc)
             maxima.append(m)
         return maxima
 
