@@ -184,6 +184,13 @@ FINE_DIGITS_ON_NVIDIA = True
 # 116.1-117.4 / 149.4-149.8 -> 111.0-111.3 / 143.3-144.2 us; with IndexScore.share_pages
 # and fixup_ballot too (their sm_90a defaults) 110.1 / 121.3. A launch tunable (row_parts).
 ROW_PARTS_ON_NVIDIA = True
+# ... and sel_h1 skips the 16-key groups whose maximum is below its threshold (IndexPlan.
+# group_max: the scoring writes each group's maximum; SelectConfig.group_skip, over the
+# spans loop, lean_spans): sel_h1 18.98 -> 14.34 us, the scoring +1.5 .. +2.9. Fused r8 at
+# 512K, defaults vs the skip in one process (bench/NOTES.md v40-v42), W1 / W2: H100 0.987 /
+# (not timed), H200 0.993 / 0.979, H100 0.988 / 0.994 (the maxima as upper bounds, this
+# form); top-k exact at rows 2 / 8 in each call. Launch tunables (group_max, lean_spans).
+GROUP_SKIP_ON_NVIDIA = True
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
@@ -193,10 +200,13 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fused after the scoring: topk [rows, index_topk] int32 slots, topk_diag [rows, 4]) in
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
     selection's (select_digits, lean_lists, finish_max, cta_publish, fold_first_digits,
-    lean_spans, fine_digits, row_parts); fine_digits None: on where the chip is sm_90a
-    (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the fold
-    sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None: on
-    where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA)."""
+    lean_spans, fine_digits, row_parts, group_max); fine_digits None: on where the chip is
+    sm_90a (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the
+    fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None:
+    on where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA); group_max (the scoring's
+    group maxima, sel_h1 skipping the groups below its threshold) None: on where fine_digits
+    is and the chip is sm_90a, unless lean_spans is 0 (GROUP_SKIP_ON_NVIDIA), with
+    lean_spans None then on too."""
     from .front import FrontQ, front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -207,7 +217,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     spans = kw.pop("lean_spans", None)
     fine = kw.pop("fine_digits", None)
     row_parts = kw.pop("row_parts", None)
-    group_max = bool(kw.pop("group_max", False))
+    group_max = kw.pop("group_max", None)
     pk = {n: kw.pop(n) for n in ("grid", "waves", "chip", "segment", "score_jobs", "k_splits",
                                  "q_splits") if n in kw}
     chip = pk.get("chip") or (spec.target if spec.target != "interp" else "gfx950")
@@ -219,6 +229,11 @@ def index_launch(spec, **kw) -> IndexLaunch:
     if row_parts is None:  # (sm_90a only: fine and fold are on by default only there)
         row_parts = chip == SM90 and fine and bool(fold) and ROW_PARTS_ON_NVIDIA
     row_parts = bool(row_parts)
+    if group_max is None:  # (the skip reads its spans' groups: lean_spans, unless turned off)
+        group_max = chip == SM90 and fine and spans is not False and GROUP_SKIP_ON_NVIDIA
+    group_max = bool(group_max)
+    if group_max and spans is None:
+        spans = True
     if row_parts and not (fine and fold):
         raise ValueError(f"index: row_parts = 1 sums the scoring's refined first digits in "
                          f"sel_h1's fold: it needs fine_digits and fold_first_digits (here "

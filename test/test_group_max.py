@@ -206,7 +206,7 @@ def test_group_skip_needs_the_spans_loop_and_the_scorings_maxima():
     from stages import kinds
     with pytest.raises(ValueError, match="group_skip: .* lean_spans"):
         kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
-                                   chip="sm_90a", group_max=True)
+                                   chip="sm_90a", group_max=True, lean_spans=False)
     with pytest.raises(ValueError, match="group_skip: .* fine_digits"):
         kinds.kind("index").launch(BuildSpec.make("tiny", rows=8, target="interp"),
                                    chip="sm_90a", group_max=True, lean_spans=True,
@@ -277,3 +277,28 @@ def test_unselectable_scores_make_their_rows_scan_every_group():
     np.testing.assert_array_equal(diag, diag0)
     # every group's NaNs counted (and its -inf, where the head sum made it one)
     assert (diag0[:, 2] >= (GROUP_KEYS - 1) * len(SPECIAL_GROUPS)).all(), diag0
+
+
+def test_the_fused_index_skips_groups_by_default_on_sm90a_only():
+    """stages.index.GROUP_SKIP_ON_NVIDIA: the fused index on sm_90a writes the maxima and
+    skips by default (with the spans loop); launch.group_max=0 gives the scan of every group
+    back, lean_spans=0 turns the default skip off (it lists by spans), and neither AMD chip
+    nor the scoring alone (no selection to read them) writes maxima."""
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=8, target="interp")
+    index = kinds.kind("index")
+
+    def aids(L):
+        c = L.select_cfg
+        return L.plan.group_max, c.group_skip, c.lean_spans, "score_gmax" in L.arena
+
+    assert aids(index.launch(spec, chip="sm_90a")) == (True, True, True, True)
+    off = common.launch_for(index, BuildSpec.make("tiny", rows=8, target="sm_90a"),
+                            [("launch", "group_max", "0")])
+    assert aids(off) == (False, False, False, False)
+    assert aids(index.launch(spec, chip="sm_90a", lean_spans=False))[:3] == (False, False,
+                                                                             False)
+    assert aids(index.launch(spec, chip="gfx950"))[:2] == (False, False)
+    assert not kinds.kind("index_scoring").launch(spec, chip="sm_90a").plan.group_max

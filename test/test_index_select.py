@@ -67,5 +67,5 @@ def test_overlaid_stage_lds_gives_the_same_outputs_and_regions():
     assert len(offs) < len([a for a in k1.lds if a.name.startswith(("front_", "ix_", "sel_h1_"))])
     for name in r0.outputs:
         assert np.array_equal(r0.outputs[name], r1.outputs[name]), name
-    for name, v in r0.regions.items():
-        assert np.array_equal(np.asarray(v), np.asarray(r1.regions[name])), name
+    for name, v in r0.regions.items():  # bytes: a NaN (a group maximum's) equals itself
+        assert np.asarray(v).tobytes() == np.asarray(r1.regions[name]).tobytes(), name

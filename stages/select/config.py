@@ -325,10 +325,10 @@ class SelectConfig:
     # maximum is not below its threshold, a flagged group a lane (bench/NOTES.md v39: 7-33% of
     # a row's groups hold a listed key); the same lists, counts and messages. The fused
     # index only (`--tune launch.lean_spans=1,launch.group_max=1`). Timed (bench/NOTES.md
-    # v40, an H100, fused r8 512K): sel_h1 18.98 -> 14.34 us (its scan 11.5 -> 6.6), but the
-    # maxima cost the scoring 2.8-3.4 us: B/A 1.006 / 0.995 (W1 / W2), 0.987 (W1) with the
-    # swaps under the next chain; top-k exact (the maxima without their per-score select
-    # since: untimed). False until W2 and a repeat confirm it
+    # v40-v42, fused r8 512K): sel_h1 18.98 -> 14.34 us (its scan 11.5 -> 6.6), the
+    # scoring +1.5 .. +2.9 us for the maxima; in one process B/A 0.987-0.993 (W1), 0.979-0.994
+    # (W2), top-k exact. False here (only the fused index has maxima); on in the fused index
+    # on sm_90a by default (stages.index.GROUP_SKIP_ON_NVIDIA)
     group_skip: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
