@@ -126,7 +126,8 @@ class IndexScore(Stage):
                 "turns", "split_pairs", "depth", "head_sum", "pages_per_step", "sum_accs",
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
-                "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first")
+                "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
+                "defer_narrow_gmax")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -175,6 +176,11 @@ class IndexScore(Stage):
     # chain took. (Carrying the head-sum D instead of the scaled scores drew ptxas's injected
     # wait, C7517: a register a wgmma wrote, read while another wgmma is in flight.)
     defer_stores = False
+    # IndexPlan.group_max on the one-pair chains (sm_90a, W2's requests of one pair): each
+    # chain's group-maximum swaps and store issued after the next chain's, under it
+    # (WgmmaGroup._narrow_gmax_deferred; the all-pairs chain always defers them, v40: B/A
+    # 0.987). False: the four dependent swaps after the epilogue's butterfly, at once
+    defer_narrow_gmax = True
     # sum_mma: the bf16 head sum on "wgmma" (m64n8k16 a K chunk) or "sync" (each warp's
     # mma.sync m16n8k16 on the same packed A, B fragments loaded from the staged weights; no
     # spill, 244 registers at index_scoring r8). Bit-identical in the interpreter; on the

@@ -77,6 +77,10 @@ class WgmmaGroup:
         # step, carried to the next step's chain (`_wide_gmax_deferred`); None: swapped and
         # stored at once
         self.held_gmax = None
+        # ... and on the one-pair chains (`_narrow_gmax_deferred`): the lane's score of the
+        # last chain, its row, whether the row is the group's (1 / 0) and the chain's first
+        # key, held for the swaps after the next chain's issue; None: swapped at once
+        self.held_narrow = None
 
     # -- a step's parts --------------------------------------------------------------------
     def warp_key(self, h, base=None):
@@ -265,8 +269,13 @@ class WgmmaGroup:
         st._store(k, self.io, self.hist, self.g, self.gi, row_rel, kpos, b0, score, ok)
         if p.group_max:  # a lane's one score; the lanes of its row differ in lane bits 1-4
             row, in_group, _ = st._store_mask(self.g, self.gi, row_rel, kpos, ok)
-            rows = [(row, in_group, [score])]
-            self._group_max(rows, self._group_partials(rows), b0, BUTTERFLY_GROUP_BITS)
+            if self.held_narrow is None:
+                rows = [(row, in_group, [score])]
+                self._group_max(rows, self._group_partials(rows), b0, BUTTERFLY_GROUP_BITS)
+            else:
+                flag = k.select(in_group, k.const(1, i32), k.const(0, i32))
+                for v, x in zip(self.held_narrow, (score, row, flag, b0)):
+                    v.set(x)
         st._cyc.mark("epilogue")
 
     def _bf16_relu(self, acc, smap):
@@ -495,6 +504,30 @@ class WgmmaGroup:
         st._pipeline(k, self.my_n, self.locate, self.load, compute)
         stores(self.my_n - 1)
 
+    def _narrow_gmax_deferred(self):
+        """The one-pair chains (IndexPlan.group_max) with their maxima's swaps and store a
+        chain behind, as `_wide_gmax_deferred` does on the all-pairs chain: a chain is
+        issued, then the last chain's lane score (held with its row, whether the row is the
+        group's, and its step's first key) is swapped over lane bits 1-4 and stored while
+        the tensor cores run, then the wait and the epilogue, which holds its own score for
+        the next. The first chain's flush stores nothing (no row held); the last chain's
+        follows the loop. At once, the four dependent swaps sit after the butterfly's, on
+        the epilogue's critical path (bench/NOTES.md v42: W2's one-pair groups, the score
+        tail +2.5 us with the skip against W1's +1.5)."""
+        st, k = self.st, self.k
+        self.held_narrow = (k.lane_var(k.const(-math.inf, f32)), k.lane_var(k.const(0, i32)),
+                            k.lane_var(k.const(0, i32)), k.lane_var(k.const(0, i32)))
+        st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
+                     depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch, narrow=True)
+        self._narrow_gmax_flush()
+        self.held_narrow = None
+
+    def _narrow_gmax_flush(self):
+        """`_narrow_gmax_deferred`'s swaps and store of the held chain's maximum."""
+        score, row, row_ok, b0 = [v.get() for v in self.held_narrow]
+        rows = [(row, row_ok.ne(0), [score])]
+        self._group_max(rows, self._group_partials(rows), b0, BUTTERFLY_GROUP_BITS)
+
     def sums(self, acc, atom, maps, pp0, b0, cur, valid=None):
         """A chain's scores: pairs pp0, pp0 + 1, ... (its `maps`), FMAs (`finish`) or, for
         the bf16 head sum, the tensor cores (`finish_mma`) on chains of several pairs; a
@@ -519,8 +552,14 @@ class WgmmaGroup:
         b0 = self.step_key(t)
         A = self.operands(cur)
         for pp in self.k.range(self.P):
-            self.sums(self.chain(self.at, A, self.gi + 2 * pp), self.at, [self.narrow_map],
-                      pp, b0, cur)
+            if self.held_narrow is None:
+                acc = self.chain(self.at, A, self.gi + 2 * pp)
+            else:  # the last chain's maxima swapped and stored while this one runs
+                acc = self.issue(self.at, A, self.gi + 2 * pp)
+                self._narrow_gmax_flush()
+                self.k.wgmma_wait(0)
+                self.st._cyc.mark("chain")
+            self.sums(acc, self.at, [self.narrow_map], pp, b0, cur)
 
     def compute_two(self, t, cur):
         """Two pages a step, a pair at a time (IndexScore.pages_per_step = 2): both pages'
@@ -552,6 +591,8 @@ class WgmmaGroup:
             return st._pipeline_async(k, self.my_n, self.locate, self.issue_async,
                                       self.read_async, self.compute, depth=st.narrow_ring_depth,
                                       prefetch=st.narrow_prefetch)
+        if st.narrow_pages == 1 and self.p.group_max and st.defer_narrow_gmax:
+            return self._narrow_gmax_deferred()
         if st.narrow_pages == 1:
             return st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
                                 depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch,

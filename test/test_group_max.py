@@ -104,6 +104,19 @@ def test_one_pair_chains_and_shared_pages_write_every_groups_maximum():
         assert real > 0 and unknown == 0
 
 
+def test_one_pair_chains_maxima_a_chain_behind_are_the_same_bits():
+    """IndexScore.defer_narrow_gmax (the one-pair chains' swaps and store after the next
+    chain's issue, the held row's flag clear for the first): the same maxima, bit for bit,
+    as swapping them at once, at rows 8 (W2: groups of one pair beside the shared pages'
+    head-sum path, one chain a step) and rows 2 (every step one chain)."""
+    for rows, workload in ((8, "W2"), (2, "W1")):
+        got = [np.asarray(_run(rows, workload, tunes=[
+            ("ix_score", "defer_narrow_gmax", on)])[2].regions["score_gmax"]).view(np.uint32)
+            for on in ("1", "0")]
+        np.testing.assert_array_equal(got[0], got[1])
+        assert np.isfinite(got[0].view(np.float32)).any()
+
+
 def test_the_fix_ups_rescored_keys_leave_their_groups_unknown():
     """With the fix-up (cached_new_keys=0) a rescored new key's group reads +inf: its old
     maximum may be stale."""
