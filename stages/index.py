@@ -189,7 +189,9 @@ ROW_PARTS_ON_NVIDIA = True
 # spans loop, lean_spans): sel_h1 18.98 -> 14.34 us, the scoring +1.5 .. +2.9. Fused r8 at
 # 512K, defaults vs the skip in one process (bench/NOTES.md v40-v42), W1 / W2: H100 0.987 /
 # (not timed), H200 0.993 / 0.979, H100 0.988 / 0.994 (the maxima as upper bounds, this
-# form); top-k exact at rows 2 / 8 in each call. Launch tunables (group_max, lean_spans).
+# form); with the one-pair chains' maxima deferred too, the old defaults against these
+# 1.002-1.022 / 1.028 (v43); top-k exact at rows 2 / 8 in each call. Launch tunables
+# (group_max, lean_spans).
 GROUP_SKIP_ON_NVIDIA = True
 
 

@@ -179,7 +179,9 @@ class IndexScore(Stage):
     # IndexPlan.group_max on the one-pair chains (sm_90a, W2's requests of one pair): each
     # chain's group-maximum swaps and store issued after the next chain's, under it
     # (WgmmaGroup._narrow_gmax_deferred; the all-pairs chain always defers them, v40: B/A
-    # 0.987). False: the four dependent swaps after the epilogue's butterfly, at once
+    # 0.987). Fused index r8 512K W2 on an H100 (bench/NOTES.md v43): 106.13 -> 105.66 us,
+    # faster in each of three rounds. False: the four dependent swaps after the epilogue's
+    # butterfly, at once
     defer_narrow_gmax = True
     # sum_mma: the bf16 head sum on "wgmma" (m64n8k16 a K chunk) or "sync" (each warp's
     # mma.sync m16n8k16 on the same packed A, B fragments loaded from the staged weights; no
