@@ -191,8 +191,10 @@ ROW_PARTS_ON_NVIDIA = True
 # (not timed), H200 0.993 / 0.979, H100 0.988 / 0.994 (the maxima as upper bounds, this
 # form); with the one-pair chains' maxima deferred too, the old defaults against these
 # 1.002-1.022 / 1.028 (v43); top-k exact at rows 2 / 8 in each call. Launch tunables
-# (group_max, lean_spans).
+# (group_max, lean_spans). Timed at rows 8 only (top-k exact at rows 2 too): fewer rows
+# are left as they were measured (the scan of every group) until timed.
 GROUP_SKIP_ON_NVIDIA = True
+GROUP_SKIP_MIN_ROWS = 8
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
@@ -207,8 +209,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
     fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None:
     on where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA); group_max (the scoring's
     group maxima, sel_h1 skipping the groups below its threshold) None: on where fine_digits
-    is and the chip is sm_90a, unless lean_spans is 0 (GROUP_SKIP_ON_NVIDIA), with
-    lean_spans None then on too."""
+    is, the chip is sm_90a and the rows are GROUP_SKIP_MIN_ROWS or more, unless lean_spans
+    is 0 (GROUP_SKIP_ON_NVIDIA), with lean_spans None then on too."""
     from .front import FrontQ, front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -232,7 +234,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
         row_parts = chip == SM90 and fine and bool(fold) and ROW_PARTS_ON_NVIDIA
     row_parts = bool(row_parts)
     if group_max is None:  # (the skip reads its spans' groups: lean_spans, unless turned off)
-        group_max = chip == SM90 and fine and spans is not False and GROUP_SKIP_ON_NVIDIA
+        group_max = (chip == SM90 and fine and spans is not False and GROUP_SKIP_ON_NVIDIA
+                     and spec.rows >= GROUP_SKIP_MIN_ROWS)
     group_max = bool(group_max)
     if group_max and spans is None:
         spans = True

@@ -293,10 +293,11 @@ def test_unselectable_scores_make_their_rows_scan_every_group():
 
 
 def test_the_fused_index_skips_groups_by_default_on_sm90a_only():
-    """stages.index.GROUP_SKIP_ON_NVIDIA: the fused index on sm_90a writes the maxima and
-    skips by default (with the spans loop); launch.group_max=0 gives the scan of every group
-    back, lean_spans=0 turns the default skip off (it lists by spans), and neither AMD chip
-    nor the scoring alone (no selection to read them) writes maxima."""
+    """stages.index.GROUP_SKIP_ON_NVIDIA: the fused index on sm_90a at rows 8 writes the
+    maxima and skips by default (with the spans loop; rows 2, untimed, only when asked);
+    launch.group_max=0 gives the scan of every group back, lean_spans=0 turns the default
+    skip off (it lists by spans), and neither AMD chip nor the scoring alone (no selection
+    to read them) writes maxima."""
     from spec import BuildSpec
     from stages import kinds
     from tools import common
@@ -314,4 +315,7 @@ def test_the_fused_index_skips_groups_by_default_on_sm90a_only():
     assert aids(index.launch(spec, chip="sm_90a", lean_spans=False))[:3] == (False, False,
                                                                              False)
     assert aids(index.launch(spec, chip="gfx950"))[:2] == (False, False)
+    two = BuildSpec.make("tiny", rows=2, target="interp")  # (timed at rows 8 only)
+    assert aids(index.launch(two, chip="sm_90a"))[:2] == (False, False)
+    assert aids(index.launch(two, chip="sm_90a", group_max=True))[:3] == (True, True, True)
     assert not kinds.kind("index_scoring").launch(spec, chip="sm_90a").plan.group_max
