@@ -66,6 +66,18 @@ def test_build_prints_the_table_and_exits_nonzero_on_a_spill(tmp_path, capsys, m
     assert "vgpr_spill" in cap.out and "tiny/tp1/r2/fp8" in cap.out
 
 
+def test_build_names_a_setting_the_launch_refuses_and_writes_nothing(tmp_path, capsys):
+    """The group maxima on an AMD chip (sm_90a's head-sum layout only): a usage error
+    naming the launch and the reason, no traceback, no file."""
+    with pytest.raises(SystemExit) as ex:
+        build.main(["--config", "tiny", "--kind", "index", "--rows", "2", "--target", "gfx950",
+                    "--tune", "launch.group_max=1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and "Traceback" not in err
+    assert "index tiny/tp1/r2/fp8 gfx950: index: group_max takes" in err, err
+    assert not any(tmp_path.iterdir())
+
+
 def test_build_keeps_the_proof_kernels(tmp_path, capsys):
     assert build.main(["--proofs", "--kernel", "rmsnorm", "--target", "gfx950",
                        "--out", str(tmp_path)]) == 0

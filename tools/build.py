@@ -140,8 +140,12 @@ def build_kinds(args, ap) -> int:
             spec = common.make_spec(args.config, tp, rows, kv, tgt)
         except ValueError as e:
             ap.error(str(e))
-        L = common.launch_for(kinds.kind(kname), spec, args.tune)
-        items.append((kname, spec, L, L.kernel(tgt)))
+        try:  # (a setting this launch cannot take: named before anything is written)
+            L = common.launch_for(kinds.kind(kname), spec, args.tune)
+            items.append((kname, spec, L, L.kernel(tgt)))
+        except ValueError as e:
+            prog.close()
+            ap.error(f"{kname} {spec.path} {tgt}: {e}")
         prog.update(f"{kname} {spec.path} {tgt}")
     prog.close()
     irs = [emit_llvm(kern, kern.target) for _, _, _, kern in items]  # DSL errors raise here

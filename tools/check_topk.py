@@ -268,7 +268,8 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
     config_kw = {"select_digits": "digits", "lean_lists": "lean_lists",
                  "finish_max": "finish_max", "tail_finish": "tail_finish",
                  "cta_publish": "cta_publish", "fold_first_digits": "fold_first_digits",
-                 "lean_spans": "lean_spans", "fine_digits": "fine_digits"}
+                 "lean_spans": "lean_spans", "fine_digits": "fine_digits",
+                 "group_max": "group_skip"}
     kw = {}
     stage_tunes = []
     for stage_name, attr, text in tunes:
@@ -285,6 +286,10 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
             raise ValueError("--tune launch.fine_digits=1 refines the scoring's first digits: "
                              "it needs --first-digits buffer")
         kw["fine_parts"] = grid or sel._grid_for(spec)  # (the scoring's jobs: one a CTA)
+    if kw.get("group_skip") and first_digits != "buffer":
+        raise ValueError("--tune launch.group_max=1 gives sel_h1 the scoring's group maxima "
+                         "as an input, as select_hist takes its first digits: it needs "
+                         "--first-digits buffer")
     cfg = sel.config_for(spec, max_slices=max_slices, first_digits_given=first_digits == "buffer",
                          **kw)
     hist = {"local": None, "buffer": "buffer", "stage": "stage"}[first_digits]

@@ -653,7 +653,9 @@ def apply_tunes(launch, tunes):
 # own spans, no barrier in the loop), the select kinds and index; row_parts = 1 / 0,
 # SelectConfig.row_parts (the fold sums the scoring's per-job first digits), index;
 # group_max = 1 / 0, IndexPlan.group_max (sm_90a: the scoring also writes each row's 16-key
-# group maxima, score_gmax), index and index_scoring
+# group maxima, score_gmax, and the fused index's sel_h1 skips the groups below its
+# threshold; on by default in the fused index on sm_90a at rows 8), index and index_scoring;
+# select_hist: the maxima an input beside the first digits (SelectConfig.group_skip)
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
                    "tail_finish", "cta_publish", "fold_first_digits", "lean_spans",
                    "fine_digits", "row_parts", "group_max")

@@ -319,16 +319,16 @@ class SelectConfig:
     # NOTES.md v31, an H100): select_hist r8 64K / 512K 17.96 / 24.87 -> 18.49 / 25.13 us,
     # no gain; False
     lean_spans: bool = False
-    # with lean_spans: sel_h1 reads the scoring's 16-key group maxima (`score_gmax`,
-    # IndexPlan.group_max; a row with an unselectable score, its refined bin 0 not empty,
-    # scans every group) and lists only the groups whose
-    # maximum is not below its threshold, a flagged group a lane (bench/NOTES.md v39: 7-33% of
-    # a row's groups hold a listed key); the same lists, counts and messages. The fused
-    # index only (`--tune launch.lean_spans=1,launch.group_max=1`). Timed (bench/NOTES.md
-    # v40-v42, fused r8 512K): sel_h1 18.98 -> 14.34 us (its scan 11.5 -> 6.6), the
+    # with lean_spans: sel_h1 reads 16-key group maxima (`score_gmax`) and lists only the
+    # groups whose maximum is not below its threshold, a flagged group a lane (bench/NOTES.md
+    # v39: 7-33% of a row's groups hold a listed key); the same lists, counts and messages.
+    # Timed (bench/NOTES.md v40-v43, the fused index r8 512K): sel_h1 18.98 -> 14.34 us (its scan 11.5 -> 6.6), the
     # scoring +1.5 .. +2.9 us for the maxima; in one process B/A 0.987-0.993 (W1), 0.979-0.994
-    # (W2), top-k exact. False here (only the fused index has maxima); on in the fused index
-    # on sm_90a by default (stages.index.GROUP_SKIP_ON_NVIDIA)
+    # (W2), top-k exact. On in the fused index on sm_90a at rows 8 and more by default
+    # (stages.index.GROUP_SKIP_ON_NVIDIA), its maxima the scoring's (a row with a NaN or
+    # -inf scans every group: it needs fine_digits); the select_hist kind takes them as an
+    # input on request (`--tune launch.group_max=1`: score_gmax, +inf where a group holds
+    # a NaN or -inf, so no row flag is needed), untimed. False
     group_skip: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
@@ -395,13 +395,11 @@ class SelectConfig:
                 raise ValueError(f"fine_digits: fine_parts = {self.fine_parts} must be >= 1 "
                                  "(the partial fine histograms of a row)")
         if self.group_skip and not (self.lean_scan and self.lean_spans):
-            raise ValueError("group_skip: sel_h1 lists the flagged groups in the lean loop's "
-                             "own spans: it needs lean_scan and lean_spans (--tune "
-                             "launch.lean_spans=1)")
-        if self.group_skip and not self.fine_digits:
-            raise ValueError("group_skip: a row holding a NaN or -inf score scans every group, "
-                             "which sel_h1 learns from the refined first digits' bin 0: it "
-                             "needs fine_digits")
+            raise ValueError(f"group_skip: sel_h1 lists the flagged groups in the lean loop's "
+                             f"own spans: it needs lean_scan and lean_spans (here "
+                             f"{int(self.lean_scan)} and {int(self.lean_spans)}; lean_scan is "
+                             f"one of the NVIDIA-measured options, off on AMD; lean_spans: "
+                             f"--tune launch.lean_spans=1)")
         if self.row_parts and not (self.fine_digits and self.fold_first_digits):
             raise ValueError("row_parts: sel_h1's fold sums the scoring's per-job counts; it "
                              "needs fine_digits and fold_first_digits")

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from layouts.scores import MAX_SLICES, ScoresLayout
+from layouts.scores import GROUP_MAX_REGION, MAX_SLICES, ScoresLayout
 
 from ..launch import Launch
 from .config import (DEFAULT_DIGITS, DIAG_WORDS, FINE_DIGITS, SELECT_KIND_DIGITS,
                      SELECT_KIND_DIGITS_WIDE, TAIL_EXCHANGED, SelectConfig, WIDE_ROW_SLICES)
 from .passes import SelectPass
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel
-from .reference import fine_histograms, segment_histograms
-from .sources import (BufferScores, FineBuffer, FinePlain, GroupMaxPlain, HistBuffer, HistPlain,
-                      HistRegion, RegionScores, score_done_ready)
+from .reference import fine_histograms, group_maxima, segment_histograms
+from .sources import (BufferScores, FineBuffer, FinePlain, GroupMaxBuffer, GroupMaxPlain,
+                      HistBuffer, HistPlain, HistRegion, RegionScores, score_done_ready)
 
 
 # ----------------------------------------------------------------------------- composition
@@ -25,7 +25,9 @@ def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
     launch) or a source object; `hist`: None (local first pass), "buffer" (input [rows,
     segments, 64] u32) or "region" (the scoring's tagged pairs); `fine` (with
     cfg.fine_digits): "buffer" (input score_fine [fine_parts, rows, 1024] u32) or "plain"
-    (the scoring's region)."""
+    (the scoring's region); `gmax` (with cfg.group_skip): the 16-key group maxima, "buffer"
+    (input score_gmax, +inf where a group holds an unselectable score) or "plain" (the
+    fused scoring's region, which needs fine_digits to find such rows)."""
     if scores == "buffer":
         scores = BufferScores(cfg)
     elif scores == "region":
@@ -58,11 +60,17 @@ def select_stages(cfg: SelectConfig, *, scores="buffer", hist=None, ready=None,
                          f"16-byte loads (hist 'buffer' or 'plain'), not from {hist!r}")
     if gmax == "plain":
         gmax = GroupMaxPlain(cfg)
+    elif gmax == "buffer":
+        gmax = GroupMaxBuffer(cfg)
     elif gmax is not None:
-        raise ValueError(f"gmax {gmax!r}: None or 'plain'")
+        raise ValueError(f"gmax {gmax!r}: None, 'buffer' or 'plain'")
     if cfg.group_skip and gmax is None:
-        raise ValueError("group_skip: sel_h1 reads the scoring's group maxima (gmax "
-                         "'plain'), which only the fused index's scoring writes")
+        raise ValueError("group_skip: sel_h1 reads group maxima: the fused index's scoring's "
+                         "(gmax 'plain') or an input (gmax 'buffer', the select_hist kind)")
+    if cfg.group_skip and not gmax.marks_unselectable and not cfg.fine_digits:
+        raise ValueError("group_skip: a row holding a NaN or -inf score scans every group, "
+                         "which sel_h1 learns from the refined first digits' bin 0 where the "
+                         "maxima do not show them (gmax 'plain'): it needs fine_digits")
     return [SelectPass(cfg, q, scores, hist, ready=ready, fine=fine, gmax=gmax, **fences)
             for q in range(cfg.first_pass, cfg.passes + 1)]
 
@@ -106,8 +114,10 @@ def select_launch(cfg: SelectConfig, *, grid: int, waves: int = 1, hist=None, sc
             raise ValueError(f"fine_digits: a standalone selection takes score_fine as an "
                              f"input with hist='buffer', not hist={hist!r}")
         fine = "buffer"
+    # (group_skip: the maxima an input, as the first digits are; `group_maxima`)
+    gmax = "buffer" if cfg.group_skip else None
     L = Launch(name, pre + select_stages(cfg, scores=src, hist=h, ready=ready, fine=fine,
-                                         release=release, acquire=acquire),
+                                         gmax=gmax, release=release, acquire=acquire),
                grid=grid, waves=waves, **kw)
     L.select_cfg = cfg
     L.select_mode = dict(hist=hist, scores=scores)
@@ -131,6 +141,8 @@ def make_inputs(cfg: SelectConfig, scores, n_keys, block_table, *, hist=None,
         d[nm.score_hist] = segment_histograms(cfg, np.asarray(scores, np.float32), n_keys)
         if cfg.fine_digits:
             d[nm.score_fine] = fine_histograms(cfg, np.asarray(scores, np.float32), n_keys)
+    if cfg.group_skip:
+        d[GROUP_MAX_REGION] = group_maxima(cfg, np.asarray(scores, np.float32), n_keys)
     return d
 
 
@@ -173,7 +185,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                tail_finish: bool | None = None, cta_publish: bool | None = None,
                fold_first_digits: bool | None = None, lean_spans: bool | None = None,
                first_digits_given: bool = False, fine_digits: bool = False,
-               fine_parts: int = 0) -> SelectConfig:
+               fine_parts: int = 0, group_skip: bool = False) -> SelectConfig:
     """The selection of a build spec: capacity = the config's context limit (512K keys for
     GLM-5.x), segments of 1024 keys (512 below 256K), slices per row = CTAs / rows (<= 64;
     4 in the interpreter), the radix plan `digits` (None: SELECT_KIND_DIGITS, or
@@ -186,7 +198,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     select_hist kind; SelectConfig.fold_first_digits), `lean_spans` (None: SelectConfig's
     default), `fine_digits` (refined first digits from `fine_parts` partial histograms a
     row: SelectConfig.fine_digits; its plan FINE_DIGITS unless `digits` is given, no deferred
-    lists, no tail finish)."""
+    lists, no tail finish), `group_skip` (sel_h1 lists only the 16-key groups whose given
+    maximum reaches its threshold: SelectConfig.group_skip, with lean_spans unless that is
+    given as off)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
@@ -203,6 +217,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
             and not fine_digits
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
+    if group_skip and lean_spans is None:
+        lean_spans = True
     more = {name: bool(v) for name, v in (("cta_publish", cta_publish),
                                           ("lean_spans", lean_spans)) if v is not None}
     options = measured_options(not amd)
@@ -213,7 +229,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         topk=spec.config.index_topk, digits=digits, **options,
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
                         finish_max=finish_max or None, tail_finish=bool(tail_finish),
-                        fold_first_digits=bool(fold_first_digits), **more)
+                        fold_first_digits=bool(fold_first_digits),
+                        group_skip=bool(group_skip), **more)
 
 
 def _waves_for(spec) -> int:
@@ -228,15 +245,18 @@ def _grid_for(spec) -> int:
 
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
                  finish_max=None, tail_finish=None, cta_publish=None, fold_first_digits=None,
-                 lean_spans=None, fine_digits=None):
+                 lean_spans=None, fine_digits=None, group_max=None):
     if fine_digits and hist != "buffer":
         raise ValueError("fine_digits: the select kind has no scoring's first digits to refine "
                          "(select_hist has)")
+    if group_max and hist != "buffer":
+        raise ValueError("group_max: the select kind takes no scoring's aids (select_hist "
+                         "takes its group maxima as an input)")
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
                      tail_finish=tail_finish, cta_publish=cta_publish,
                      fold_first_digits=fold_first_digits, lean_spans=lean_spans,
                      first_digits_given=hist == "buffer", fine_digits=bool(fine_digits),
-                     fine_parts=_grid_for(spec))
+                     fine_parts=_grid_for(spec), group_skip=bool(group_max))
     return select_launch(cfg, grid=_grid_for(spec), waves=waves or _waves_for(spec), hist=hist,
                          name="select_hist" if hist else "select")
 
@@ -263,4 +283,4 @@ register(Kind("select_hist", "the selection with first digits given (score_hist 
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
                                               "tail_finish", "cta_publish",
                                               "fold_first_digits", "lean_spans",
-                                              "fine_digits")))
+                                              "fine_digits", "group_max")))

@@ -216,6 +216,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out.update(self.scores.buffers())
         if self.refines:
             out.update(self.fine.buffers())
+        if self.gmax is not None:
+            out.update(self.gmax.buffers())
         if self.q == 0 or self.folds:
             out[nm.block_table] = Buffer(i32, (c.rows, c.bt_width))
             if self.hist is not None:
@@ -467,9 +469,10 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             out["emit"] = k.lds(f"{nm}_emit", i32, append_words)
         if self.gmax is not None:  # a wave's flagged groups of an iteration, in order
             out["groups"] = k.lds(f"{nm}_groups", i32, k.W * k.L * GROUPS_A_LANE)
-            # non-zero: the row holds an unselectable score (its refined bin 0), whose
-            # group's maximum may not show it: every group is scanned
-            out["unsel"] = k.lds(f"{nm}_unsel", u32, 1)
+            if not self.gmax.marks_unselectable:
+                # non-zero: the row holds an unselectable score (its refined bin 0), whose
+                # group's maximum may not show it: every group is scanned
+                out["unsel"] = k.lds(f"{nm}_unsel", u32, 1)
         if self.solo_check:
             out["solo"] = k.lds(f"{nm}_solo", u32, 1)
         if self.finishes:

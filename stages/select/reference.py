@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_SHIFT, MAX_KEYS, REFINED_BINS, TOPK,
-                            exact_topk_positions, ordered_key, refined_digit)
+from layouts.scores import (FIRST_DIGIT_BINS, FIRST_DIGIT_SHIFT, GROUP_KEYS, MAX_KEYS,
+                            REFINED_BINS, TOPK, exact_topk_positions, ordered_key,
+                            refined_digit)
 
 from .config import DIAG_WORDS, MAX_PAGE, PAGE, SelectConfig
 
@@ -35,6 +36,26 @@ def fine_histograms(cfg: SelectConfig, scores: np.ndarray, n_keys) -> np.ndarray
         digits = refined_digit(ordered_key(scores[r, :n]))
         for j in range(J):
             out[j, r] = np.bincount(digits[j * n // J:(j + 1) * n // J], minlength=REFINED_BINS)
+    return out
+
+
+def group_maxima(cfg: SelectConfig, scores: np.ndarray, n_keys) -> np.ndarray:
+    """[rows, capacity / GROUP_KEYS] f32: the maximum of each aligned 16-key group of a row's
+    visible keys, +inf where one of them is NaN or -inf (its group is then always scanned:
+    the selection counts those keys), -inf past them: the select_hist kind's score_gmax
+    (SelectConfig.group_skip)."""
+    R, G = scores.shape[0], cfg.capacity // GROUP_KEYS
+    out = np.full((R, G), -np.inf, np.float32)
+    for r in range(R):
+        n = int(n_keys[r])
+        pad = -(-n // GROUP_KEYS) * GROUP_KEYS
+        s = np.full(pad, -np.inf, np.float32)
+        s[:n] = scores[r, :n]
+        bad = np.zeros(pad, bool)
+        bad[:n] = ~(s[:n] > -np.inf)  # NaN or -inf
+        m = np.where(bad, -np.inf, s).reshape(-1, GROUP_KEYS).max(axis=1)
+        m[bad.reshape(-1, GROUP_KEYS).any(axis=1)] = np.inf
+        out[r, :len(m)] = m
     return out
 
 

@@ -71,11 +71,17 @@ class RegionScores:
 class GroupMaxPlain:
     """The scoring's 16-key group maxima (`score_gmax` [rows, capacity / GROUP_KEYS] f32,
     IndexPlan.group_max), plain words its jobs store before the release the selection's
-    first wait orders them behind (as `scores`)."""
+    first wait orders them behind (as `scores`). A NaN or -inf score does not show in its
+    group's maximum (the scoring keeps no per-score select for it): sel_h1 learns that a
+    row holds one from its refined first digits' bin 0 and then scans every group."""
     name = GROUP_MAX_REGION
+    marks_unselectable = False
 
     def __init__(self, cfg: SelectConfig):
         self.cfg = cfg
+
+    def buffers(self):
+        return {}
 
     def reads(self, r: int) -> list:
         c = self.cfg
@@ -86,6 +92,30 @@ class GroupMaxPlain:
         """Maxima g .. g + 3 of row r (g a multiple of 4: 16 aligned bytes)."""
         return io.load(self.name, group_max_word(self.cfg.capacity, r, g * GROUP_KEYS), 4,
                        mask=mask)
+
+
+class GroupMaxBuffer:
+    """Group maxima given as an input (`score_gmax` [rows, capacity / GROUP_KEYS] f32, the
+    select_hist kind with group_max: what a scoring would publish beside its first digits),
+    +inf in every group that holds a NaN or -inf score (`reference.group_maxima`), so the
+    groups to scan show in the maxima alone (no row flag, no refined digits needed)."""
+    name = GROUP_MAX_REGION
+    marks_unselectable = True
+
+    def __init__(self, cfg: SelectConfig):
+        self.cfg = cfg
+
+    def buffers(self):
+        c = self.cfg
+        return {self.name: Buffer(f32, (c.rows, c.capacity // GROUP_KEYS))}
+
+    def reads(self, r: int) -> list:
+        return []
+
+    def load4(self, k, io, r, g, mask):
+        """Maxima g .. g + 3 of row r (g a multiple of 4: 16 aligned bytes)."""
+        return k.load(getattr(io.args, self.name),
+                      group_max_word(self.cfg.capacity, r, g * GROUP_KEYS), u32, 4, mask=mask)
 
 
 class HistBuffer:

@@ -1,0 +1,130 @@
+"""Group maxima given as an input (SelectConfig.group_skip with gmax "buffer": the
+select_hist kind's `--tune launch.group_max=1`): sel_h1 lists only the 16-key groups whose
+maximum in `score_gmax` reaches its threshold, groups holding a NaN or -inf marked +inf by
+their producer (`reference.group_maxima`) so that their keys are still counted. Checked in
+the interpreter (relaxed memory mode): exact top-k and diagnostics (independent numpy order)
+and the same slots and words as scanning every group, on check_topk distributions and on
+scores where most groups lie below the threshold (the skip really skips) with NaNs and
+-infs among them; maxima that hide those keys, or that hide selected keys, are caught by
+the same checks; bad settings named."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from layouts.scores import GROUP_KEYS, GROUP_MAX_REGION, ScoresLayout
+from spec import BuildSpec
+from stages import kinds
+from stages.select import (SelectConfig, make_inputs, measured_options, random_block_table,
+                           request_positions, select_launch)
+from tools import check_topk
+from tools.check_topk import DISTS, check_rows, scores_for
+
+# K = 128 of 12K keys a row, 4 slices a row over 3 CTAs, the select_hist kind's form on
+# NVIDIA (its measured options, first digits given and folded into sel_h1, the spans loop)
+BASE = SelectConfig(ScoresLayout(2, 16384, 512), max_slices=4, topk=128, digits=(6, 9, 9, 8),
+                    **measured_options(True), lean_lists=True, fold_first_digits=True,
+                    lean_spans=True)
+SKIP = dataclasses.replace(BASE, group_skip=True)
+# ... listing in sel_h1 whatever its threshold bin holds: the quiet case's rows put ~45% of
+# their keys in it, which BASE defers to sel_h2 (DEFER_SHIFT), scanning every group there
+LISTING = dataclasses.replace(BASE, defer_fat_bins=False)
+LISTING_SKIP = dataclasses.replace(LISTING, group_skip=True)
+POS = 12000
+TINY = np.float32(2.0 ** -100)  # a quiet group's scale: its maximum far below any threshold
+QUIET_SHARE = 0.8  # groups made quiet
+
+
+def _case(dist, seed=71):
+    rng = np.random.default_rng([seed, sorted(DISTS).index(dist)])
+    n = request_positions(POS, BASE.rows)
+    return scores_for(dist, rng, n, BASE.capacity, BASE.topk), n, random_block_table(BASE, rng)
+
+
+def _quiet_case(seed=72):
+    """Normal scores with QUIET_SHARE of each row's groups scaled by TINY, and NaN / -inf
+    scores in a few of the quiet groups (their keys must be counted, never selected)."""
+    s, n, bt = _case("normal", seed)
+    rng = np.random.default_rng(seed)
+    groups = s.reshape(BASE.rows, -1, GROUP_KEYS)
+    quiet = rng.random(groups.shape[:2]) < QUIET_SHARE
+    groups[quiet] *= TINY
+    for r in range(BASE.rows):
+        q = np.flatnonzero(quiet[r, :POS // GROUP_KEYS])
+        for i, g in enumerate(rng.choice(q, 6, replace=False)):
+            groups[r, g, i % GROUP_KEYS] = np.nan if i % 2 else -np.inf
+    return s, n, bt
+
+
+def _run(cfg, s, n, bt, edit=None):
+    L = select_launch(cfg, grid=3, waves=3, hist="buffer")
+    inp = make_inputs(cfg, s, n, bt, hist="buffer")
+    if edit is not None:
+        edit(inp)
+    r = L.run_interp(inp, step=0, mode="relaxed", seed=9)
+    return r, check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+
+
+def _same(a, b):
+    for name in ("topk", "topk_diag"):
+        assert np.array_equal(a.outputs[name], b.outputs[name]), name
+
+
+@pytest.mark.parametrize("dist", ["normal", "few", "nan", "neginf", "above2048"])
+def test_given_maxima_select_what_scanning_every_group_selects(dist):
+    s, n, bt = _case(dist)
+    (skip, bad), (full, _) = _run(SKIP, s, n, bt), _run(BASE, s, n, bt)
+    assert not bad, bad
+    _same(skip, full)
+
+
+def test_quiet_groups_are_skipped_and_their_nans_and_infs_still_counted():
+    """Most groups below every row's threshold: the skip lists, selects and counts as the
+    full scan; the same maxima without the +inf marks (a NaN passed over, a -inf kept) leave
+    the marked groups unscanned and their keys uncounted: the diagnostics show it."""
+    s, n, bt = _quiet_case()
+    for skip_cfg, full_cfg in ((LISTING_SKIP, LISTING), (SKIP, BASE)):
+        (skip, bad), (full, _) = _run(skip_cfg, s, n, bt), _run(full_cfg, s, n, bt)
+        assert not bad, bad
+        _same(skip, full)
+    marked = make_inputs(SKIP, s, n, bt, hist="buffer")[GROUP_MAX_REGION]
+    assert (marked == np.inf).sum() >= 6 * BASE.rows
+
+    def unmarked(inp):
+        g = s[:, :inp[GROUP_MAX_REGION].shape[1] * GROUP_KEYS].reshape(BASE.rows, -1,
+                                                                       GROUP_KEYS)
+        with np.errstate(invalid="ignore"):
+            m = np.fmax.reduce(g, axis=2)
+        inp[GROUP_MAX_REGION] = np.where(marked == np.inf, m, marked).astype(np.float32)
+
+    _, bad = _run(LISTING_SKIP, s, n, bt, edit=unmarked)
+    assert any("diagnostic" in p for p in bad), bad
+
+
+def test_maxima_below_selected_keys_lose_them():
+    """The kernel reads the maxima: every group's maximum set to -inf lists nothing and
+    selects wrongly (what the exact check exists to catch)."""
+    s, n, bt = _case("normal")
+
+    def hide(inp):
+        inp[GROUP_MAX_REGION][:] = -np.inf
+
+    _, bad = _run(SKIP, s, n, bt, edit=hide)
+    assert bad
+
+
+def test_the_select_hist_kind_takes_the_maxima_on_request():
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    hist = kinds.kind("select_hist")
+    assert not hist.launch(spec).select_cfg.group_skip
+    L = hist.launch(spec, group_max=1)
+    assert L.select_cfg.group_skip and L.select_cfg.lean_spans
+    assert GROUP_MAX_REGION in L.buffer_specs()
+    with pytest.raises(ValueError, match="group_max: the select kind"):
+        kinds.kind("select").launch(spec, group_max=1)
+    with pytest.raises(ValueError, match="group_max=1 .* --first-digits buffer"):
+        check_topk.build("tiny", 2, "interp", tunes=[("launch", "group_max", "1")])
+    with pytest.raises(ValueError, match="group_skip: .* lean_spans"):
+        hist.launch(spec, group_max=1, lean_spans=0)
