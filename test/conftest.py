@@ -27,6 +27,9 @@ VARIANT_TESTS = {
         "test_scan_ahead_writes_the_same_lists_and_messages",  # scan_ahead
         "test_scan_unroll_writes_the_same_lists_and_messages",  # scan_unroll
     ),
+    "test_select_group_max.py": (
+        "test_given_maxima_select_what_scanning_every_group_selects",  # distributions
+    ),
     "test_group_max.py": (
         "test_one_request_of_eight_rows_writes_every_groups_maximum",  # memory modes
         "test_sel_h1_skipping_groups_lists_what_the_spans_loop_lists",  # group_skip
