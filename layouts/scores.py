@@ -46,8 +46,10 @@ NOT_SELECTABLE = 0
 # of a row's scores, NaNs passed over and -inf as it is (a row holding either is scanned
 # whole: its refined bin 0), +inf where the fix-up rescored a key (its old maximum may be
 # stale); the group holding the row's bound an upper bound (the scores of the keys past the
-# bound count; groups wholly past it hold anything: no reader looks); the scoring's head-sum D holds 16 keys a warp (index_score_sm90), and at
-# 16 keys 7-33% of a row's groups hold a key the selection lists (bench/NOTES.md v39)
+# bound count; groups wholly past it hold anything: no reader looks); the scoring's head-sum
+# D holds 16 keys a warp (index_score_sm90), and at 16 keys 7-33% of a row's groups hold a
+# key the selection lists (bench/NOTES.md v39). The select_hist kind's input of the same
+# name (SelectConfig.group_skip) is exact, +inf where a group holds a NaN or -inf
 GROUP_KEYS = 16
 GROUP_SHIFT = GROUP_KEYS.bit_length() - 1  # a key's group: position >> GROUP_SHIFT
 GROUP_MAX_REGION = "score_gmax"

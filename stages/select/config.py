@@ -322,13 +322,14 @@ class SelectConfig:
     # with lean_spans: sel_h1 reads 16-key group maxima (`score_gmax`) and lists only the
     # groups whose maximum is not below its threshold, a flagged group a lane (bench/NOTES.md
     # v39: 7-33% of a row's groups hold a listed key); the same lists, counts and messages.
-    # Timed (bench/NOTES.md v40-v43, the fused index r8 512K): sel_h1 18.98 -> 14.34 us (its scan 11.5 -> 6.6), the
-    # scoring +1.5 .. +2.9 us for the maxima; in one process B/A 0.987-0.993 (W1), 0.979-0.994
-    # (W2), top-k exact. On in the fused index on sm_90a at rows 8 and more by default
-    # (stages.index.GROUP_SKIP_ON_NVIDIA), its maxima the scoring's (a row with a NaN or
-    # -inf scans every group: it needs fine_digits); the select_hist kind takes them as an
-    # input on request (`--tune launch.group_max=1`: score_gmax, +inf where a group holds
-    # a NaN or -inf, so no row flag is needed), untimed. False
+    # Timed (bench/NOTES.md v40-v43, the fused index r8 512K): sel_h1 18.98 -> 14.34 us
+    # (its scan 11.5 -> 6.6), the scoring +1.5 .. +2.9 us for the maxima; in one process
+    # B/A 0.987-0.993 (W1), 0.979-0.994 (W2), top-k exact. On in the fused index on sm_90a
+    # at rows 8 and more by default (stages.index.GROUP_SKIP_ON_NVIDIA), its maxima the
+    # scoring's (a row with a NaN or -inf scans every group: it needs fine_digits); the
+    # select_hist kind takes them as an input on request (`--tune launch.group_max=1`:
+    # score_gmax, +inf where a group holds a NaN or -inf, so no row flag is needed),
+    # untimed. False
     group_skip: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
