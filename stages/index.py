@@ -234,8 +234,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
         row_parts = chip == SM90 and fine and bool(fold) and ROW_PARTS_ON_NVIDIA
     row_parts = bool(row_parts)
     if group_max is None:  # (the skip reads its spans' groups: lean_spans, unless turned off)
-        group_max = (chip == SM90 and fine and spans is not False and GROUP_SKIP_ON_NVIDIA
-                     and spec.rows >= GROUP_SKIP_MIN_ROWS)
+        group_max = (chip == SM90 and fine and (spans is None or bool(spans))
+                     and GROUP_SKIP_ON_NVIDIA and spec.rows >= GROUP_SKIP_MIN_ROWS)
     group_max = bool(group_max)
     if group_max and spans is None:
         spans = True

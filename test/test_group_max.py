@@ -324,8 +324,9 @@ def test_the_fused_index_skips_groups_by_default_on_sm90a_only():
     off = common.launch_for(index, BuildSpec.make("tiny", rows=8, target="sm_90a"),
                             [("launch", "group_max", "0")])
     assert aids(off) == (False, False, False, False)
-    assert aids(index.launch(spec, chip="sm_90a", lean_spans=False))[:3] == (False, False,
-                                                                             False)
+    no_spans = common.launch_for(index, BuildSpec.make("tiny", rows=8, target="sm_90a"),
+                                 [("launch", "lean_spans", "0")])  # (the tune gives an int 0)
+    assert aids(no_spans)[:3] == (False, False, False)
     assert aids(index.launch(spec, chip="gfx950"))[:2] == (False, False)
     two = BuildSpec.make("tiny", rows=2, target="interp")  # (timed at rows 8 only)
     assert aids(index.launch(two, chip="sm_90a"))[:2] == (False, False)
