@@ -82,7 +82,8 @@ class IndexPlan:
     # sm_90a: each score's aligned 16-key group maximum a row into `score_gmax` [rows,
     # capacity / GROUP_KEYS] (layouts/scores.py), for a selection that skips the groups
     # below its threshold: NaNs passed over, -inf as it is (a row holding either scans
-    # every group), a fix-up's rescored key's group +inf
+    # every group), a fix-up's rescored key's group +inf, a row's last group an upper bound
+    # (the keys past its bound count)
     group_max: bool = False
 
     @property

@@ -234,8 +234,12 @@ class WgmmaGroup:
         self.turn_end()
         return acc
 
-    def chain(self, atom, A, ra, descs="descs"):
+    def chain(self, atom, A, ra, descs="descs", under=None):
+        """`issue`, then `under()` (work that needs no result of this chain: the deferred
+        group maxima's swaps and stores, hidden while the tensor cores run), then the wait."""
         acc = self.issue(atom, A, ra, descs)
+        if under is not None:
+            under()
         self.k.wgmma_wait(0)
         self.st._cyc.mark("chain")
         return acc
@@ -429,10 +433,10 @@ class WgmmaGroup:
         all a skip needs (a group is scanned, never wrongly passed), and the loop keeps no
         per-score predicate for it (SASS of the fused r8 two-step loop: 8 selects, on the
         epilogue's critical path, and 2 predicate saves to registers; 501 -> 483
-        instructions). A NaN is passed over (max.f32 returns the
-        other operand) and a -inf taken as it is: a row holding an unselectable score scans
-        every group (the selection knows it from the row's refined first digits, whose bin
-        0 holds exactly those)."""
+        instructions). A NaN is passed over (max.f32 returns the other operand) and a -inf
+        taken as it is: a row holding an unselectable score scans every group (the
+        selection knows it from the row's refined first digits, whose bin 0 holds exactly
+        those)."""
         k = self.k
         maxima = []
         for _, _, scores in rows:
@@ -494,10 +498,8 @@ class WgmmaGroup:
                             HEAD_SUM_GROUP_BITS, mask)
 
         def compute(t, cur):
-            acc = self.issue(self.wide, self.operands(cur), self.gi)
-            stores(t - 1, t > 0)
-            k.wgmma_wait(0)
-            st._cyc.mark("chain")
+            acc = self.chain(self.wide, self.operands(cur), self.gi,
+                             under=lambda: stores(t - 1, t > 0))
             self.held_gmax = held
             self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
             self.held_gmax = None
@@ -552,14 +554,10 @@ class WgmmaGroup:
         """A pair at a time: N = 2 rows x heads."""
         b0 = self.step_key(t)
         A = self.operands(cur)
+        # (with the maxima a chain behind: the last chain's swapped and stored under this one)
+        under = None if self.held_narrow is None else self._narrow_gmax_flush
         for pp in self.k.range(self.P):
-            if self.held_narrow is None:
-                acc = self.chain(self.at, A, self.gi + 2 * pp)
-            else:  # the last chain's maxima swapped and stored while this one runs
-                acc = self.issue(self.at, A, self.gi + 2 * pp)
-                self._narrow_gmax_flush()
-                self.k.wgmma_wait(0)
-                self.st._cyc.mark("chain")
+            acc = self.chain(self.at, A, self.gi + 2 * pp, under=under)
             self.sums(acc, self.at, [self.narrow_map], pp, b0, cur)
 
     def compute_two(self, t, cur):

@@ -35,6 +35,7 @@ LISTING_SKIP = dataclasses.replace(LISTING, group_skip=True)
 POS = 12000
 TINY = np.float32(2.0 ** -100)  # a quiet group's scale: its maximum far below any threshold
 QUIET_SHARE = 0.8  # groups made quiet
+SPECIALS_A_ROW = 6  # quiet groups given a NaN or a -inf, a row
 
 
 def _case(dist, seed=71):
@@ -53,7 +54,7 @@ def _quiet_case(seed=72):
     groups[quiet] *= TINY
     for r in range(BASE.rows):
         q = np.flatnonzero(quiet[r, :POS // GROUP_KEYS])
-        for i, g in enumerate(rng.choice(q, 6, replace=False)):
+        for i, g in enumerate(rng.choice(q, SPECIALS_A_ROW, replace=False)):
             groups[r, g, i % GROUP_KEYS] = np.nan if i % 2 else -np.inf
     return s, n, bt
 
@@ -90,7 +91,7 @@ def test_quiet_groups_are_skipped_and_their_nans_and_infs_still_counted():
         assert not bad, bad
         _same(skip, full)
     marked = make_inputs(SKIP, s, n, bt, hist="buffer")[GROUP_MAX_REGION]
-    assert (marked == np.inf).sum() >= 6 * BASE.rows
+    assert (marked == np.inf).sum() >= SPECIALS_A_ROW * BASE.rows
 
     def unmarked(inp):
         g = s[:, :inp[GROUP_MAX_REGION].shape[1] * GROUP_KEYS].reshape(BASE.rows, -1,

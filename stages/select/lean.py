@@ -308,10 +308,10 @@ class LeanScan:
         per_it = GROUPS_A_LANE * L
         last_g = c.capacity // GROUP_KEYS - GROUPS_A_LANE
         last = c.capacity - LOAD_KEYS
-        neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
         if self.gmax.marks_unselectable:  # (their groups' maxima are +inf: always flagged)
             t_flag = t_lo
         else:
+            neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
             t_flag = k.select(k.load(lds["unsel"], 0, u32).ne(0), neg_inf, t_lo)
         for it in k.range(0, (n_groups + (per_it - 1)) / per_it):
             gl = it * per_it + GROUPS_A_LANE * lane  # the lane's first group in the span
