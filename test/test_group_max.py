@@ -153,13 +153,13 @@ def test_the_option_changes_no_output_and_is_refused_off_sm90a():
                                    group_max=True)
 
 
-def _select_run(rows, workload, pos, mode, edit=None, **kw):
+def _select_run(rows, workload, pos, mode, edit=None, tunes=(), **kw):
     from tools import common
     from spec import BuildSpec
     from stages import kinds
     kind = kinds.kind("index")
     spec = BuildSpec.make("tiny", rows=rows, target="interp")
-    L = kind.launch(spec, chip="sm_90a", lean_spans=True, **kw)
+    L = common.apply_tunes(kind.launch(spec, chip="sm_90a", lean_spans=True, **kw), tunes)
     inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows + pos), pos,
                                     workload)
     if edit is not None:
@@ -302,6 +302,28 @@ def test_unselectable_scores_make_their_rows_scan_every_group():
     np.testing.assert_array_equal(diag, diag0)
     # every group's NaNs counted (and its -inf, where the head sum made it one)
     assert (diag0[:, 2] >= (GROUP_KEYS - 1) * len(SPECIAL_GROUPS)).all(), diag0
+
+
+# sel_h1's maxima of a wave's whole span before its fold, the block table's check reduced
+# after it (SelectPass.group_maxima_early, late_input_checks)
+EARLY = (("sel_h1", "group_maxima_early", "1"), ("sel_h1", "late_input_checks", "1"))
+
+
+@pytest.mark.parametrize("edit", [pytest.param(_tiny_groups, marks=pytest.mark.slow),
+                                  _special_scales], ids=["tiny", "special"])
+def test_early_maxima_list_what_the_spans_loop_lists(edit):
+    """group_maxima_early in the fused index (the scoring's maxima, unselectable scores
+    flagged by the refined bin 0 after the decision): the lists, top-k and diagnostics bit
+    for bit the spans loop's, on groups of tiny scores (skipped) and of NaN / -inf (their
+    rows scan every group)."""
+    pages = SPECIAL_POS // PAGE_KEYS + 8
+    (_, lists, out, diag, _), (_, lists0, out0, diag0, _) = [
+        _select_run(8, "W1", SPECIAL_POS, "relaxed", edit=edit, group_max=on, tunes=tunes,
+                    cache_pages=pages) for on, tunes in ((True, EARLY), (False, ()))]
+    for name in lists0:
+        np.testing.assert_array_equal(lists[name], lists0[name])
+    np.testing.assert_array_equal(out, out0)
+    np.testing.assert_array_equal(diag, diag0)
 
 
 def test_the_fused_index_skips_groups_by_default_on_sm90a_only():

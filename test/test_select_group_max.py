@@ -15,12 +15,15 @@ import numpy as np
 import pytest
 
 from layouts.scores import GROUP_KEYS, GROUP_MAX_REGION, ScoresLayout
+from monokernel.link import LaunchFailed
 from spec import BuildSpec
 from stages import kinds
+from stages.select.config import GROUPS_A_LANE
 from stages.select import (SelectConfig, make_inputs, measured_options, random_block_table,
                            request_positions, select_launch)
 from tools import check_topk
 from tools.check_topk import DISTS, check_rows, scores_for
+from tools.common import apply_tunes
 
 # K = 128 of 12K keys a row, 4 slices a row over 3 CTAs, the select_hist kind's form on
 # NVIDIA (its measured options, first digits given and folded into sel_h1, the spans loop)
@@ -33,9 +36,13 @@ SKIP = dataclasses.replace(BASE, group_skip=True)
 LISTING = dataclasses.replace(BASE, defer_fat_bins=False)
 LISTING_SKIP = dataclasses.replace(LISTING, group_skip=True)
 POS = 12000
+LANES = 64  # the interpreter's wave
 TINY = np.float32(2.0 ** -100)  # a quiet group's scale: its maximum far below any threshold
 QUIET_SHARE = 0.8  # groups made quiet
 SPECIALS_A_ROW = 6  # quiet groups given a NaN or a -inf, a row
+# sel_h1's maxima of a wave's whole span before its fold, the block table's check reduced
+# after it (SelectPass.group_maxima_early, late_input_checks)
+EARLY = (("sel_h1", "group_maxima_early", "1"), ("sel_h1", "late_input_checks", "1"))
 
 
 def _case(dist, seed=71):
@@ -59,8 +66,8 @@ def _quiet_case(seed=72):
     return s, n, bt
 
 
-def _run(cfg, s, n, bt, edit=None):
-    L = select_launch(cfg, grid=3, waves=3, hist="buffer")
+def _run(cfg, s, n, bt, edit=None, tunes=(), waves=3):
+    L = apply_tunes(select_launch(cfg, grid=3, waves=waves, hist="buffer"), tunes)
     inp = make_inputs(cfg, s, n, bt, hist="buffer")
     if edit is not None:
         edit(inp)
@@ -102,6 +109,39 @@ def test_quiet_groups_are_skipped_and_their_nans_and_infs_still_counted():
 
     _, bad = _run(LISTING_SKIP, s, n, bt, edit=unmarked)
     assert any("diagnostic" in p for p in bad), bad
+
+
+@pytest.mark.parametrize("waves", [1, 3])
+def test_early_maxima_list_what_scanning_every_group_lists(waves):
+    """group_maxima_early: every group iteration's maxima of a wave's span loaded before the
+    fold, all flagged groups listed in one run of rounds: the same slots and words as the
+    full scan on the quiet case (NaN / -inf groups among the few listed) and on normal
+    scores, with a wave's span taking two iterations of maxima (two slices a row, waves 1)
+    and one (waves 3)."""
+    halves = [dataclasses.replace(c, max_slices=2) for c in (LISTING_SKIP, LISTING, SKIP, BASE)]
+    lean_its = -(-halves[0].max_slice_keys() // (GROUP_KEYS * waves * LANES))
+    assert -(-lean_its // GROUPS_A_LANE) == (2 if waves == 1 else 1)
+    for s, n, bt in (_quiet_case(), _case("normal")):
+        for skip_cfg, full_cfg in (halves[:2], halves[2:]):
+            skip, bad = _run(skip_cfg, s, n, bt, tunes=EARLY, waves=waves)
+            full, _ = _run(full_cfg, s, n, bt, waves=waves)
+            assert not bad, bad
+            _same(skip, full)
+
+
+@pytest.mark.parametrize("tunes", [(), EARLY], ids=["checks_first", "checks_late"])
+def test_a_bad_page_is_rejected_by_sel_h1_with_the_checks_late_or_first(tunes):
+    """sel_h1 (no sel_h0 with folded first digits) checks its slice's block-table pages,
+    with late_input_checks after the fold's loads: a -1 entry fails the launch, the row
+    unwritten."""
+    s, n, bt = _case("normal")
+    bt = bt.copy()
+    bt[1, 150] = -1  # keys 9600..9663 of row 1, in its last slice (6 segments a slice)
+    L = apply_tunes(select_launch(SKIP, grid=3, waves=3, hist="buffer", poll_bound=64), tunes)
+    inp = make_inputs(SKIP, s, n, bt, hist="buffer")
+    with pytest.raises(LaunchFailed, match=r"stage 'sel_h1' job 7 .*a block-table entry < 0"):
+        L.run_interp(inp, step=0, on_stall="timeout")
+    assert (inp["topk"][1] == -2).all(), "the bad row is not written"
 
 
 def test_maxima_below_selected_keys_lose_them():

@@ -144,9 +144,12 @@ class Exchange:
                 self.ready.wait(k, io)
             _barrier(k)
         io.env.phase(0)  # the first digits are ready
-        self._check_inputs(k, io, sl)
+        if self.gmax is not None and self.group_maxima_early:  # to arrive under the fold
+            sl.gmax_early = self._group_maxima_loads(k, io, sl)
+        pages_checked = self._check_inputs(k, io, sl)
         initial_state(k, c).store_lds(lds["state"])
         self._row_first_digits(k, io, sl, lds)
+        pages_checked()
         io.env.phase(1)  # the row's cum histogram is summed
         with _wave0(k):
             self._decide(k, io, sl, lds)

@@ -321,6 +321,7 @@ class _Slice:
         self.active = self.s < self.sc
         self.early = None  # sel_h1's first score loads, when issued before its wait
         self.lean_early = None  # ... those of the lean scan (SelectPass.lean_early_loads)
+        self.gmax_early = None  # sel_h1's group maxima (SelectPass.group_maxima_early)
 
     def bounds(self):
         k, seg, sc, nseg = self.k, self.cfg.segment, self.sc, self.nseg

@@ -289,6 +289,26 @@ class LeanScan:
             self._gather_spans(k, io, sl, lds, run, start)
         return spans
 
+    def _group_iterations(self, k) -> int:
+        """group_skip: the most iterations of GROUPS_A_LANE x L maxima a wave's span takes
+        (a span is whole lean iterations of GROUP_KEYS x L keys, the longest slice's)."""
+        lean_its = -(-self.cfg.max_slice_keys() // (GROUP_KEYS * k.W * k.L))
+        return -(-lean_its // GROUPS_A_LANE)
+
+    def _group_maxima_loads(self, k, io, sl) -> list:
+        """group_maxima_early: the maxima of every group iteration of the wave's span (a
+        16-byte load a lane an iteration, `_group_iterations` of them, past the span's
+        groups clamped into the row and never flagged), issued with no use: sel_h1 issues
+        them before its fold so they arrive under it."""
+        c, L = self.cfg, k.L
+        span_lo, _, _ = self._lean_wave_span(k, sl)
+        g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
+        last_g = c.capacity // GROUP_KEYS - GROUPS_A_LANE
+        return [self.gmax.load4(k, io, sl.r, k.min(g_lo + it * GROUPS_A_LANE * L
+                                                   + GROUPS_A_LANE * k.lane_id(), last_g),
+                                None)
+                for it in range(self._group_iterations(k))]
+
     def _lean_groups_scan(self, k, io, sl, lds, iteration, span_lo, bound, t_lo):
         """SelectConfig.group_skip: the wave's span [span_lo, bound) in iterations of
         GROUPS_A_LANE x L aligned 16-key groups: each lane loads its groups' maxima (one
@@ -299,10 +319,14 @@ class LeanScan:
         exclusive prefix over the lanes); then rounds of L flagged groups, a group a lane,
         each `iteration`'s masks, counts and store rounds on the group's 16 keys (a lane
         without a group: no valid key). The lists come out as the lean loop's: the flagged
-        groups hold every key at or above t_lo, in position order."""
+        groups hold every key at or above t_lo, in position order.
+        With group_maxima_early every iteration's maxima are in registers already
+        (`_group_maxima_loads`, issued before the fold): the wave flags all of its span's
+        groups into its slots first, then lists them in one run of rounds, one round trip
+        (the keys') after the decision instead of two an iteration."""
         c, L = self.cfg, k.L
         lane = k.lane_id()
-        slots, base = lds["groups"], k.wave_id() * (L * GROUPS_A_LANE)
+        slots, base = lds["groups"], k.wave_id() * self._group_slots(k)
         g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
         n_groups = (k.max(bound - span_lo, 0) + (GROUP_KEYS - 1)) >> GROUP_SHIFT
         per_it = GROUPS_A_LANE * L
@@ -313,9 +337,10 @@ class LeanScan:
         else:
             neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
             t_flag = k.select(k.load(lds["unsel"], 0, u32).ne(0), neg_inf, t_lo)
-        for it in k.range(0, (n_groups + (per_it - 1)) / per_it):
-            gl = it * per_it + GROUPS_A_LANE * lane  # the lane's first group in the span
-            mx = self.gmax.load4(k, io, sl.r, k.min(g_lo + gl, last_g), None)
+
+        def flag(gl, mx, at):
+            """The lane's flagged groups of maxima `mx` (its first group gl in the span)
+            into the slots from `at`, in position order; the wave's count of them."""
             flags = k.const(0, u32)
             for e in range(GROUPS_A_LANE):
                 hit = ((gl + e) < n_groups) & ~(k.bitcast(k.extract(mx, e), f32) < t_flag)
@@ -324,7 +349,10 @@ class LeanScan:
             excl, tot = _lane_prefix(k, _i(k, k.popc(flags)), GROUPS_A_LANE.bit_length())
             for e in range(GROUPS_A_LANE):
                 rank = excl + _i(k, k.popc(flags & ((1 << e) - 1)))
-                k.store(slots, base + rank, gl + e, mask=((flags >> e) & 1).ne(0))
+                k.store(slots, at + rank, gl + e, mask=((flags >> e) & 1).ne(0))
+            return tot
+
+        def list_flagged(base, tot):
             k.wave_sync()  # the lanes read each other's slots
             for r0 in k.range(0, tot, L):
                 j = r0 + lane
@@ -337,7 +365,25 @@ class LeanScan:
                 # a lane without a group starts at the span's bound: no valid key
                 iteration(None, raws, functools.partial(_pick16, k, raws),
                           p0=k.select(has, first, bound))
-            k.wave_sync()  # every lane has read its slot before the next iteration's stores
+            k.wave_sync()  # every lane has read its slot before the slots' next stores
+
+        if self.group_maxima_early:
+            maxima = sl.gmax_early or self._group_maxima_loads(k, io, sl)
+            tot = k.const(0, i32)
+            for it, mx in enumerate(maxima):  # (past the span's groups: none flagged)
+                tot = tot + flag(it * per_it + GROUPS_A_LANE * lane, mx, base + tot)
+            list_flagged(base, tot)
+            return
+        for it in k.range(0, (n_groups + (per_it - 1)) / per_it):
+            gl = it * per_it + GROUPS_A_LANE * lane  # the lane's first group in the span
+            mx = self.gmax.load4(k, io, sl.r, k.min(g_lo + gl, last_g), None)
+            list_flagged(base, flag(gl, mx, base))
+
+    def _group_slots(self, k) -> int:
+        """group_skip: LDS slots a wave's flagged groups take (an iteration's, or with
+        group_maxima_early its whole span's)."""
+        its = self._group_iterations(k) if self.group_maxima_early else 1
+        return its * GROUPS_A_LANE * k.L
 
     def _gather_spans(self, k, io, sl, lds, run, start):
         """lean_spans, after every wave's loop: the waves' entry counts through LDS (one CTA

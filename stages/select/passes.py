@@ -38,7 +38,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
                 "lean_coalesced", "lean_refill", "lean_any_special", "tail_rank", "cta_publish",
-                "fold_bins")
+                "fold_bins", "group_maxima_early", "late_input_checks")
     # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
     segment_unroll = SEGMENT_UNROLL
     # sel_h1 folding the first digit in (SelectConfig.fold_first_digits): bins of a band of
@@ -93,6 +93,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # group skip (bench/NOTES.md v40, an H100, fused index r8 512K): B/A 0.994 / 1.003 (W1 /
     # W2), noise; top-k exact
     lean_any_special = 0
+    # 1 (SelectConfig.group_skip): sel_h1's group maxima of the wave's whole span loaded
+    # before its fold (after its wait), and its flagged groups listed in one run of rounds
+    # after the decision: one round trip there (the flagged groups' keys) instead of two an
+    # iteration of GROUPS_A_LANE x L groups (maxima, then keys)
+    group_maxima_early = 0
+    # 1: the block table's check (INVALID_PAGE) issues its loads before the first digits'
+    # sums and reduces them after, so its round trip runs under theirs instead of ahead of
+    # them (0: a runtime loop of load and reduce, one round trip per T pages before the fold)
+    late_input_checks = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
@@ -344,9 +353,10 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 io.env.phase(0)  # the scores are ready
                 if self.l2_prefetch and self.hist is not None and not self.scores.in_region:
                     self._prefetch_scores(k, io, sl)
-                self._check_inputs(k, io, sl)
+                pages_checked = self._check_inputs(k, io, sl)
                 initial_state(k, c).store_lds(lds["state"])
                 self._histogram(k, io, sl, lds, first=True)
+                pages_checked()
                 io.env.phase(1)  # the first-digit histogram is counted
                 self._publish(k, io, sl, lds)
                 return
@@ -467,8 +477,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                                 max(2 * 2 * k.W, append_words if appends else 0))
         if appends and "emit" not in out:
             out["emit"] = k.lds(f"{nm}_emit", i32, append_words)
-        if self.gmax is not None:  # a wave's flagged groups of an iteration, in order
-            out["groups"] = k.lds(f"{nm}_groups", i32, k.W * k.L * GROUPS_A_LANE)
+        if self.gmax is not None:  # a wave's flagged groups (_group_slots), in order
+            out["groups"] = k.lds(f"{nm}_groups", i32, k.W * self._group_slots(k))
             if not self.gmax.marks_unselectable:
                 # non-zero: the row holds an unselectable score (its refined bin 0), whose
                 # group's maximum may not show it: every group is scanned
@@ -532,9 +542,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
 
     # -- sel_h0: input checks --------------------------------------------------------------
     def _check_inputs(self, k, io, sl):
+        """The row's key count (INVALID_N) and the slice's block-table pages (INVALID_PAGE).
+        Returns what finishes the page check: nothing left to do, or with late_input_checks
+        its reduce over loads already issued (`_page_loads`), for after other loads."""
         c = self.cfg
         bad_n = (sl.n_raw < 0) | (sl.n_raw > c.capacity)
         io.env.fail(bad_n, INVALID_N)
+        if self.late_input_checks:
+            pages = self._page_loads(k, io, sl)
+            return lambda: self._fail_on_pages(k, io, pages)
         bt = getattr(io.args, c.names.block_table)
         t = k.thread_id()
         T = k.W * k.L
@@ -549,3 +565,28 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             bad.set(bad.get() | k.cast(b, u32))
         any_bad = k.wave_reduce(bad.get(), "or").ne(0)
         io.env.fail(any_bad, INVALID_PAGE)
+        return lambda: None
+
+    def _page_loads(self, k, io, sl) -> list:
+        """late_input_checks: [(mask, page)] of the slice's block-table entries, a thread
+        every T-th, as many loads as the longest slice's pages take (a slice starts at a
+        segment, so its pages span at most one more than its keys fill)."""
+        c = self.cfg
+        bt = getattr(io.args, c.names.block_table)
+        T = k.W * k.L
+        most = -(-c.max_slice_keys() // PAGE) + (c.segment % PAGE != 0)
+        pg_lo = sl.lo >> PAGE_SHIFT
+        pg_hi = (sl.hi + (PAGE - 1)) >> PAGE_SHIFT
+        out = []
+        for i in range(-(-most // T)):
+            pg = pg_lo + i * T + k.thread_id()
+            m = pg < pg_hi
+            out.append((m, k.load(bt, sl.r * c.bt_width + k.min(pg, c.bt_width - 1), i32,
+                                  mask=m)))
+        return out
+
+    def _fail_on_pages(self, k, io, pages):
+        bad = k.const(0, u32)
+        for m, v in pages:
+            bad = bad | k.cast(m & ((v < 0) | (v > MAX_PAGE)), u32)
+        io.env.fail(k.wave_reduce(bad, "or").ne(0), INVALID_PAGE)
