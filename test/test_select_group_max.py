@@ -111,18 +111,19 @@ def test_quiet_groups_are_skipped_and_their_nans_and_infs_still_counted():
     assert any("diagnostic" in p for p in bad), bad
 
 
-@pytest.mark.parametrize("waves", [1, 3])
-def test_early_maxima_list_what_scanning_every_group_lists(waves):
+@pytest.mark.parametrize("slices,waves,its", [(2, 1, 2), (2, 3, 1), (1, 1, 4)])
+def test_early_maxima_list_what_scanning_every_group_lists(slices, waves, its):
     """group_maxima_early: every group iteration's maxima of a wave's span loaded before the
     fold, all flagged groups listed in one run of rounds: the same slots and words as the
     full scan on the quiet case (NaN / -inf groups among the few listed) and on normal
-    scores, with a wave's span taking two iterations of maxima (two slices a row, waves 1)
-    and one (waves 3)."""
-    halves = [dataclasses.replace(c, max_slices=2) for c in (LISTING_SKIP, LISTING, SKIP, BASE)]
-    lean_its = -(-halves[0].max_slice_keys() // (GROUP_KEYS * waves * LANES))
-    assert -(-lean_its // GROUPS_A_LANE) == (2 if waves == 1 else 1)
+    scores, with a wave's span taking two iterations of maxima and one; past
+    EARLY_MAXIMA_ITERATIONS (four) the loop lists them, the same."""
+    cfgs = [dataclasses.replace(c, max_slices=slices)
+            for c in (LISTING_SKIP, LISTING, SKIP, BASE)]
+    lean_its = -(-cfgs[0].max_slice_keys() // (GROUP_KEYS * waves * LANES))
+    assert -(-lean_its // GROUPS_A_LANE) == its
     for s, n, bt in (_quiet_case(), _case("normal")):
-        for skip_cfg, full_cfg in (halves[:2], halves[2:]):
+        for skip_cfg, full_cfg in (cfgs[:2], cfgs[2:]):
             skip, bad = _run(skip_cfg, s, n, bt, tunes=EARLY, waves=waves)
             full, _ = _run(full_cfg, s, n, bt, waves=waves)
             assert not bad, bad

@@ -43,7 +43,14 @@ LEAN_GROUPS = 4  # commit groups of the lean scan's async copies (SelectConfig.l
 # scan starts on a slice's first quarter while the rest is still in flight
 LEAN_LANE_KEYS = 16  # consecutive keys a lane an iteration of the lean scan (a 16-bit mask)
 LEAN_REFILL_TURNS = 2  # SelectPass.lean_refill's two register sets taking turns
+# SelectPass.late_input_checks: block-table loads a thread may hold across the first
+# digits' fold (a slice of 512K / 16 keys takes 2 at 256 threads; a row in one slice 32)
+LATE_CHECK_LOADS = 4
 GROUPS_A_LANE = 4  # SelectConfig.group_skip: score_gmax words a lane reads an iteration (16 B)
+# SelectPass.group_maxima_early: iterations of maxima a wave may load before the fold (a
+# 16-byte load, 4 registers, and GROUPS_A_LANE x L LDS slots each; 512K / 16 slices at 8
+# waves take 2)
+EARLY_MAXIMA_ITERATIONS = 2
 LEAN_WIDE_KEYS = 32  # ... with SelectPass.lean_lane_keys = 32: a 32-bit mask, half the iterations
 LOAD_KEYS = 4  # keys of one 16-byte load
 LEAN_SENTINEL = 1 << LEAN_LANE_KEYS  # above the mask: ctz is defined on an empty one

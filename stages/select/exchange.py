@@ -144,7 +144,7 @@ class Exchange:
                 self.ready.wait(k, io)
             _barrier(k)
         io.env.phase(0)  # the first digits are ready
-        if self.gmax is not None and self.group_maxima_early:  # to arrive under the fold
+        if self.gmax is not None and self._maxima_early(k):  # to arrive under the fold
             sl.gmax_early = self._group_maxima_loads(k, io, sl)
         pages_checked = self._check_inputs(k, io, sl)
         initial_state(k, c).store_lds(lds["state"])

@@ -9,7 +9,7 @@ from layouts.scores import GROUP_KEYS, GROUP_SHIFT
 from monokernel.ir import L2_LINE_BYTES
 from monokernel.types import f32, i32, i64, u32
 
-from .config import (GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL,
+from .config import (EARLY_MAXIMA_ITERATIONS, GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL,
                      LOAD_KEYS, SCAN_UNROLL, X_D, X_Q)
 from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks,
                     _lane_prefix, _pick16, _prefix, _region_loader, _u, keys_and_specials,
@@ -295,6 +295,13 @@ class LeanScan:
         lean_its = -(-self.cfg.max_slice_keys() // (GROUP_KEYS * k.W * k.L))
         return -(-lean_its // GROUPS_A_LANE)
 
+    def _maxima_early(self, k) -> bool:
+        """group_maxima_early, where a wave's span takes at most EARLY_MAXIMA_ITERATIONS
+        loads of maxima (the registers they hold across the fold, the LDS slots of a whole
+        span's flags); else the loop of maxima, then keys, an iteration."""
+        return (bool(self.group_maxima_early)
+                and self._group_iterations(k) <= EARLY_MAXIMA_ITERATIONS)
+
     def _group_maxima_loads(self, k, io, sl) -> list:
         """group_maxima_early: the maxima of every group iteration of the wave's span (a
         16-byte load a lane an iteration, `_group_iterations` of them, past the span's
@@ -367,7 +374,7 @@ class LeanScan:
                           p0=k.select(has, first, bound))
             k.wave_sync()  # every lane has read its slot before the slots' next stores
 
-        if self.group_maxima_early:
+        if self._maxima_early(k):
             maxima = sl.gmax_early or self._group_maxima_loads(k, io, sl)
             tot = k.const(0, i32)
             for it, mx in enumerate(maxima):  # (past the span's groups: none flagged)
@@ -382,7 +389,7 @@ class LeanScan:
     def _group_slots(self, k) -> int:
         """group_skip: LDS slots a wave's flagged groups take (an iteration's, or with
         group_maxima_early its whole span's)."""
-        its = self._group_iterations(k) if self.group_maxima_early else 1
+        its = self._group_iterations(k) if self._maxima_early(k) else 1
         return its * GROUPS_A_LANE * k.L
 
     def _gather_spans(self, k, io, sl, lds, run, start):

@@ -12,7 +12,7 @@ from layouts.scores import FINE_DIGIT_BINS, FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
-from .config import (FOLD_BAND_BINS, GROUPS_A_LANE, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LEAN_LANE_KEYS,
+from .config import (FOLD_BAND_BINS, GROUPS_A_LANE, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LATE_CHECK_LOADS, LEAN_LANE_KEYS,
                      LIST_UNROLL, LOAD_KEYS, MAX_PAGE, PAGE, PAGE_SHIFT, SCAN_AHEAD, SCAN_UNROLL,
                      SEGMENT_UNROLL, SelectConfig, X_DEFER, X_EMITTED)
 from .tail import TailFinish
@@ -96,11 +96,13 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # 1 (SelectConfig.group_skip): sel_h1's group maxima of the wave's whole span loaded
     # before its fold (after its wait), and its flagged groups listed in one run of rounds
     # after the decision: one round trip there (the flagged groups' keys) instead of two an
-    # iteration of GROUPS_A_LANE x L groups (maxima, then keys)
+    # iteration of GROUPS_A_LANE x L groups (maxima, then keys); where a wave's span takes
+    # at most EARLY_MAXIMA_ITERATIONS of them (registers and LDS slots), else the loop
     group_maxima_early = 0
     # 1: the block table's check (INVALID_PAGE) issues its loads before the first digits'
     # sums and reduces them after, so its round trip runs under theirs instead of ahead of
-    # them (0: a runtime loop of load and reduce, one round trip per T pages before the fold)
+    # them (0: a runtime loop of load and reduce, one round trip per T pages before the fold;
+    # also where a slice's pages take more than LATE_CHECK_LOADS loads a thread)
     late_input_checks = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
@@ -548,7 +550,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         c = self.cfg
         bad_n = (sl.n_raw < 0) | (sl.n_raw > c.capacity)
         io.env.fail(bad_n, INVALID_N)
-        if self.late_input_checks:
+        if self.late_input_checks and len(self._page_rounds(k)) <= LATE_CHECK_LOADS:
             pages = self._page_loads(k, io, sl)
             return lambda: self._fail_on_pages(k, io, pages)
         bt = getattr(io.args, c.names.block_table)
@@ -567,18 +569,24 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         io.env.fail(any_bad, INVALID_PAGE)
         return lambda: None
 
+    def _page_rounds(self, k) -> range:
+        """late_input_checks: block-table loads a thread issues, as many as the longest
+        slice's pages take (a slice starts at a segment, so its pages span at most one more
+        than its keys fill)."""
+        c = self.cfg
+        most = -(-c.max_slice_keys() // PAGE) + (c.segment % PAGE != 0)
+        return range(-(-most // (k.W * k.L)))
+
     def _page_loads(self, k, io, sl) -> list:
         """late_input_checks: [(mask, page)] of the slice's block-table entries, a thread
-        every T-th, as many loads as the longest slice's pages take (a slice starts at a
-        segment, so its pages span at most one more than its keys fill)."""
+        every T-th (`_page_rounds`)."""
         c = self.cfg
         bt = getattr(io.args, c.names.block_table)
         T = k.W * k.L
-        most = -(-c.max_slice_keys() // PAGE) + (c.segment % PAGE != 0)
         pg_lo = sl.lo >> PAGE_SHIFT
         pg_hi = (sl.hi + (PAGE - 1)) >> PAGE_SHIFT
         out = []
-        for i in range(-(-most // T)):
+        for i in self._page_rounds(k):
             pg = pg_lo + i * T + k.thread_id()
             m = pg < pg_hi
             out.append((m, k.load(bt, sl.r * c.bt_width + k.min(pg, c.bt_width - 1), i32,
