@@ -6,7 +6,8 @@
 # before the fold, one round trip after the decision) and sel_h1.late_input_checks (the
 # block table's loads issued before the fold, reduced after it): exact first, then A/Bs in
 # one process, select_hist (with the maxima, and the checks alone on the defaults) and the
-# fused index r8 (its group skip is the default there), then both timelines.
+# fused index r8 (its group skip is the default there), then both timelines; and the tail
+# finish at rows 8 on top (v27: at noise there, 25.34 / 24.79 us, when sel_h1 was slower).
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-4}
 packed_logs v45
@@ -22,6 +23,8 @@ OUT=$LOGS step vs_late 90 $SH --rows 8 --reps 5 --versus sel_h1.late_input_check
     --rounds 3; pack
 OUT=$LOGS step vs_unroll 90 $SH --rows 8 --reps 5 --tune $G --versus sel_h1.segment_unroll=16 \
     --rounds 3; pack
+OUT=$LOGS step vs_tail 90 $SH --rows 8 --reps 5 --tune $G --tune sel_h1.group_maxima_early=1 \
+    --tune sel_h1.late_input_checks=1 --versus launch.tail_finish=1 --rounds 3; pack
 OUT=$LOGS step tl_sel 60 $SH --rows 8 --reps 3 --timeline --tune $G \
     --tune sel_h1.group_maxima_early=1 --tune sel_h1.late_input_checks=1; pack
 OUT=$LOGS step topk_ix 90 python3 -m tools.check_topk --through index --config glm5 \
