@@ -304,22 +304,23 @@ def test_unselectable_scores_make_their_rows_scan_every_group():
     assert (diag0[:, 2] >= (GROUP_KEYS - 1) * len(SPECIAL_GROUPS)).all(), diag0
 
 
-# sel_h1's maxima of a wave's whole span before its fold, the block table's check reduced
-# after it (SelectPass.group_maxima_early, late_input_checks)
-EARLY = (("sel_h1", "group_maxima_early", "1"), ("sel_h1", "late_input_checks", "1"))
+# sel_h1's loop of maxima then keys an iteration, the block table's check before the fold
+# (SelectPass.group_maxima_early, late_input_checks off; the defaults load a wave's maxima
+# before the fold and reduce the check after it)
+LOOP = (("sel_h1", "group_maxima_early", "0"), ("sel_h1", "late_input_checks", "0"))
 
 
 @pytest.mark.parametrize("edit", [pytest.param(_tiny_groups, marks=pytest.mark.slow),
                                   _special_scales], ids=["tiny", "special"])
-def test_early_maxima_list_what_the_spans_loop_lists(edit):
-    """group_maxima_early in the fused index (the scoring's maxima, unselectable scores
+def test_the_loop_of_maxima_lists_what_the_spans_loop_lists(edit):
+    """group_maxima_early off in the fused index (the scoring's maxima, unselectable scores
     flagged by the refined bin 0 after the decision): the lists, top-k and diagnostics bit
     for bit the spans loop's, on groups of tiny scores (skipped) and of NaN / -inf (their
-    rows scan every group)."""
+    rows scan every group); the defaults' early maxima are checked by the tests above."""
     pages = SPECIAL_POS // PAGE_KEYS + 8
     (_, lists, out, diag, _), (_, lists0, out0, diag0, _) = [
         _select_run(8, "W1", SPECIAL_POS, "relaxed", edit=edit, group_max=on, tunes=tunes,
-                    cache_pages=pages) for on, tunes in ((True, EARLY), (False, ()))]
+                    cache_pages=pages) for on, tunes in ((True, LOOP), (False, ()))]
     for name in lists0:
         np.testing.assert_array_equal(lists[name], lists0[name])
     np.testing.assert_array_equal(out, out0)

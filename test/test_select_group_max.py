@@ -40,9 +40,10 @@ LANES = 64  # the interpreter's wave
 TINY = np.float32(2.0 ** -100)  # a quiet group's scale: its maximum far below any threshold
 QUIET_SHARE = 0.8  # groups made quiet
 SPECIALS_A_ROW = 6  # quiet groups given a NaN or a -inf, a row
-# sel_h1's maxima of a wave's whole span before its fold, the block table's check reduced
-# after it (SelectPass.group_maxima_early, late_input_checks)
-EARLY = (("sel_h1", "group_maxima_early", "1"), ("sel_h1", "late_input_checks", "1"))
+# the defaults' sel_h1 loads the maxima of a wave's whole span before its fold and reduces
+# the block table's check after it (SelectPass.group_maxima_early, late_input_checks);
+# this turns both back to the loop of maxima then keys and the check before the fold
+LOOP = (("sel_h1", "group_maxima_early", "0"), ("sel_h1", "late_input_checks", "0"))
 
 
 def _case(dist, seed=71):
@@ -111,30 +112,33 @@ def test_quiet_groups_are_skipped_and_their_nans_and_infs_still_counted():
     assert any("diagnostic" in p for p in bad), bad
 
 
-@pytest.mark.parametrize("slices,waves,its", [(2, 1, 2), (2, 3, 1), (1, 1, 4)])
-def test_early_maxima_list_what_scanning_every_group_lists(slices, waves, its):
-    """group_maxima_early: every group iteration's maxima of a wave's span loaded before the
-    fold, all flagged groups listed in one run of rounds: the same slots and words as the
-    full scan on the quiet case (NaN / -inf groups among the few listed) and on normal
-    scores, with a wave's span taking two iterations of maxima and one; past
-    EARLY_MAXIMA_ITERATIONS (four) the loop lists them, the same."""
+@pytest.mark.parametrize("slices,waves,its,tunes", [
+    (2, 1, 2, ()), (2, 3, 1, ()), (1, 1, 4, ()), (2, 1, 2, LOOP)],
+    ids=["early-2", "early-1", "past-the-cap", "loop"])
+def test_early_maxima_list_what_scanning_every_group_lists(slices, waves, its, tunes):
+    """group_maxima_early (the default): every group iteration's maxima of a wave's span
+    loaded before the fold, all flagged groups listed in one run of rounds: the same slots
+    and words as the full scan on the quiet case (NaN / -inf groups among the few listed)
+    and on normal scores, with a wave's span taking two iterations of maxima and one; past
+    EARLY_MAXIMA_ITERATIONS (four) the loop of maxima then keys lists them, as it does with
+    the option off."""
     cfgs = [dataclasses.replace(c, max_slices=slices)
             for c in (LISTING_SKIP, LISTING, SKIP, BASE)]
     lean_its = -(-cfgs[0].max_slice_keys() // (GROUP_KEYS * waves * LANES))
     assert -(-lean_its // GROUPS_A_LANE) == its
     for s, n, bt in (_quiet_case(), _case("normal")):
         for skip_cfg, full_cfg in (cfgs[:2], cfgs[2:]):
-            skip, bad = _run(skip_cfg, s, n, bt, tunes=EARLY, waves=waves)
+            skip, bad = _run(skip_cfg, s, n, bt, tunes=tunes, waves=waves)
             full, _ = _run(full_cfg, s, n, bt, waves=waves)
             assert not bad, bad
             _same(skip, full)
 
 
-@pytest.mark.parametrize("tunes", [(), EARLY], ids=["checks_first", "checks_late"])
+@pytest.mark.parametrize("tunes", [(), LOOP], ids=["checks_late", "checks_first"])
 def test_a_bad_page_is_rejected_by_sel_h1_with_the_checks_late_or_first(tunes):
     """sel_h1 (no sel_h0 with folded first digits) checks its slice's block-table pages,
-    with late_input_checks after the fold's loads: a -1 entry fails the launch, the row
-    unwritten."""
+    with late_input_checks (the default) after the fold's loads: a -1 entry fails the
+    launch, the row unwritten."""
     s, n, bt = _case("normal")
     bt = bt.copy()
     bt[1, 150] = -1  # keys 9600..9663 of row 1, in its last slice (6 segments a slice)

@@ -39,7 +39,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
                 "lean_coalesced", "lean_refill", "lean_any_special", "tail_rank", "cta_publish",
                 "fold_bins", "group_maxima_early", "late_input_checks")
-    # sel_h0's segment sums (wide_segment_sums): segment histograms a thread loads at once
+    # sel_h0's segment sums (wide_segment_sums), sel_h1's fold: segment histograms a thread
+    # loads at once. 16 in sel_h1 (v45, select_hist r8): 512K 0.984, 64K 1.021: kept at 8
     segment_unroll = SEGMENT_UNROLL
     # sel_h1 folding the first digit in (SelectConfig.fold_first_digits): bins of a band of
     # its row's segment histograms read at once, from the top (FOLD_BAND_BINS; 64: all)
@@ -97,13 +98,17 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # before its fold (after its wait), and its flagged groups listed in one run of rounds
     # after the decision: one round trip there (the flagged groups' keys) instead of two an
     # iteration of GROUPS_A_LANE x L groups (maxima, then keys); where a wave's span takes
-    # at most EARLY_MAXIMA_ITERATIONS of them (registers and LDS slots), else the loop
-    group_maxima_early = 0
+    # at most EARLY_MAXIMA_ITERATIONS of them (registers and LDS slots), else the loop (0).
+    # With late_input_checks (bench/NOTES.md v45, H100, 512K, B/A in one process):
+    # select_hist with the maxima r8 / r2 0.952 / 0.955 (sel_h1's scan 7.2 -> 5.4 us), the
+    # fused index r8 W1 / W2 0.997 / 0.997
+    group_maxima_early = 1
     # 1: the block table's check (INVALID_PAGE) issues its loads before the first digits'
     # sums and reduces them after, so its round trip runs under theirs instead of ahead of
     # them (0: a runtime loop of load and reduce, one round trip per T pages before the fold;
-    # also where a slice's pages take more than LATE_CHECK_LOADS loads a thread)
-    late_input_checks = 0
+    # also where a slice's pages take more than LATE_CHECK_LOADS loads a thread). Alone
+    # (v45): select_hist r8 512K 0.994-1.000, 64K 1.001
+    late_input_checks = 1
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
