@@ -9,8 +9,8 @@ from layouts.scores import GROUP_KEYS, GROUP_SHIFT
 from monokernel.ir import L2_LINE_BYTES
 from monokernel.types import f32, i32, i64, u32
 
-from .config import (EARLY_MAXIMA_ITERATIONS, GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS, LEAN_SENTINEL, LIST_UNROLL,
-                     LOAD_KEYS, SCAN_UNROLL, X_D, X_Q)
+from .config import (EARLY_MAXIMA_ITERATIONS, GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS,
+                     LEAN_SENTINEL, LIST_UNROLL, LOAD_KEYS, SCAN_UNROLL, X_D, X_Q)
 from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks,
                     _lane_prefix, _pick16, _prefix, _region_loader, _u, keys_and_specials,
                     score_floor)
@@ -307,14 +307,18 @@ class LeanScan:
         16-byte load a lane an iteration, `_group_iterations` of them, past the span's
         groups clamped into the row and never flagged), issued with no use: sel_h1 issues
         them before its fold so they arrive under it."""
-        c, L = self.cfg, k.L
+        L = k.L
         span_lo, _, _ = self._lean_wave_span(k, sl)
         g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
-        last_g = c.capacity // GROUP_KEYS - GROUPS_A_LANE
-        return [self.gmax.load4(k, io, sl.r, k.min(g_lo + it * GROUPS_A_LANE * L
-                                                   + GROUPS_A_LANE * k.lane_id(), last_g),
-                                None)
+        return [self._maxima_at(k, io, sl, g_lo + it * GROUPS_A_LANE * L
+                                + GROUPS_A_LANE * k.lane_id())
                 for it in range(self._group_iterations(k))]
+
+    def _maxima_at(self, k, io, sl, g):
+        """The maxima of row groups g .. g + GROUPS_A_LANE - 1 (past the row's last whole
+        load clamped to it: such groups lie past the span and are never flagged)."""
+        last_g = self.cfg.capacity // GROUP_KEYS - GROUPS_A_LANE
+        return self.gmax.load4(k, io, sl.r, k.min(g, last_g), None)
 
     def _lean_groups_scan(self, k, io, sl, lds, iteration, span_lo, bound, t_lo):
         """SelectConfig.group_skip: the wave's span [span_lo, bound) in iterations of
@@ -337,7 +341,6 @@ class LeanScan:
         g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
         n_groups = (k.max(bound - span_lo, 0) + (GROUP_KEYS - 1)) >> GROUP_SHIFT
         per_it = GROUPS_A_LANE * L
-        last_g = c.capacity // GROUP_KEYS - GROUPS_A_LANE
         last = c.capacity - LOAD_KEYS
         if self.gmax.marks_unselectable:  # (their groups' maxima are +inf: always flagged)
             t_flag = t_lo
@@ -383,8 +386,7 @@ class LeanScan:
             return
         for it in k.range(0, (n_groups + (per_it - 1)) / per_it):
             gl = it * per_it + GROUPS_A_LANE * lane  # the lane's first group in the span
-            mx = self.gmax.load4(k, io, sl.r, k.min(g_lo + gl, last_g), None)
-            list_flagged(base, flag(gl, mx, base))
+            list_flagged(base, flag(gl, self._maxima_at(k, io, sl, g_lo + gl), base))
 
     def _group_slots(self, k) -> int:
         """group_skip: LDS slots a wave's flagged groups take (an iteration's, or with

@@ -599,6 +599,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         return out
 
     def _fail_on_pages(self, k, io, pages):
+        """late_input_checks: INVALID_PAGE where a live entry of `_page_loads` is < 0 or
+        past MAX_PAGE (any lane of the wave)."""
         bad = k.const(0, u32)
         for m, v in pages:
             bad = bad | k.cast(m & ((v < 0) | (v > MAX_PAGE)), u32)
