@@ -310,8 +310,8 @@ def test_unselectable_scores_make_their_rows_scan_every_group():
 LOOP = (("sel_h1", "group_maxima_early", "0"), ("sel_h1", "late_input_checks", "0"))
 
 
-@pytest.mark.parametrize("edit", [pytest.param(_tiny_groups, marks=pytest.mark.slow),
-                                  _special_scales], ids=["tiny", "special"])
+@pytest.mark.slow  # (the loop form is off: test_select_group_max keeps one case of it)
+@pytest.mark.parametrize("edit", [_tiny_groups, _special_scales], ids=["tiny", "special"])
 def test_the_loop_of_maxima_lists_what_the_spans_loop_lists(edit):
     """group_maxima_early off in the fused index (the scoring's maxima, unselectable scores
     flagged by the refined bin 0 after the decision): the lists, top-k and diagnostics bit
