@@ -335,8 +335,9 @@ class SelectConfig:
     # at rows 8 and more by default (stages.index.GROUP_SKIP_ON_NVIDIA), its maxima the
     # scoring's (a row with a NaN or -inf scans every group: it needs fine_digits); the
     # select_hist kind takes them as an input on request (`--tune launch.group_max=1`:
-    # score_gmax, +inf where a group holds a NaN or -inf, so no row flag is needed),
-    # untimed. False
+    # score_gmax, +inf where a group holds a NaN or -inf, so no row flag is needed): on an
+    # H100 512K x 8 24.80 -> 23.39 us, but 64K x 8 18.12 -> 18.73 (bench/NOTES.md v44-v45),
+    # so an option there. False
     group_skip: bool = False
     # with first digits given (the scoring's segment histograms: select_hist, the fused
     # index), sel_h1 sums its ROW's segments itself (every slice all of them, 16-byte loads,
