@@ -2,7 +2,7 @@
 constants its stages share: budgets, the state words of a message, the finish's LDS words."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -109,13 +109,20 @@ TAIL_BUCKET_UNROLL = 4  # 4-key groups of its list a thread of sel_h1 buckets at
 TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's
 # clocks in each part, time_layers --timeline)
 TAIL_RANK_GROUP = 32  # candidates one step of the rank reads (8 LDS broadcasts in flight)
+# SelectConfig.tail_max_per_slice's value where it is on (--tune launch.tail_per_slice=1):
+# a row takes the tail finish when its first-digit threshold bin holds at most this many
+# candidates a slice (the bucketing's scatter, ~2K a slice at 64K x 8 normal scores, cost
+# sel_h1 +4 us there; 512K x 8 holds ~750 a slice, rows 2 at 64K ~470: bench/NOTES.md v27)
+TAIL_MAX_PER_SLICE = 1024
 TAIL_RANK_CHAINS = 8  # independent sums a lane's rank keeps (one chain of 64 dependent adds
 # a step stalled ~13 clocks an add: bench/NOTES.md v27)
-RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row finishes solo (module doc);
+RDY_SOLO = 1 << 8  # in the value of a slice's rdy1 pair: its row leaves the rounds after
+# message 1 (solo finish, or the tail finish of SelectConfig.tail_max_per_slice; module doc);
 # the low bits are the state's X_DONE + 1, as in every rdy pair
 
 # the state words after a message's histogram (and in LDS); X_NLIST: the slice's candidate
-# list length (sel_h1 on); X_SOLO: 1 when the row finishes solo (decided by sel_h1 from
+# list length (sel_h1 on); X_SOLO: 1 when the row leaves the rounds after message 1, to
+# finish solo or by the tail (SelectConfig.tail_max_per_slice; decided by sel_h1 from
 # message 0); X_DEFER: 1 when the row's lists are built by sel_h2 (SelectConfig.
 # defer_fat_bins, decided by sel_h1 from message 0); X_EMITTED: 1 when the last histogram
 # pass found the decision final and emitted the slice (SelectConfig.early_emit: sel_out then
@@ -363,6 +370,16 @@ class SelectConfig:
     # 25.6-26.2 at 64K). On in the select kinds off AMD past WIDE_ROW_SLICES slices a row
     # (config_for); False: every digit exchanged (rows 8, the fused index, AMD: unmeasured)
     tail_finish: bool = False
+    # the tail finish or the rounds chosen per row at run time: sel_h1, deciding the first
+    # digit, sends a row to the tail finish (it buckets its candidates, sel_h2 .. return at
+    # once, sel_out finishes the row from message 1 as tail_finish's sel_out does) when the
+    # row's threshold bin holds at most this many candidates a slice of the row, and not
+    # crowded (defer_fat_bins); every other row takes the rounds of the full plan. Why: the
+    # tail finish is faster where the bin is narrow (select_hist 512K x 8 on an H100, v45:
+    # 21.79 -> 19.64 us) and much slower where it holds half the row (64K x 8: 18.8 ->
+    # 26.8, sel_h1's bucketing), and which one a row is depends on its scores. None: off
+    # (tail_finish, or the rounds); TAIL_MAX_PER_SLICE with --tune launch.tail_per_slice=1
+    tail_max_per_slice: int | None = None
     # refined first digits (layouts/scores.py): the scoring also counts the top 10 bits of
     # every score per (job, row) into `score_fine` [fine_parts, rows, 1024]; sel_h1 decides
     # the first digit on the 64 bins as before, then its 4 sub-bits on the 16 sub-bins of the
@@ -412,6 +429,21 @@ class SelectConfig:
         if self.row_parts and not (self.fine_digits and self.fold_first_digits):
             raise ValueError("row_parts: sel_h1's fold sums the scoring's per-job counts; it "
                              "needs fine_digits and fold_first_digits")
+        if self.tail_max_per_slice is not None:
+            bad = [name for name, on in (("tail_finish", self.tail_finish),
+                                         ("fine_digits", self.fine_digits),
+                                         ("finish_max", self.finish_max is not None),
+                                         ("solo_max_candidates",
+                                          self.solo_max_candidates is not None)) if on]
+            if bad:
+                raise ValueError(f"tail_max_per_slice (a tail finish chosen per row) excludes "
+                                 f"{', '.join(bad)}")
+            if len(self.digits) < 3:
+                raise ValueError(f"tail_max_per_slice needs a plan of 3 or more digits, not "
+                                 f"{tuple(self.digits)} (two are exchanged, the rest local)")
+            if not 1 <= self.tail_max_per_slice <= MAX_KEYS:
+                raise ValueError(f"tail_max_per_slice = {self.tail_max_per_slice} must be None "
+                                 f"or in 1..{MAX_KEYS}")
         if self.tail_finish:
             if len(self.digits) < 3:
                 raise ValueError(f"tail_finish needs a plan of 3 or more digits, not "
@@ -475,6 +507,22 @@ class SelectConfig:
     def solo(self) -> bool:
         """Whether rows with few candidates may finish solo (module doc)."""
         return self.solo_max_candidates is not None
+
+    @property
+    def tail_rows(self) -> bool:
+        """Whether a row may take the tail finish at run time (tail_max_per_slice)."""
+        return self.tail_max_per_slice is not None
+
+    @property
+    def leaves_rounds(self) -> bool:
+        """Whether sel_h1 may send a row off the rounds after message 1 (X_SOLO and rdy1's
+        RDY_SOLO bit): to finish solo, or by the tail (tail_rows)."""
+        return self.solo or self.tail_rows
+
+    def tail_view(self) -> "SelectConfig":
+        """With tail_rows: the config whose sel_out finishes a row after two exchanged digits
+        (tail_finish), what the hybrid's sel_out runs for a tail row."""
+        return replace(self, tail_finish=True, tail_max_per_slice=None)
 
     @property
     def defers(self) -> bool:

@@ -79,11 +79,11 @@ class Exchange:
 
     def _announce(self, k, io, sl, st):
         """Wave 0, message q released: its tagged pair (done + 1, and RDY_SOLO on rdy1 for a
-        row that finishes solo)."""
+        row that leaves the rounds: solo, or by the tail finish)."""
         c = self.cfg
         q = self.q
         flag = st[X_DONE] + 1
-        if q == 1 and c.solo:  # whether the row finishes solo (read by sel_h2 on)
+        if q == 1 and c.leaves_rounds:  # (read by sel_h2 on)
             flag = flag + st[X_SOLO] * RDY_SOLO
         io.publish(c.rdy(q), sl.r * c.max_slices + sl.s, flag)
 
@@ -381,9 +381,16 @@ class Exchange:
         new, done = self._advance(k, st, p, takeall, b, gb, ga)
         if p == 0 and c.solo:
             new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
+        crowded = None
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
             new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
+        if p == 0 and c.tail_rows:  # few candidates a slice: the tail finish (sel_h1 buckets
+            # them); the threshold bin's count is the same on every slice, so is the choice
+            tail = ~takeall & ((gb - ga) <= sl.sc * c.tail_max_per_slice)
+            if crowded is not None:  # (a deferred row has no list of sel_h1's to bucket)
+                tail = tail & ~crowded
+            new[X_SOLO] = k.select(tail, k.const(1, u32), 0)
         if self.finishes or self.tail_finishes:  # few candidates left in the row, every
             # slice's list complete (a bucketed finish: any number of them)
             go = ~done if self.tail_finishes else ~done & ((gb - ga) <= c.finish_max)

@@ -12,7 +12,7 @@ from layouts.scores import FINE_DIGIT_BINS, FIRST_DIGIT_BINS
 from monokernel.types import i32, i64, u32
 
 from ..base import Buffer, Job, Stage, Use
-from .config import (FOLD_BAND_BINS, GROUPS_A_LANE, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LATE_CHECK_LOADS, LEAN_LANE_KEYS,
+from .config import (FOLD_BAND_BINS, GROUPS_A_LANE, TAIL_EXCHANGED, TAIL_FINISH_LDS, TAIL_RANK_GROUP, DIAG_WORDS, FIN_GO, FIN_WORDS, INVALID_N, INVALID_PAGE, LATE_CHECK_LOADS, LEAN_LANE_KEYS,
                      LIST_UNROLL, LOAD_KEYS, MAX_PAGE, PAGE, PAGE_SHIFT, SCAN_AHEAD, SCAN_UNROLL,
                      SEGMENT_UNROLL, SelectConfig, X_DEFER, X_EMITTED)
 from .tail import TailFinish
@@ -163,7 +163,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         # solo rows (module doc, "Solo finish"): sel_h2's slice-0 job finishes them; every
         # job from sel_h2 on first learns from its own slice's rdy1 pair whether its row is
         # solo (and then, but for that one, does nothing)
-        self.solo_check = cfg.solo and q >= 2
+        # (with tail_rows the same check: a tail row's sel_h2 .. return, its sel_out
+        # finishes it by the tail)
+        self.solo_check = cfg.leaves_rounds and q >= 2
         self.solo_runs = cfg.solo and q == 2
         self.count_from_list = cfg.count_from_list
         self.early_loads = cfg.early_loads
@@ -181,8 +183,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         # this pass may finish a row from every slice's list (SelectConfig.finish_max)
         self.finishes = cfg.finish_max is not None and 2 <= q < cfg.passes
         # SelectConfig.tail_finish: sel_h1 buckets its candidates, sel_out finishes the row
-        self.buckets = cfg.tail_finish and self.compacts
+        self.buckets = (cfg.tail_finish or cfg.tail_rows) and self.compacts
         self.tail_finishes = cfg.tail_finish and self.is_out
+        # SelectConfig.tail_max_per_slice: sel_out of a tail row runs tail_finish's sel_out
+        # (deciding on message 1), a pass of its own with its own LDS
+        self.tail_out = None
+        if cfg.tail_rows and self.is_out:
+            self.tail_out = SelectPass(cfg.tail_view(), TAIL_EXCHANGED, scores, hist,
+                                       release=release, acquire=acquire)
+            self.tail_out.name = f"{self.name}_tail"
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):
@@ -293,6 +302,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
         if self.tail_finishes:  # a tail finish gathers every slice's threshold bucket
             lk = c.max_slice_keys() * c.max_slices
             out.append(Use(c.list_bucket_keys, r * lk, (r + 1) * lk))
+        if self.tail_out is not None:  # a tail row's: message 1, the buckets, sel_h1's list
+            out += [u for u in self.tail_out.reads(j) if u not in out]
         if self.solo_check and self.q > 2:  # whether the row is solo: its own rdy1 pair
             out.append(Use(c.rdy(1), j, j + 1))
         if self.refines:
@@ -381,7 +392,11 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 self._round(k, io, sl, lds)
                 return
             solo = self._row_is_solo(k, io, sl, lds)
+            if self.tail_out is not None:  # tail_rows: a row left after message 1 is a tail
+                self._tail_or_rounds(k, io, sl, lds, solo)
+                return
             if not self.solo_runs:  # a solo row was finished by sel_h2: nothing to wait for
+                # (or, with tail_rows, is finished by sel_out's tail)
                 with k.if_(~solo):
                     self._round(k, io, sl, lds)
                 return
@@ -394,6 +409,19 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                         self._solo_finish(k, io, sl, lds)
                     with shared:
                         self._next_histogram(k, io, sl, lds)
+
+    def _tail_or_rounds(self, k, io, sl, lds, tail):
+        """sel_out with tail_rows: a tail row (`tail`, uniform) decided on message 1 and
+        finished as tail_finish's sel_out does; every other row as the rounds' sel_out."""
+        t = self.tail_out
+        for attr in self.TUNABLES:  # (--tune sel_out.ATTR reaches both)
+            setattr(t, attr, getattr(self, attr))
+        tail_lds = t._lds(k)
+        with k.if_else(tail) as (by_tail, by_rounds):
+            with by_tail:
+                t._round(k, io, sl, tail_lds)
+            with by_rounds:
+                self._round(k, io, sl, lds)
 
     @property
     def emits_early(self) -> bool:

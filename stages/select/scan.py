@@ -10,7 +10,7 @@ from monokernel.ir import MBARRIER_BYTES
 from monokernel.types import i32, i64, u32
 
 from .config import (LEAN_LANE_KEYS, LEAN_WIDE_KEYS, LIST_UNROLL, LOAD_KEYS, SCORE_PREFETCH_PIECE,
-                     X_D, X_DEFER, X_NLIST, X_Q)
+                     X_D, X_DEFER, X_NLIST, X_Q, X_SOLO)
 from .lanes import (_State, _barrier, _i, _last, _pos, _prefix, _prefix_floor, _region_loader,
                     _scan, _scan_step, _u, _wave0, ordered_keys)
 
@@ -233,7 +233,11 @@ class ScanPasses:
             _barrier(k)  # every wave's list stores, before any wave reads the list back
             self._scan_list(k, io, sl, lds, own=run.get())
         if self.buckets and append:
-            self._bucket_list(k, io, sl, lds, run.get(), Q, d)
+            if self.cfg.tail_rows:  # only a row sel_h1 sent to the tail finish (X_SOLO)
+                with k.if_(_State.load(k, lds["state"], 0)[X_SOLO].ne(0)):
+                    self._bucket_list(k, io, sl, lds, run.get(), Q, d)
+            else:
+                self._bucket_list(k, io, sl, lds, run.get(), Q, d)
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")
 
