@@ -155,6 +155,23 @@ all-equal scores make every key one). Measured (bench/NOTES.md v27): select_hist
 -1.5..-2.3 us, rows 4 -0.3..-1.5; rows 8 slower (sel_h1's bucketing, +1.7 us at 512K, +4 at
 64K where the first digit's bin holds half the row), so rows 8 keep the rounds.
 
+The tail or the rounds, per row (SelectConfig.tail_max_per_slice = N; `--tune
+launch.tail_per_slice=N`; off by default). Every stage of the full plan is built; sel_h1,
+deciding the first digit, sends a row to the tail when its threshold bin holds at most N keys
+a slice of the row (the same count on every slice, so the same choice) and is not crowded
+(a deferred row has no list of sel_h1's to bucket): X_SOLO in the state and the RDY_SOLO bit
+of rdy1, as a solo row's. Per job of a tail row / of another row:
+
+    sel_h1   buckets its candidates / does not
+    sel_h2.. their own rdy1 (an earlier stage), then nothing / the rounds as before
+    sel_out  its own rdy1, then tail_finish's sel_out (a SelectPass of the config's
+             `tail_view`, its own LDS): decides on message 1, finishes from the buckets /
+             the rounds' sel_out
+
+Outputs and diagnostics are the rounds' bit for bit either way (test_select_tail_rows.py).
+Why: which form is faster depends on the row's scores (the bucketing's cost grows with the
+bin: normal scores hold ~750 keys a slice in it at 512K x 8, ~2K at 64K x 8).
+
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'
 before it: above(s') = its keys with prefix > Q, eq(s') = its keys with prefix == Q (one

@@ -108,7 +108,11 @@ class Exchange:
             if self.acquire:
                 k.fence("acquire", "device")
         with _wave0(k):
-            if self.one_wait:  # every slice's pair (its own among them), one acquire
+            if self.pairs_seen:  # (polled by the row's check: `_row_is_solo`)
+                if self.acquire:
+                    k.fence("acquire", "device")
+                st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
+            elif self.one_wait:  # every slice's pair (its own among them), one acquire
                 wait_all()
                 st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
             else:  # its own first: a final decision needs no other slice's message

@@ -16,15 +16,36 @@ class SoloFinish:
 
     # -- solo finish (sel_h2, slice 0 of a solo row) ----------------------------------------
     def _row_is_solo(self, k, io, sl, lds):
-        """Uniform i1: this job's row finishes solo, from the value of its own slice's rdy1
-        pair (published by sel_h1, an earlier stage, long before: one poll, no fence)."""
+        """Uniform i1: this job's row leaves the rounds after message 1 (finishes solo, or
+        by the tail), from the value of its own slice's rdy1 pair (published by sel_h1, an
+        earlier stage, long before: one poll, no fence). Where the job decides on message 1
+        either way (`_sees_rdy1`: the tail rows' sel_h2 and sel_out) wave 0 polls every
+        slice's pair instead, the flag the same in each, and its decision then takes only
+        the acquire (`_consume`): one poll round trip on the path, not two."""
         c = self.cfg
+        S, L = c.max_slices, k.L
         flag = lds["solo"]
         with _wave0(k):
-            v = io.wait(c.rdy(1), sl.r * c.max_slices + sl.s)
-            k.store(flag, 0, v & RDY_SOLO)
+            if self._sees_rdy1:
+                got = k.const(0, u32)
+                for grp in range((S + L - 1) // L):
+                    s2 = grp * L + k.lane_id()
+                    m = s2 < sl.sc
+                    v = io.wait(c.rdy(1), sl.r * S + k.min(s2, S - 1), mask=m)
+                    got = got | k.select(m, v & RDY_SOLO, 0)
+                k.store(flag, 0, k.wave_reduce(got, "or"))
+            else:
+                v = io.wait(c.rdy(1), sl.r * S + sl.s)
+                k.store(flag, 0, v & RDY_SOLO)
         _barrier(k)
         return k.load(flag, 0, u32).ne(0)
+
+    @property
+    def _sees_rdy1(self) -> bool:
+        """tail_rows: this job polls every slice's rdy1 to learn whether its row is a tail
+        (sel_h2, which decides on message 1, and sel_out, whose tail does), so its decision
+        on message 1 waits for no pair again (`pairs_seen` of the tail's sel_out)."""
+        return self.cfg.tail_rows and self.q in (2, self.cfg.passes)
 
     def _solo_finish(self, k, io, sl, lds):
         """All waves, after the decision on message 1 (LDS `state`): the row's remaining
