@@ -174,3 +174,34 @@ def test_the_select_hist_kind_takes_the_maxima_on_request():
         check_topk.build("tiny", 2, "interp", tunes=[("launch", "group_max", "1")])
     with pytest.raises(ValueError, match="group_skip: .* lean_spans"):
         hist.launch(spec, group_max=1, lean_spans=0)
+
+
+SHARE = (("sel_h1", "group_skip_share", "8"),)  # groups only where a row lists <= 1/8 of it
+
+
+def test_the_groups_are_skipped_only_where_the_row_lists_few_of_its_keys():
+    """sel_h1.group_skip_share: row 0 (normal scores: ~2% of the row at or above the first
+    threshold digit) skips groups, row 1 (scaled by 0.3: its threshold bin holds most of the
+    row) takes the plain loop. Both select as the full scan; with every maximum hidden
+    (-inf) row 0 loses its keys and row 1, which never reads the maxima, does not."""
+    s, n, bt = _case("normal")
+    s[1] *= np.float32(0.3)
+    (got, bad), (full, _) = _run(LISTING_SKIP, s, n, bt, tunes=SHARE), _run(LISTING, s, n, bt)
+    assert not bad, bad
+    _same(got, full)
+
+    def hide(inp):
+        inp[GROUP_MAX_REGION][:] = -np.inf
+
+    hidden, _ = _run(LISTING_SKIP, s, n, bt, edit=hide, tunes=SHARE)
+    top = hidden.outputs["topk"]
+    assert not np.array_equal(top[0], full.outputs["topk"][0]), "row 0 skipped no group"
+    assert np.array_equal(top[1], full.outputs["topk"][1]), "row 1 read the maxima"
+
+
+def test_group_skip_share_is_refused_with_refined_first_digits():
+    cfg = dataclasses.replace(LISTING_SKIP, fine_digits=True, fine_parts=3,
+                              digits=(6, 8, 7, 7), count_from_list=True)
+    with pytest.raises(ValueError, match="group_skip_share weighs the first digit"):
+        L = apply_tunes(select_launch(cfg, grid=3, waves=1, hist="buffer"), SHARE)
+        L.kernel("interp", 32)

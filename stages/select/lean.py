@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from layouts.scores import GROUP_KEYS, GROUP_SHIFT
+from layouts.scores import FIRST_DIGIT_BINS, GROUP_KEYS, GROUP_SHIFT
 from monokernel.ir import L2_LINE_BYTES
 from monokernel.types import f32, i32, i64, u32
 
@@ -124,7 +124,6 @@ class LeanScan:
         n_it = self._lean_count(k, sl)
         bound = sl.hi
         lk = c.max_slice_keys()
-        last = c.capacity - LOAD_KEYS
         t_lo = score_floor(k, key_lo)
         neg_inf = k.bitcast(k.const(F32_NEG_INF_BITS, u32), f32)
         offs = k.load(lds["list_at"], 0, i64, 2)
@@ -222,10 +221,43 @@ class LeanScan:
                 raise ValueError(f"{self.name}: group_skip lists whole {GROUP_KEYS}-key groups "
                                  f"a lane in the waves' own spans (lean_lane_keys "
                                  f"{n_lane}, lean_spans {int(spans)})")
-            self._lean_groups_scan(k, io, sl, lds, iteration, span_lo, bound, t_lo)
+            share = self._count_tunable("group_skip_share", 0)
+            if share:  # the groups where the row lists few of its keys, else every key
+                with k.if_else(self._groups_pay(k, sl, lds, share)) as (skip, whole):
+                    with skip:
+                        self._lean_groups_scan(k, io, sl, lds, iteration, span_lo, bound,
+                                               t_lo)
+                    with whole:
+                        self._lean_loop(k, io, sl, lds, iteration, n_it)
+            else:
+                self._lean_groups_scan(k, io, sl, lds, iteration, span_lo, bound, t_lo)
             self._gather_spans(k, io, sl, lds, run, start)
             return spans
+        self._lean_loop(k, io, sl, lds, iteration, n_it)
+        if spans:
+            self._gather_spans(k, io, sl, lds, run, start)
+        return spans
 
+    def _groups_pay(self, k, sl, lds, share):
+        """group_skip_share: uniform i1, the row lists at most 1 / share of its keys (its
+        keys of first digit >= the threshold digit, the row's cum there in LDS gcum: the
+        same on every slice), so few of its groups are flagged and the group skip pays; a
+        row listing more (normal scores at 64K keys list half the row: every group flagged)
+        takes the plain loop, whose maxima loads and flags are not in its way."""
+        if self.refines:
+            raise ValueError(f"{self.name}: group_skip_share weighs the first digit's count; "
+                             "with refined first digits every row lists a 10-bit bin "
+                             "(0.4-2.2% of an indexer row): leave it 0")
+        st = _State.load(k, lds["state"], 0)
+        b = k.select(st.i(X_D).eq(0), k.const(0, i32), _i(k, st[X_Q]))  # (take-all: every key)
+        listed = _i(k, k.load(lds["gcum"], k.min(b, FIRST_DIGIT_BINS - 1), u32))
+        return listed * share <= sl.n
+
+    def _lean_loop(self, k, io, sl, lds, iteration, n_it):
+        """The lean loop over every key of the slice (or of the wave's span): `iteration`
+        on each lane's 16 consecutive keys, loaded an iteration ahead."""
+        n_lane = self._lane_keys
+        last = self.cfg.capacity - LOAD_KEYS
         stage = lds.get("lean_stage")
         slot = k.thread_id() * n_lane
         if stage is not None:
@@ -285,9 +317,6 @@ class LeanScan:
                 for it in k.range(0, n_it + (n_it & 1), 2):
                     step(it, ring, it + 2)
                     step(it + 1, other, it + 3)
-        if spans:
-            self._gather_spans(k, io, sl, lds, run, start)
-        return spans
 
     def _group_iterations(self, k) -> int:
         """group_skip: the most iterations of GROUPS_A_LANE x L maxima a wave's span takes

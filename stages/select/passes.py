@@ -38,7 +38,7 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
                 "lean_coalesced", "lean_refill", "lean_any_special", "tail_rank", "cta_publish",
-                "fold_bins", "group_maxima_early", "late_input_checks")
+                "fold_bins", "group_maxima_early", "late_input_checks", "group_skip_share")
     # sel_h0's segment sums (wide_segment_sums), sel_h1's fold: segment histograms a thread
     # loads at once. 16 in sel_h1 (v45, select_hist r8): 512K 0.984, 64K 1.021: kept at 8
     segment_unroll = SEGMENT_UNROLL
@@ -109,6 +109,12 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # also where a slice's pages take more than LATE_CHECK_LOADS loads a thread). Alone
     # (v45): select_hist r8 512K 0.994-1.000, 64K 1.001
     late_input_checks = 1
+    # N > 0 (SelectConfig.group_skip, first digits only): sel_h1 skips groups only in a row
+    # that lists at most 1 / N of its keys (its count at the first threshold digit), and
+    # lists a row listing more with the plain lean loop, every group being flagged there
+    # (normal scores at 64K x 8 list half the row: the maxima cost select_hist +3.4%, v45).
+    # 0: the group skip in every row
+    group_skip_share = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
