@@ -216,6 +216,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     digits = kw.pop("select_digits", None)
     lean = kw.pop("lean_lists", None)
     finish = kw.pop("finish_max", None)
+    tail = kw.pop("tail_finish", None)
     publish = kw.pop("cta_publish", None)
     fold = kw.pop("fold_first_digits", None)
     spans = kw.pop("lean_spans", None)
@@ -263,7 +264,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
     # front_q's qr output is written by ix_qr, which the q heads wait for (IndexQR)
     front = [reloaded(st) for st in front_stages(fp) if not isinstance(st, FrontQ)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
-                        cta_publish=publish, fold_first_digits=fold, lean_spans=spans)
+                        cta_publish=publish, fold_first_digits=fold, lean_spans=spans,
+                        tail_finish=tail)
     L = IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p) + fused_select(p, cfg),
                     **kw)
     L.select_cfg = cfg
@@ -271,7 +273,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
 
 
 def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_max=None,
-                  cta_publish=None, fold_first_digits=None, lean_spans=None):
+                  cta_publish=None, fold_first_digits=None, lean_spans=None, tail_finish=None):
     """The exact top-k of the launch's own scores (stages.select, DESIGN.md section 7): the
     scoring's layout (rows, capacity, segment), each row's keys 0..positions[r] through its
     block-table row, K = the config's index_topk; up to grid / rows slice jobs a row; the
@@ -288,7 +290,7 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
     if lean_lists is not None:
         more["lean_lists"] = bool(lean_lists)
     for name, v in (("cta_publish", cta_publish), ("fold_first_digits", fold_first_digits),
-                    ("lean_spans", lean_spans)):
+                    ("lean_spans", lean_spans), ("tail_finish", tail_finish)):
         if v is not None:
             more[name] = bool(v)
     options = sel.measured_options(p.wgmma)
@@ -359,7 +361,8 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "the key cache append, the scores of every visible key with first-digit "
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
-                                              "lean_lists", "finish_max", "cta_publish",
+                                              "lean_lists", "finish_max", "tail_finish",
+                                              "cta_publish",
                                               "fold_first_digits", "lean_spans",
                                               "fine_digits", "row_parts", "group_max")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "

@@ -408,7 +408,6 @@ class SelectConfig:
         lay = self.layout
         if self.fine_digits:
             bad = [name for name, on in (("defer_fat_bins", self.defer_fat_bins),
-                                         ("tail_finish", self.tail_finish),
                                          ("solo_max_candidates",
                                           self.solo_max_candidates is not None),
                                          ("finish_max", self.finish_max is not None))
