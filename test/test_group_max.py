@@ -355,3 +355,20 @@ def test_the_fused_index_skips_groups_by_default_on_sm90a_only():
     assert aids(index.launch(two, chip="sm_90a"))[:2] == (False, False)
     assert aids(index.launch(two, chip="sm_90a", group_max=True))[:3] == (True, True, True)
     assert not kinds.kind("index_scoring").launch(spec, chip="sm_90a").plan.group_max
+
+
+@pytest.mark.parametrize("rows,workload,mode", [(8, "W1", "relaxed"), (8, "W2", "random"),
+                                                (2, "W1", "relaxed")])
+def test_the_fused_tail_finish_after_refined_digits_selects_what_the_rounds_select(
+        rows, workload, mode):
+    """launch.tail_finish=1 in the fused index (sm_90a paths: refined first digits folded into
+    sel_h1, the group skip at rows 8): sel_h1 buckets its 10-bit prefix's candidates by the
+    next digit and sel_out finishes each row from message 1: no sel_h2 or sel_h3, the top-k
+    and its diagnostics bit for bit the rounds'."""
+    L, _, out, diag, _ = _select_run(rows, workload, 2049, mode, tail_finish=True)
+    c = L.select_cfg
+    assert c.fine_digits and c.tail_finish and c.group_skip == (rows == 8)
+    assert [st.name for st in L.stages if st.name.startswith(c.prefix)] == ["sel_h1", "sel_out"]
+    _, _, out0, diag0, _ = _select_run(rows, workload, 2049, mode)
+    np.testing.assert_array_equal(out, out0)
+    np.testing.assert_array_equal(diag, diag0)

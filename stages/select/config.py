@@ -378,7 +378,9 @@ class SelectConfig:
     # tail finish is faster where the bin is narrow (select_hist 512K x 8 on an H100, v45:
     # 21.79 -> 19.64 us) and much slower where it holds half the row (64K x 8: 18.8 ->
     # 26.8, sel_h1's bucketing), and which one a row is depends on its scores. None: off
-    # (tail_finish, or the rounds); TAIL_MAX_PER_SLICE with --tune launch.tail_per_slice=1
+    # (tail_finish, or the rounds); --tune launch.tail_per_slice=N sets it (TAIL_MAX_PER_SLICE:
+    # the value the bench scripts time). Not with fine_digits: its choice weighs the 6-bit
+    # bin, which refined digits narrow (their tail_finish is static)
     tail_max_per_slice: int | None = None
     # refined first digits (layouts/scores.py): the scoring also counts the top 10 bits of
     # every score per (job, row) into `score_fine` [fine_parts, rows, 1024]; sel_h1 decides

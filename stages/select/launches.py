@@ -201,9 +201,9 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     select_hist kind; SelectConfig.fold_first_digits), `lean_spans` (None: SelectConfig's
     default), `fine_digits` (refined first digits from `fine_parts` partial histograms a
     row: SelectConfig.fine_digits; its plan FINE_DIGITS unless `digits` is given, no deferred
-    lists, no tail finish), `group_skip` (sel_h1 lists only the 16-key groups whose given
-    maximum reaches its threshold: SelectConfig.group_skip, with lean_spans unless that is
-    given as off)."""
+    lists, no tail finish unless `tail_finish` says so), `group_skip` (sel_h1 lists only the
+    16-key groups whose given maximum reaches its threshold: SelectConfig.group_skip, with
+    lean_spans unless that is given as off)."""
     cap = spec.config.max_context
     seg = 1024 if cap >= (1 << 18) else 512
     if max_slices is None:
