@@ -21,20 +21,18 @@ S=sel_h1.group_skip_share=8
 SH="python3 -m tools.time_layers --kind select_hist --config glm5 --backend cuda"
 IX="python3 -m tools.time_layers --kind index --config glm5 --backend cuda --rows 8"
 TOPK="python3 -m tools.check_topk --config glm5 --pos 65535,524287 --backend cuda --first-digits buffer"
-OUT=$LOGS step topk_sel 90 $TOPK --rows 2,8 --dist normal,nan,neginf,few,above2048,allequal \
+OUT=$LOGS step topk_sel 80 $TOPK --rows 2,8 --dist normal,nan,neginf,few,above2048,allequal \
     --tune $T; pack
-OUT=$LOGS step topk_all 50 $TOPK --rows 8 --dist normal,nan,few,above2048 --tune $T --tune $G \
-    --tune $S --tune sel_h1.segment_unroll=16; pack
 OUT=$LOGS step vs_r8 120 $SH --rows 8 --pos 65535,131071,262143,524287 --reps 5 --versus $T \
     --rounds 2; pack
 OUT=$LOGS step topk_ixt 60 python3 -m tools.check_topk --through index --config glm5 \
     --pos 524287 --rows 8 --workload W1,W2 --backend cuda --tune launch.tail_finish=1; pack
-OUT=$LOGS step vs_ixt 120 $IX --pos 524287 --workload W1,W2 --reps 5 \
+OUT=$LOGS step vs_ixt 110 $IX --pos 524287 --workload W1,W2 --reps 5 \
     --versus launch.tail_finish=1 --rounds 2; pack
-OUT=$LOGS step vs_share 60 $SH --rows 8 --pos 65535,524287 --reps 5 --tune $G --versus $S \
-    --rounds 2; pack
 OUT=$LOGS step vs_all 80 $SH --rows 8 --pos 65535,131071,524287 --reps 5 \
     --versus $T,$G,$S,sel_h1.segment_unroll=16 --rounds 2; pack
+OUT=$LOGS step vs_share 60 $SH --rows 8 --pos 65535,524287 --reps 5 --tune $G --versus $S \
+    --rounds 2; pack
 OUT=$LOGS step vs_r24 70 $SH --rows 2,4 --pos 65535,524287 --reps 5 --versus $T --rounds 1; pack
 OUT=$LOGS step vs_ix 70 $IX --pos 65535,131071 --workload W1 --reps 5 \
     --versus launch.group_max=0 --rounds 1; pack
