@@ -7,10 +7,10 @@ source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-4}
 packed_logs v48
 IX="python3 -m tools.time_layers --kind index --config glm5 --backend cuda --rows 8 --reps 5"
-OUT=$LOGS step vs_w2 60 $IX --pos 524287 --workload W2 --versus launch.tail_finish=1 \
+OUT=$LOGS step vs_w2 90 $IX --pos 524287 --workload W2 --versus launch.tail_finish=1 \
     --rounds 2; pack
-OUT=$LOGS step vs_64k 70 $IX --pos 65535 --workload W1,W2 --versus launch.tail_finish=1 \
+OUT=$LOGS step vs_64k 50 $IX --pos 65535 --workload W1 --versus launch.tail_finish=1 \
     --rounds 1; pack
-OUT=$LOGS step vs_skip 70 $IX --pos 65535 --workload W1,W2 --versus launch.group_max=0 \
+OUT=$LOGS step vs_skip 50 $IX --pos 65535 --workload W1 --versus launch.group_max=0 \
     --rounds 1; pack
 rm -rf "$LOGS"
