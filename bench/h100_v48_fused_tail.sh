@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# v48 (a short call after v47): the fused index's tail finish (`launch.tail_finish=1`, v47: r8
+# v48 (a short call after v47): the fused index's tail finish (`launch.tail_finish`, v47: r8
 # W1 512K 104.45 / 105.04 -> 101.93 / 102.26 us, the call cut before W2's B) on W2 and at
-# 64K, and the group skip's cost at 64K (v47, one round: `launch.group_max=0` 0.953 at 64K,
-# 0.989 at 128K) again, each in one process.
+# 64K (A = off, B = on, whatever the tree's default), and the group skip's cost at
+# 64K (v47, one round: `launch.group_max=0` 0.953 at 64K, 0.989 at 128K) again, each in one
+# process.
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-4}
 packed_logs v48
 IX="python3 -m tools.time_layers --kind index --config glm5 --backend cuda --rows 8 --reps 5"
-OUT=$LOGS step vs_w2 90 $IX --pos 524287 --workload W2 --versus launch.tail_finish=1 \
-    --rounds 2; pack
-OUT=$LOGS step vs_64k 50 $IX --pos 65535 --workload W1 --versus launch.tail_finish=1 \
-    --rounds 1; pack
+OUT=$LOGS step vs_w2 90 $IX --pos 524287 --workload W2 --tune launch.tail_finish=0 \
+    --versus launch.tail_finish=1 --rounds 2; pack
+OUT=$LOGS step vs_64k 50 $IX --pos 65535 --workload W1 --tune launch.tail_finish=0 \
+    --versus launch.tail_finish=1 --rounds 1; pack
 OUT=$LOGS step vs_skip 50 $IX --pos 65535 --workload W1 --versus launch.group_max=0 \
     --rounds 1; pack
 rm -rf "$LOGS"

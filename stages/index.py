@@ -195,6 +195,16 @@ ROW_PARTS_ON_NVIDIA = True
 # are left as they were measured (the scan of every group) until timed.
 GROUP_SKIP_ON_NVIDIA = True
 GROUP_SKIP_MIN_ROWS = 8
+# ... the selection finishing each row after two exchanged digits (SelectConfig.tail_finish,
+# after the refined first digits: sel_h1 buckets its 10-bit prefix's candidates by the next
+# digit, sel_out finishes the row from message 1; no sel_h2 or sel_h3). H100, 512K, one
+# process (bench/NOTES.md v47): r8 W1 104.45 / 105.04 -> 101.93 / 102.26 us, top-k exact (the
+# defaults' digests) on W1 and W2. Off until W2 and a shorter context are timed (`bash
+# bench/h100_v48_fused_tail.sh`; the call that would have run them found no machine), as
+# the group skip was kept off until its W2 and a repeat; then at rows TAIL_FINISH_MIN_ROWS
+# and more (fewer rows untimed). A launch tunable (tail_finish) either way.
+TAIL_FINISH_ON_NVIDIA = False
+TAIL_FINISH_MIN_ROWS = 8
 
 
 def index_launch(spec, **kw) -> IndexLaunch:
@@ -203,14 +213,16 @@ def index_launch(spec, **kw) -> IndexLaunch:
     the front's rs, cache append, scoring) and the exact top-k of its scores (stages.select,
     fused after the scoring: topk [rows, index_topk] int32 slots, topk_diag [rows, 4]) in
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
-    selection's (select_digits, lean_lists, finish_max, cta_publish, fold_first_digits,
-    lean_spans, fine_digits, row_parts, group_max); fine_digits None: on where the chip is
+    selection's (select_digits, lean_lists, finish_max, tail_finish, cta_publish,
+    fold_first_digits, lean_spans, fine_digits, row_parts, group_max); fine_digits None: on where the chip is
     sm_90a (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the
     fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None:
     on where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA); group_max (the scoring's
     group maxima, sel_h1 skipping the groups below its threshold) None: on where fine_digits
     is, the chip is sm_90a and the rows are GROUP_SKIP_MIN_ROWS or more, unless lean_spans
-    is 0 (GROUP_SKIP_ON_NVIDIA), with lean_spans None then on too."""
+    is 0 (GROUP_SKIP_ON_NVIDIA), with lean_spans None then on too; tail_finish (the selection
+    finishing each row after two exchanged digits) None: with TAIL_FINISH_ON_NVIDIA (off), on
+    where fine_digits is, the chip is sm_90a and the rows are TAIL_FINISH_MIN_ROWS or more."""
     from .front import FrontQ, front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
     digits = kw.pop("select_digits", None)
@@ -234,6 +246,9 @@ def index_launch(spec, **kw) -> IndexLaunch:
     if row_parts is None:  # (sm_90a only: fine and fold are on by default only there)
         row_parts = chip == SM90 and fine and bool(fold) and ROW_PARTS_ON_NVIDIA
     row_parts = bool(row_parts)
+    if tail is None:  # (measured with the refined digits, at rows 8)
+        tail = (chip == SM90 and fine and not finish and TAIL_FINISH_ON_NVIDIA
+                and spec.rows >= TAIL_FINISH_MIN_ROWS)
     if group_max is None:  # (the skip reads its spans' groups: lean_spans, unless turned off)
         group_max = (chip == SM90 and fine and (spans is None or bool(spans))
                      and GROUP_SKIP_ON_NVIDIA and spec.rows >= GROUP_SKIP_MIN_ROWS)

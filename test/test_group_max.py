@@ -369,6 +369,30 @@ def test_the_fused_tail_finish_after_refined_digits_selects_what_the_rounds_sele
     c = L.select_cfg
     assert c.fine_digits and c.tail_finish and c.group_skip == (rows == 8)
     assert [st.name for st in L.stages if st.name.startswith(c.prefix)] == ["sel_h1", "sel_out"]
-    _, _, out0, diag0, _ = _select_run(rows, workload, 2049, mode)
+    L0, _, out0, diag0, _ = _select_run(rows, workload, 2049, mode, tail_finish=False)
+    assert [st.name for st in L0.stages if st.name.startswith(c.prefix)] == [
+        "sel_h1", "sel_h2", "sel_h3", "sel_out"]
     np.testing.assert_array_equal(out, out0)
     np.testing.assert_array_equal(diag, diag0)
+
+
+def test_the_fused_index_finishes_by_the_tail_where_the_switch_says(monkeypatch):
+    """stages.index.TAIL_FINISH_ON_NVIDIA (off until W2 is timed): off, every fused index
+    keeps the rounds unless asked; on, the sm_90a fused index at rows 8 finishes each row
+    after two exchanged digits unless told not to, while rows 2, AMD and the coarse plan
+    (launch.fine_digits=0) keep the rounds."""
+    from spec import BuildSpec
+    from stages import index as index_mod, kinds
+    from tools import common
+    index = kinds.kind("index")
+    eight = BuildSpec.make("tiny", rows=8, target="interp")
+    assert not index.launch(eight, chip="sm_90a").select_cfg.tail_finish
+    monkeypatch.setattr(index_mod, "TAIL_FINISH_ON_NVIDIA", True)
+    eight, two = (BuildSpec.make("tiny", rows=r, target="interp") for r in (8, 2))
+    assert index.launch(eight, chip="sm_90a").select_cfg.tail_finish
+    for L in (index.launch(two, chip="sm_90a"), index.launch(eight, chip="gfx950"),
+              index.launch(eight, chip="sm_90a", fine_digits=False),
+              common.launch_for(index, BuildSpec.make("tiny", rows=8, target="sm_90a"),
+                                [("launch", "tail_finish", "0")])):
+        assert not L.select_cfg.tail_finish
+    assert index.launch(two, chip="sm_90a", tail_finish=True).select_cfg.tail_finish

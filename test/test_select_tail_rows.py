@@ -18,6 +18,7 @@ from layouts.scores import FIRST_DIGIT_SHIFT, ordered_key
 from stages import select as sel
 from stages.select import (RDY_SOLO, SelectConfig, make_inputs, random_block_table,
                            request_positions, select_launch, slice_bounds)
+from stages.select.config import TAIL_MAX_PER_SLICE
 from tools.check_topk import DISTS, check_rows, scores_for
 from tools.common import apply_tunes
 
@@ -160,9 +161,9 @@ def test_the_stages_are_the_rounds_and_the_kinds_take_the_option():
     for rows, static_tail in ((8, False), (2, True)):
         spec = BuildSpec.make("glm5", rows=rows, target="sm_90a")
         plain = kind("select_hist").launch(spec).select_cfg
-        chosen = kind("select_hist").launch(spec, tail_per_slice=700).select_cfg
+        chosen = kind("select_hist").launch(spec, tail_per_slice=TAIL_MAX_PER_SLICE).select_cfg
         assert plain.tail_finish == static_tail and plain.tail_max_per_slice is None
-        assert chosen.tail_max_per_slice == 700 and not chosen.tail_finish
+        assert chosen.tail_max_per_slice == TAIL_MAX_PER_SLICE and not chosen.tail_finish
 
 
 @pytest.mark.parametrize("bad,match", [

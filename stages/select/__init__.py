@@ -153,7 +153,11 @@ its position-ordered list: the rounds' outputs bit for bit. A row with more cand
 TAIL_FINISH_LDS reads them from the buckets again in every pass (exact at any count:
 all-equal scores make every key one). Measured (bench/NOTES.md v27): select_hist rows 2
 -1.5..-2.3 us, rows 4 -0.3..-1.5; rows 8 slower (sel_h1's bucketing, +1.7 us at 512K, +4 at
-64K where the first digit's bin holds half the row), so rows 8 keep the rounds.
+64K where the first digit's bin holds half the row), so rows 8 keep the rounds. The fused
+index takes it on request (`--tune launch.tail_finish=1`), after its refined first digits
+too (sel_h1 buckets its 10-bit prefix's candidates by the next digit): r8 W1 512K 104.5 /
+105.0 -> 101.9 / 102.3 us on an H100 (v47), off until W2 is timed (stages.index.
+TAIL_FINISH_ON_NVIDIA).
 
 The tail or the rounds, per row (SelectConfig.tail_max_per_slice = N; `--tune
 launch.tail_per_slice=N`; off by default). Every stage of the full plan is built; sel_h1,
@@ -170,7 +174,11 @@ of rdy1, as a solo row's. Per job of a tail row / of another row:
 
 Outputs and diagnostics are the rounds' bit for bit either way (test_select_tail_rows.py).
 Why: which form is faster depends on the row's scores (the bucketing's cost grows with the
-bin: normal scores hold ~750 keys a slice in it at 512K x 8, ~2K at 64K x 8).
+bin: normal scores hold ~750 keys a slice in it at 512K x 8, ~2K at 64K x 8). Measured
+SLOWER on an H100 (bench/NOTES.md v47): select_hist r8 1.087 at 64K (a rounds row's sel_h3
+and sel_out poll rdy1 before their own wait), 1.026 at 512K, 0.95-0.97 at 128K-256K; rows 2
+and 4 1.14-1.39 against the static tail (a tail row's sel_h2 and sel_h3 jobs wait for their
+slice's sel_h1, queued ahead of sel_out on their CTAs).
 
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'

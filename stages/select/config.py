@@ -109,10 +109,11 @@ TAIL_BUCKET_UNROLL = 4  # 4-key groups of its list a thread of sel_h1 buckets at
 TAIL_TALLIES = ("gather", "rank", "place", "emit")  # a tail finish's cycle accounts (a wave's
 # clocks in each part, time_layers --timeline)
 TAIL_RANK_GROUP = 32  # candidates one step of the rank reads (8 LDS broadcasts in flight)
-# SelectConfig.tail_max_per_slice's value where it is on (--tune launch.tail_per_slice=1):
-# a row takes the tail finish when its first-digit threshold bin holds at most this many
-# candidates a slice (the bucketing's scatter, ~2K a slice at 64K x 8 normal scores, cost
-# sel_h1 +4 us there; 512K x 8 holds ~750 a slice, rows 2 at 64K ~470: bench/NOTES.md v27)
+# SelectConfig.tail_max_per_slice's value timed (bench/NOTES.md v47, --tune
+# launch.tail_per_slice=1024): a row takes the tail finish when its first-digit threshold
+# bin holds at most this many candidates a slice (the bucketing's scatter, ~2K a slice at 64K
+# x 8 normal scores, cost sel_h1 +4 us there; 512K x 8 holds ~750 a slice, rows 2 at 64K
+# ~470: bench/NOTES.md v27)
 TAIL_MAX_PER_SLICE = 1024
 TAIL_RANK_CHAINS = 8  # independent sums a lane's rank keeps (one chain of 64 dependent adds
 # a step stalled ~13 clocks an add: bench/NOTES.md v27)
@@ -377,10 +378,14 @@ class SelectConfig:
     # crowded (defer_fat_bins); every other row takes the rounds of the full plan. Why: the
     # tail finish is faster where the bin is narrow (select_hist 512K x 8 on an H100, v45:
     # 21.79 -> 19.64 us) and much slower where it holds half the row (64K x 8: 18.8 ->
-    # 26.8, sel_h1's bucketing), and which one a row is depends on its scores. None: off
-    # (tail_finish, or the rounds); --tune launch.tail_per_slice=N sets it (TAIL_MAX_PER_SLICE:
-    # the value the bench scripts time). Not with fine_digits: its choice weighs the 6-bit
-    # bin, which refined digits narrow (their tail_finish is static)
+    # 26.8, sel_h1's bucketing), and which one a row is depends on its scores. Measured
+    # SLOWER (bench/NOTES.md v47, H100, N = TAIL_MAX_PER_SLICE, select_hist r8 against the
+    # rounds: 64K / 128K / 256K / 512K 1.087 / 0.953 / 0.970 / 1.026; r2 / r4 against the
+    # static tail 1.26-1.39 / 1.14-1.16): a rounds row's sel_h3 and sel_out poll rdy1 before
+    # their own wait, and a tail row's sel_h2 and sel_h3 jobs wait for their slice's sel_h1
+    # queued ahead of sel_out. None: off (tail_finish, or the rounds); --tune
+    # launch.tail_per_slice=N sets it. Not with fine_digits: its choice weighs the 6-bit bin,
+    # which refined digits narrow (their tail_finish is static)
     tail_max_per_slice: int | None = None
     # refined first digits (layouts/scores.py): the scoring also counts the top 10 bits of
     # every score per (job, row) into `score_fine` [fine_parts, rows, 1024]; sel_h1 decides

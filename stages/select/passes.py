@@ -113,7 +113,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # that lists at most 1 / N of its keys (its count at the first threshold digit), and
     # lists a row listing more with the plain lean loop, every group being flagged there
     # (normal scores at 64K x 8 list half the row: the maxima cost select_hist +3.4%, v45).
-    # 0: the group skip in every row
+    # No gain (v47, H100, select_hist r8 with the maxima, N = 8: 64K 1.010, 512K 1.007): the
+    # maxima's cost at 64K is not the flagged groups' listing. 0: the group skip in every row
     group_skip_share = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
