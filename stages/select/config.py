@@ -444,16 +444,14 @@ class SelectConfig:
             if bad:
                 raise ValueError(f"tail_max_per_slice (a tail finish chosen per row) excludes "
                                  f"{', '.join(bad)}")
-            if len(self.digits) < 3:
-                raise ValueError(f"tail_max_per_slice needs a plan of 3 or more digits, not "
-                                 f"{tuple(self.digits)} (two are exchanged, the rest local)")
             if not 1 <= self.tail_max_per_slice <= MAX_KEYS:
                 raise ValueError(f"tail_max_per_slice = {self.tail_max_per_slice} must be None "
                                  f"or in 1..{MAX_KEYS}")
+        if (self.tail_finish or self.tail_rows) and len(self.digits) <= TAIL_EXCHANGED:
+            which = "tail_finish" if self.tail_finish else "tail_max_per_slice"
+            raise ValueError(f"{which} needs a plan of {TAIL_EXCHANGED + 1} or more digits, not "
+                             f"{tuple(self.digits)} (two are exchanged, the rest local)")
         if self.tail_finish:
-            if len(self.digits) < 3:
-                raise ValueError(f"tail_finish needs a plan of 3 or more digits, not "
-                                 f"{tuple(self.digits)} (two are exchanged, the rest local)")
             if self.finish_max is not None or self.solo_max_candidates is not None:
                 raise ValueError("tail_finish excludes finish_max and solo_max_candidates "
                                  "(each finishes a row from the lists its own way)")

@@ -99,21 +99,16 @@ class Exchange:
         S = c.max_slices
         mw = c.msg_words(p)
         msg, rdy = c.msg(p), c.rdy(p)
-        L = k.L
 
-        def wait_all():
-            for grp in range((S + L - 1) // L):
-                s2 = grp * L + k.lane_id()
-                io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=s2 < sl.sc)
+        def wait_all(polled=False):  # (polled: the row's check polled them, `_row_is_solo`)
+            if not polled:
+                self._wait_row_pairs(k, io, sl, rdy)
             if self.acquire:
                 k.fence("acquire", "device")
         with _wave0(k):
-            if self.pairs_seen:  # (polled by the row's check: `_row_is_solo`)
-                if self.acquire:
-                    k.fence("acquire", "device")
-                st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
-            elif self.one_wait:  # every slice's pair (its own among them), one acquire
-                wait_all()
+            if self.one_wait or self.pairs_seen:  # every slice's pair (its own among them),
+                # one acquire
+                wait_all(polled=self.pairs_seen)
                 st = self._load_msg_state(k, io, msg, (sl.r * S + sl.s) * mw + c.state_word)
             else:  # its own first: a final decision needs no other slice's message
                 io.wait(rdy, sl.r * S + sl.s)
@@ -136,6 +131,19 @@ class Exchange:
             _barrier(k)
             if self.refines:
                 self._refine_first(k, io, sl, lds)
+
+    def _wait_row_pairs(self, k, io, sl, rdy):
+        """Wave 0: poll pairs `rdy` of every slice of this job's row (a lane a slice, several
+        rounds of lanes past L slices). Returns each lane's OR of the values it polled (0 on
+        a lane past the row's slices)."""
+        S, L = self.cfg.max_slices, k.L
+        got = k.const(0, u32)
+        for grp in range((S + L - 1) // L):
+            s2 = grp * L + k.lane_id()
+            m = s2 < sl.sc
+            v = io.wait(rdy, sl.r * S + k.min(s2, S - 1), mask=m)
+            got = got | k.select(m, v, 0)
+        return got
 
     def _fold_first(self, k, io, sl, lds):
         """sel_h1 deciding the first digit without message 0 (SelectConfig.

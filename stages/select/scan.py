@@ -3,6 +3,7 @@
     passes over the lists), the slice copies and prefetches they may take."""
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from layouts.scores import FIRST_DIGIT_BINS
@@ -232,11 +233,9 @@ class ScanPasses:
         if later_count and not counted:
             _barrier(k)  # every wave's list stores, before any wave reads the list back
             self._scan_list(k, io, sl, lds, own=run.get())
-        if self.buckets and append:
-            if self.cfg.tail_rows:  # only a row sel_h1 sent to the tail finish (X_SOLO)
-                with k.if_(_State.load(k, lds["state"], 0)[X_SOLO].ne(0)):
-                    self._bucket_list(k, io, sl, lds, run.get(), Q, d)
-            else:
+        if self.buckets and append:  # (tail_rows: only a row sel_h1 sent to the tail, X_SOLO)
+            with k.if_(_State.load(k, lds["state"], 0)[X_SOLO].ne(0)) if self.cfg.tail_rows \
+                    else contextlib.nullcontext():
                 self._bucket_list(k, io, sl, lds, run.get(), Q, d)
         if self.release:  # every wave's list stores, before wave 0 announces the message
             k.fence("release", "device")

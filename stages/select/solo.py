@@ -23,20 +23,13 @@ class SoloFinish:
         slice's pair instead, the flag the same in each, and its decision then takes only
         the acquire (`_consume`): one poll round trip on the path, not two."""
         c = self.cfg
-        S, L = c.max_slices, k.L
         flag = lds["solo"]
         with _wave0(k):
             if self._sees_rdy1:
-                got = k.const(0, u32)
-                for grp in range((S + L - 1) // L):
-                    s2 = grp * L + k.lane_id()
-                    m = s2 < sl.sc
-                    v = io.wait(c.rdy(1), sl.r * S + k.min(s2, S - 1), mask=m)
-                    got = got | k.select(m, v & RDY_SOLO, 0)
-                k.store(flag, 0, k.wave_reduce(got, "or"))
+                v = k.wave_reduce(self._wait_row_pairs(k, io, sl, c.rdy(1)), "or")
             else:
-                v = io.wait(c.rdy(1), sl.r * S + sl.s)
-                k.store(flag, 0, v & RDY_SOLO)
+                v = io.wait(c.rdy(1), sl.r * c.max_slices + sl.s)
+            k.store(flag, 0, v & RDY_SOLO)
         _barrier(k)
         return k.load(flag, 0, u32).ne(0)
 
