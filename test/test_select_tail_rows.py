@@ -27,10 +27,10 @@ from test_select_tail import CFG  # (2 rows of 12K keys, K = 128, 4 slices a row
 N = request_positions(12000, CFG.rows)
 
 
-def _run(cfg, s, bt, waves=3, mode="relaxed", tunes=()):
+def _run(cfg, s, bt, waves=3, mode="relaxed", tunes=(), n=N):
     L = apply_tunes(select_launch(cfg, grid=3, waves=waves), tunes)
-    r = L.run_interp(make_inputs(cfg, s, N, bt), step=0, mode=mode, seed=13)
-    assert not check_rows(s, N, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
+    r = L.run_interp(make_inputs(cfg, s, n, bt), step=0, mode=mode, seed=13)
+    assert not check_rows(s, n, bt, r.outputs["topk"], r.outputs["topk_diag"], cfg.topk)
     return r
 
 
@@ -53,7 +53,7 @@ def _mixed(seed=3):
     return s, random_block_table(CFG, rng)
 
 
-def _tail_rows(r, cfg):
+def _tail_rows(r, cfg, n=N):
     """Per row: took the tail (every slice's rdy1 has RDY_SOLO), checked against what else
     shows it: a tail row's sel_h2 never publishes, its buckets hold its candidates."""
     S = cfg.max_slices
@@ -61,7 +61,7 @@ def _tail_rows(r, cfg):
     rdy2 = r.regions[cfg.rdy(2)].reshape(cfg.rows, S, -1)[..., 0]
     out = []
     for row in range(cfg.rows):
-        sc = slice_bounds(int(N[row]), cfg.segment, S, 0)[0]
+        sc = slice_bounds(int(n[row]), cfg.segment, S, 0)[0]
         flags = {bool(v & RDY_SOLO) for v in rdy1[row, :sc]}
         assert len(flags) == 1, f"row {row}: the slices disagree ({rdy1[row, :sc]})"
         tail = flags.pop()
@@ -166,7 +166,73 @@ def test_the_stages_are_the_rounds_and_the_kinds_take_the_option():
         assert chosen.tail_max_per_slice == TAIL_MAX_PER_SLICE and not chosen.tail_finish
 
 
+# -- the choice by key count (SelectConfig.tail_min_keys) ----------------------------------
+def test_rows_of_at_least_the_bound_take_the_tail_whatever_their_scores():
+    """N = (11999, 12000) keys: a bound of 12000 sends row 1 alone to the tail (the `>=`
+    edge), 11999 both, 12001 neither; row 1's wide bin (scaled scores, the one the choice by
+    the bin keeps in the rounds) changes nothing. Every form selects the rounds' slots."""
+    s, bt = _mixed()
+    rounds = _run(CFG, s, bt).outputs
+    for bound, want in ((12000, [False, True]), (11999, [True, True]),
+                        (12001, [False, False])):
+        cfg = dataclasses.replace(CFG, tail_min_keys=bound)
+        r = _run(cfg, s, bt)
+        assert _tail_rows(r, cfg) == want, bound
+        for name in ("topk", "topk_diag"):
+            assert np.array_equal(r.outputs[name], rounds[name]), (bound, name)
+
+
+def test_the_later_jobs_compute_the_form_without_reading_rdy1(monkeypatch):
+    """Rows of 5000 and 12000 keys under a bound of 8192 (random interleaving): the long row
+    takes the tail, the short one every round. With sel_h1's RDY_SOLO bit suppressed (never
+    set in rdy1), the long row's sel_h2 still publishes nothing and the slots are the same:
+    its later jobs take the form from its key count, not from the flag (the choice by the
+    bin, reading the flag, would run the long row's rounds then)."""
+    from stages.select import exchange
+    n = np.array([5000, 12000])
+    s, bt = _mixed(seed=5)
+    cfg = dataclasses.replace(CFG, tail_min_keys=8192)
+    want = _run(CFG, s, bt, n=n).outputs
+    r = _run(cfg, s, bt, n=n, mode="random")
+    assert _tail_rows(r, cfg, n) == [False, True]
+    monkeypatch.setattr(exchange, "RDY_SOLO", 0)
+    for form in (cfg, dataclasses.replace(CFG, tail_max_per_slice=CFG.max_slice_keys())):
+        r = _run(form, s, bt, n=n, mode="random")
+        assert np.array_equal(r.outputs["topk"], want["topk"])
+        rdy2 = r.regions[cfg.rdy(2)].reshape(cfg.rows, cfg.max_slices, -1)[..., 0]
+        assert (rdy2[1] == 0).all() == (form is cfg), form  # (unwritten: no sel_h2 round)
+
+
+@pytest.mark.parametrize("dist", sorted(DISTS))
+def test_every_distribution_by_key_count_selects_what_the_rounds_select(dist):
+    """Row 1 a tail row, row 0 the rounds, on every distribution: a crowded row (allequal,
+    few) is a tail row past the bound too (never deferred: it buckets sel_h1's list)."""
+    rng = np.random.default_rng([41, sorted(DISTS).index(dist)])
+    s = scores_for(dist, rng, N, CFG.capacity, CFG.topk)
+    bt = random_block_table(CFG, rng)
+    cfg = dataclasses.replace(CFG, tail_min_keys=int(N[1]))
+    chosen = _run(cfg, s, bt)
+    assert _tail_rows(chosen, cfg) == [False, True]
+    rounds = _run(CFG, s, bt).outputs
+    for name in ("topk", "topk_diag"):
+        assert np.array_equal(chosen.outputs[name], rounds[name]), name
+
+
+def test_the_kinds_take_the_key_count_bound():
+    from spec import BuildSpec
+    from stages.kinds import kind
+    spec = BuildSpec.make("glm5", rows=2, target="sm_90a")
+    cfg = kind("select_hist").launch(spec, tail_min_keys=1 << 17).select_cfg
+    assert cfg.tail_min_keys == 1 << 17 and not cfg.tail_finish  # (the static tail's place)
+    assert [st.name for st in sel.select_stages(cfg, hist="buffer")] == [
+        "sel_h1", "sel_h2", "sel_h3", "sel_out"]  # (every round built: sel_h0 folded)
+
+
 @pytest.mark.parametrize("bad,match", [
+    (dict(tail_min_keys=64, tail_max_per_slice=64), "excludes tail_min_keys"),
+    (dict(tail_min_keys=64, tail_finish=True), "tail_min_keys .* excludes tail_finish"),
+    (dict(tail_min_keys=0), "tail_min_keys = 0 must be"),
+    (dict(tail_min_keys=64, digits=(6, 26)), "tail_min_keys needs a plan of 3"),
     (dict(tail_max_per_slice=64, tail_finish=True), "excludes tail_finish"),
     (dict(tail_max_per_slice=64, finish_max=64), "excludes finish_max"),
     (dict(tail_max_per_slice=64, solo_max_candidates=1024), "excludes solo_max_candidates"),

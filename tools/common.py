@@ -648,7 +648,9 @@ def apply_tunes(launch, tunes):
 # tail_finish = 1 / 0, the select kinds' SelectConfig.tail_finish (sel_out finishes a row
 # after two exchanged digits); tail_per_slice = N, the select kinds' SelectConfig.
 # tail_max_per_slice (the tail finish or the rounds chosen per row: a row takes the tail when
-# its first digit's threshold bin holds at most N keys a slice; 0: off); cta_publish = 1 / 0, SelectConfig.cta_publish (the rounds'
+# its first digit's threshold bin holds at most N keys a slice; 0: off); tail_min_keys = N,
+# the select kinds' SelectConfig.tail_min_keys (the tail finish for rows of at least N keys,
+# the rounds for shorter ones; 0: off); cta_publish = 1 / 0, SelectConfig.cta_publish (the rounds'
 # messages' cum sums by every wave), the select kinds and index; fold_first_digits = 1 / 0,
 # SelectConfig.fold_first_digits (sel_h1 sums its row's first digits: no sel_h0), select_hist
 # and index; lean_spans = 1 / 0, SelectConfig.lean_spans (the lean loop's waves list their
@@ -659,7 +661,7 @@ def apply_tunes(launch, tunes):
 # threshold; on by default in the fused index on sm_90a at rows 8), index and index_scoring;
 # select_hist: the maxima an input beside the first digits (SelectConfig.group_skip)
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
-                   "tail_finish", "tail_per_slice", "cta_publish", "fold_first_digits",
+                   "tail_finish", "tail_per_slice", "tail_min_keys", "cta_publish", "fold_first_digits",
                    "lean_spans", "fine_digits", "row_parts", "group_max")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);

@@ -387,6 +387,18 @@ class SelectConfig:
     # launch.tail_per_slice=N sets it. Not with fine_digits: its choice weighs the 6-bit bin,
     # which refined digits narrow (their tail_finish is static)
     tail_max_per_slice: int | None = None
+    # the tail finish or the rounds chosen per row by its key count: a row of at least this
+    # many visible keys takes the tail finish, a shorter one the rounds of the full plan.
+    # Every job computes the choice from n_keys, which it reads first anyway, so nothing is
+    # exchanged for it: no job polls rdy1 to learn its row's form (what made the choice by
+    # the threshold bin, tail_max_per_slice, slower: v47), a tail row's sel_h2 .. return
+    # before any wait. Why the key count: the bucketing's cost grows with the threshold bin's
+    # share of a slice, which falls as the row grows (normal scores at rows 8: ~2K keys a
+    # slice at 64K, ~750 at 512K; bench/NOTES.md v27, v45). A tail row is never deferred
+    # (defer_fat_bins: it has sel_h1's list to bucket; the tail finish is exact at any
+    # count). None: off; --tune launch.tail_min_keys=N sets it. Not with
+    # tail_max_per_slice (the other choice)
+    tail_min_keys: int | None = None
     # refined first digits (layouts/scores.py): the scoring also counts the top 10 bits of
     # every score per (job, row) into `score_fine` [fine_parts, rows, 1024]; sel_h1 decides
     # the first digit on the 64 bins as before, then its 4 sub-bits on the 16 sub-bins of the
@@ -435,20 +447,25 @@ class SelectConfig:
         if self.row_parts and not (self.fine_digits and self.fold_first_digits):
             raise ValueError("row_parts: sel_h1's fold sums the scoring's per-job counts; it "
                              "needs fine_digits and fold_first_digits")
-        if self.tail_max_per_slice is not None:
+        for which, value in (("tail_max_per_slice", self.tail_max_per_slice),
+                             ("tail_min_keys", self.tail_min_keys)):
+            if value is None:
+                continue
             bad = [name for name, on in (("tail_finish", self.tail_finish),
                                          ("fine_digits", self.fine_digits),
                                          ("finish_max", self.finish_max is not None),
                                          ("solo_max_candidates",
-                                          self.solo_max_candidates is not None)) if on]
+                                          self.solo_max_candidates is not None),
+                                         ("tail_min_keys", which == "tail_max_per_slice"
+                                          and self.tail_min_keys is not None)) if on]
             if bad:
-                raise ValueError(f"tail_max_per_slice (a tail finish chosen per row) excludes "
+                raise ValueError(f"{which} (a tail finish chosen per row) excludes "
                                  f"{', '.join(bad)}")
-            if not 1 <= self.tail_max_per_slice <= MAX_KEYS:
-                raise ValueError(f"tail_max_per_slice = {self.tail_max_per_slice} must be None "
-                                 f"or in 1..{MAX_KEYS}")
+            if not 1 <= value <= MAX_KEYS:
+                raise ValueError(f"{which} = {value} must be None or in 1..{MAX_KEYS}")
         if (self.tail_finish or self.tail_rows) and len(self.digits) <= TAIL_EXCHANGED:
-            which = "tail_finish" if self.tail_finish else "tail_max_per_slice"
+            which = "tail_finish" if self.tail_finish else "tail_max_per_slice" \
+                if self.tail_max_per_slice is not None else "tail_min_keys"
             raise ValueError(f"{which} needs a plan of {TAIL_EXCHANGED + 1} or more digits, not "
                              f"{tuple(self.digits)} (two are exchanged, the rest local)")
         if self.tail_finish:
@@ -514,8 +531,20 @@ class SelectConfig:
 
     @property
     def tail_rows(self) -> bool:
-        """Whether a row may take the tail finish at run time (tail_max_per_slice)."""
+        """Whether a row may take the tail finish at run time (tail_max_per_slice, or
+        tail_min_keys)."""
+        return self.tail_max_per_slice is not None or self.tail_min_keys is not None
+
+    @property
+    def tail_by_bin(self) -> bool:
+        """Whether sel_h1 chooses a row's form from its threshold bin (tail_max_per_slice),
+        which the later jobs learn from rdy1; otherwise every job computes it
+        (tail_min_keys, `tail_row`)."""
         return self.tail_max_per_slice is not None
+
+    def tail_row(self, n):
+        """With tail_min_keys: uniform i1, whether a row of `n` visible keys takes the tail."""
+        return n >= self.tail_min_keys
 
     @property
     def leaves_rounds(self) -> bool:
@@ -526,7 +555,7 @@ class SelectConfig:
     def tail_view(self) -> "SelectConfig":
         """With tail_rows: the config whose sel_out finishes a row after two exchanged digits
         (tail_finish), what the hybrid's sel_out runs for a tail row."""
-        return replace(self, tail_finish=True, tail_max_per_slice=None)
+        return replace(self, tail_finish=True, tail_max_per_slice=None, tail_min_keys=None)
 
     @property
     def defers(self) -> bool:

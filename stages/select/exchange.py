@@ -394,11 +394,19 @@ class Exchange:
         if p == 0 and c.solo:
             new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
         crowded = None
+        # a long row: the tail finish (tail_min_keys, the same choice in every job of the row)
+        keyed_tail = c.tail_row(sl.n) if p == 0 and c.tail_rows and not c.tail_by_bin else None
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
-            new[X_DEFER] = k.select(~takeall & crowded, k.const(1, u32), 0)
-        if p == 0 and c.tail_rows:  # few candidates a slice: the tail finish (sel_h1 buckets
-            # them); the threshold bin's count is the same on every slice, so is the choice
+            defer = ~takeall & crowded
+            if keyed_tail is not None:  # (a tail row buckets sel_h1's list: never deferred)
+                defer = defer & ~keyed_tail
+            new[X_DEFER] = k.select(defer, k.const(1, u32), 0)
+        if keyed_tail is not None:
+            new[X_SOLO] = k.select(keyed_tail, k.const(1, u32), 0)
+        elif p == 0 and c.tail_rows:  # few candidates a slice: the tail finish (sel_h1
+            # buckets them); the threshold bin's count is the same on every slice, so is the
+            # choice
             tail = ~takeall & ((gb - ga) <= sl.sc * c.tail_max_per_slice)
             if crowded is not None:  # (a deferred row has no list of sel_h1's to bucket)
                 tail = tail & ~crowded

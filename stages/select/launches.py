@@ -183,7 +183,7 @@ def measured_options(on: bool) -> dict:
 def config_for(spec, *, max_slices: int | None = None, digits=None,
                lean_lists: bool | None = None, finish_max: int | None = None,
                tail_finish: bool | None = None, tail_per_slice: int | None = None,
-               cta_publish: bool | None = None,
+               tail_min_keys: int | None = None, cta_publish: bool | None = None,
                fold_first_digits: bool | None = None, lean_spans: bool | None = None,
                first_digits_given: bool = False, fine_digits: bool = False,
                fine_parts: int = 0, group_skip: bool = False) -> SelectConfig:
@@ -196,6 +196,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
     rows 2 and 4 on the H200, where summing a round's messages costs most; SelectConfig.
     tail_finish), `tail_per_slice` (None or 0: off; N: the tail finish or the rounds chosen
     per row, SelectConfig.tail_max_per_slice = N, which replaces tail_finish's default),
+    `tail_min_keys` (None or 0: off; N: the tail finish for rows of at least N keys, the
+    rounds for the others, SelectConfig.tail_min_keys, which also replaces that default),
     `cta_publish` (None: SelectConfig's default), `fold_first_digits` (None: on
     off AMD where the first digits are given as a plain buffer, `first_digits_given`: the
     select_hist kind; SelectConfig.fold_first_digits), `lean_spans` (None: SelectConfig's
@@ -217,7 +219,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         else SELECT_KIND_DIGITS_WIDE if wide else SELECT_KIND_DIGITS)
     if tail_finish is None:  # (not with a row finish, nor a plan of two digits, nor chosen
         # per row)
-        tail_finish = not tail_per_slice and not amd and wide and not finish_max \
+        tail_finish = not tail_per_slice and not tail_min_keys and not amd and wide and not finish_max \
             and len(digits) > TAIL_EXCHANGED and not fine_digits
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
@@ -234,6 +236,7 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         lean_lists=(not amd) if lean_lists is None else bool(lean_lists),
                         finish_max=finish_max or None, tail_finish=bool(tail_finish),
                         tail_max_per_slice=tail_per_slice or None,
+                        tail_min_keys=tail_min_keys or None,
                         fold_first_digits=bool(fold_first_digits),
                         group_skip=bool(group_skip), **more)
 
@@ -249,7 +252,8 @@ def _grid_for(spec) -> int:
 
 
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
-                 finish_max=None, tail_finish=None, tail_per_slice=None, cta_publish=None,
+                 finish_max=None, tail_finish=None, tail_per_slice=None, tail_min_keys=None,
+                 cta_publish=None,
                  fold_first_digits=None, lean_spans=None, fine_digits=None, group_max=None):
     if fine_digits and hist != "buffer":
         raise ValueError("fine_digits: the select kind has no scoring's first digits to refine "
@@ -259,6 +263,7 @@ def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=
                          "takes its group maxima as an input)")
     cfg = config_for(spec, digits=select_digits, lean_lists=lean_lists, finish_max=finish_max,
                      tail_finish=tail_finish, tail_per_slice=tail_per_slice,
+                     tail_min_keys=tail_min_keys,
                      cta_publish=cta_publish,
                      fold_first_digits=fold_first_digits, lean_spans=lean_spans,
                      first_digits_given=hist == "buffer", fine_digits=bool(fine_digits),
@@ -282,12 +287,12 @@ from ..kinds import Kind, register  # noqa: E402
 register(Kind("select", "exact top-k selection of injected scores (scores, n_keys, "
               "block_table -> topk slots, topk_diag)", _kind_launch, _kind_inputs,
               launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
-                               "tail_finish", "tail_per_slice", "cta_publish",
-                               "lean_spans")))
+                               "tail_finish", "tail_per_slice", "tail_min_keys",
+                               "cta_publish", "lean_spans")))
 register(Kind("select_hist", "the selection with first digits given (score_hist [rows, "
               "segments, 64] u32, as the scoring publishes them)",
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
                                               "tail_finish", "tail_per_slice",
-                                              "cta_publish", "fold_first_digits", "lean_spans",
+                                              "tail_min_keys", "cta_publish", "fold_first_digits", "lean_spans",
                                               "fine_digits", "group_max")))

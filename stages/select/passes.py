@@ -199,11 +199,11 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
             self.tail_out = SelectPass(cfg.tail_view(), TAIL_EXCHANGED, scores, hist,
                                        release=release, acquire=acquire)
             self.tail_out.name = f"{self.name}_tail"
-        # every slice's pair of message q-1 polled before the decision (tail_rows: sel_h2's
+        # every slice's pair of message q-1 polled before the decision (tail_by_bin: sel_h2's
         # check of its row, and sel_out's for its tail): the decision takes the acquire only
-        self.pairs_seen = cfg.tail_rows and q == 2
+        self.pairs_seen = cfg.tail_by_bin and q == 2
         if self.tail_out is not None:
-            self.tail_out.pairs_seen = True
+            self.tail_out.pairs_seen = cfg.tail_by_bin
 
     # -- declarations ---------------------------------------------------------------------
     def jobs(self):

@@ -23,6 +23,8 @@ class SoloFinish:
         slice's pair instead, the flag the same in each, and its decision then takes only
         the acquire (`_consume`): one poll round trip on the path, not two."""
         c = self.cfg
+        if c.tail_rows and not c.tail_by_bin:  # (tail_min_keys: from the row's key count)
+            return c.tail_row(sl.n)
         flag = lds["solo"]
         with _wave0(k):
             if self._sees_rdy1:
@@ -35,10 +37,10 @@ class SoloFinish:
 
     @property
     def _sees_rdy1(self) -> bool:
-        """tail_rows: this job polls every slice's rdy1 to learn whether its row is a tail
+        """tail_by_bin: this job polls every slice's rdy1 to learn whether its row is a tail
         (sel_h2, which decides on message 1, and sel_out, whose tail does), so its decision
         on message 1 waits for no pair again (`pairs_seen` of the tail's sel_out)."""
-        return self.cfg.tail_rows and self.q in (2, self.cfg.passes)
+        return self.cfg.tail_by_bin and self.q in (2, self.cfg.passes)
 
     def _solo_finish(self, k, io, sl, lds):
         """All waves, after the decision on message 1 (LDS `state`): the row's remaining
