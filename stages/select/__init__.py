@@ -180,6 +180,15 @@ and sel_out poll rdy1 before their own wait), 1.026 at 512K, 0.95-0.97 at 128K-2
 and 4 1.14-1.39 against the static tail (a tail row's sel_h2 and sel_h3 jobs wait for their
 slice's sel_h1, queued ahead of sel_out on their CTAs).
 
+The same choice by key count (SelectConfig.tail_min_keys = N; `--tune launch.tail_min_keys=N`;
+off by default). A row of at least N visible keys takes the tail, a shorter one the rounds;
+every job computes that from n_keys, which it reads first anyway, so no job polls rdy1 for it
+(sel_h1 still sets X_SOLO and RDY_SOLO, read by nobody): a tail row's sel_h2 .. return before
+any wait, a rounds row's later jobs wait as the rounds do. A tail row is never deferred (it
+buckets sel_h1's list; the tail finish is exact at any count). Why the key count: the
+bucketing's cost grows with the threshold bin's share of a slice, which falls as the row
+grows (normal scores at rows 8: ~2K keys a slice at 64K, ~750 at 512K).
+
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'
 before it: above(s') = its keys with prefix > Q, eq(s') = its keys with prefix == Q (one
