@@ -6,7 +6,7 @@
 # 512K x 8 but 26.77 at 64K. Here: exact first (rows 8, two contexts either side of the
 # bound, every distribution); then A/Bs in one process at rows 8 against the defaults and
 # against the static form, by context; then v48's steps (the fused index's tail on W2 and at
-# 64K, its group skip at 64K, timelines), prioritized, packed after each.
+# 64K, its group skip at 64K) and the fused index by key count, packed after each.
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-6}
 packed_logs v49
@@ -28,4 +28,5 @@ OUT=$LOGS step vs_64k 50 $IX --pos 65535 --workload W1 --tune launch.tail_finish
     --versus launch.tail_finish=1 --rounds 1; pack
 OUT=$LOGS step vs_skip 50 $IX --pos 65535 --workload W1 --versus launch.group_max=0 \
     --rounds 1; pack
+OUT=$LOGS step vs_ix_keyed 70 $IX --pos 65535,524287 --workload W1 --versus $K --rounds 1; pack
 rm -rf "$LOGS"

@@ -213,7 +213,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
     the front's rs, cache append, scoring) and the exact top-k of its scores (stages.select,
     fused after the scoring: topk [rows, index_topk] int32 slots, topk_diag [rows, 4]) in
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
-    selection's (select_digits, lean_lists, finish_max, tail_finish, cta_publish,
+    selection's (select_digits, lean_lists, finish_max, tail_finish, tail_min_keys (the
+    tail finish for rows of at least that many keys, the rounds for shorter ones), cta_publish,
     fold_first_digits, lean_spans, fine_digits, row_parts, group_max); fine_digits None: on where the chip is
     sm_90a (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the
     fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None:
@@ -229,6 +230,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     lean = kw.pop("lean_lists", None)
     finish = kw.pop("finish_max", None)
     tail = kw.pop("tail_finish", None)
+    tail_keys = kw.pop("tail_min_keys", None) or None
     publish = kw.pop("cta_publish", None)
     fold = kw.pop("fold_first_digits", None)
     spans = kw.pop("lean_spans", None)
@@ -246,7 +248,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     if row_parts is None:  # (sm_90a only: fine and fold are on by default only there)
         row_parts = chip == SM90 and fine and bool(fold) and ROW_PARTS_ON_NVIDIA
     row_parts = bool(row_parts)
-    if tail is None:  # (measured with the refined digits, at rows 8)
+    if tail is None and tail_keys is None:  # (measured with the refined digits, at rows 8)
         tail = (chip == SM90 and fine and not finish and TAIL_FINISH_ON_NVIDIA
                 and spec.rows >= TAIL_FINISH_MIN_ROWS)
     if group_max is None:  # (the skip reads its spans' groups: lean_spans, unless turned off)
@@ -280,7 +282,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     front = [reloaded(st) for st in front_stages(fp) if not isinstance(st, FrontQ)]
     cfg = select_config(p, spec, digits=digits, lean_lists=lean, finish_max=finish,
                         cta_publish=publish, fold_first_digits=fold, lean_spans=spans,
-                        tail_finish=tail)
+                        tail_finish=tail, tail_min_keys=tail_keys)
     L = IndexLaunch("index", p, front + [IndexQR(p)] + index_stages(p) + fused_select(p, cfg),
                     **kw)
     L.select_cfg = cfg
@@ -288,7 +290,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
 
 
 def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_max=None,
-                  cta_publish=None, fold_first_digits=None, lean_spans=None, tail_finish=None):
+                  cta_publish=None, fold_first_digits=None, lean_spans=None, tail_finish=None,
+                  tail_min_keys=None):
     """The exact top-k of the launch's own scores (stages.select, DESIGN.md section 7): the
     scoring's layout (rows, capacity, segment), each row's keys 0..positions[r] through its
     block-table row, K = the config's index_topk; up to grid / rows slice jobs a row; the
@@ -304,6 +307,8 @@ def select_config(p: IndexPlan, spec, *, digits=None, lean_lists=None, finish_ma
         more["finish_max"] = int(finish_max)
     if lean_lists is not None:
         more["lean_lists"] = bool(lean_lists)
+    if tail_min_keys:  # (the tail or the rounds by a row's key count: SelectConfig)
+        more["tail_min_keys"] = int(tail_min_keys)
     for name, v in (("cta_publish", cta_publish), ("fold_first_digits", fold_first_digits),
                     ("lean_spans", lean_spans), ("tail_finish", tail_finish)):
         if v is not None:
@@ -377,7 +382,7 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
                                               "lean_lists", "finish_max", "tail_finish",
-                                              "cta_publish",
+                                              "tail_min_keys", "cta_publish",
                                               "fold_first_digits", "lean_spans",
                                               "fine_digits", "row_parts", "group_max")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "

@@ -153,7 +153,7 @@ def test_the_option_changes_no_output_and_is_refused_off_sm90a():
                                    group_max=True)
 
 
-def _select_run(rows, workload, pos, mode, edit=None, tunes=(), **kw):
+def _select_run(rows, workload, pos, mode, edit=None, tunes=(), regions=(), **kw):
     from tools import common
     from spec import BuildSpec
     from stages import kinds
@@ -168,7 +168,8 @@ def _select_run(rows, workload, pos, mode, edit=None, tunes=(), **kw):
     assert all(e["ok"] for e in L.exact_errors(inp, r.outputs, r.regions).values())
     c = L.select_cfg
     scores = np.asarray(r.regions["scores"], np.float32).reshape(L.plan.rows, -1)
-    return L, {n: np.asarray(r.regions[n]) for n in (c.list_keys, c.list_pos)}, \
+    return L, {n: np.asarray(r.regions[n])
+               for n in (c.list_keys, c.list_pos) + tuple(f(c) for f in regions)}, \
         np.asarray(r.outputs[c.names.out]), np.asarray(r.outputs[c.names.diag]), \
         scores[:, :np.asarray(inp["positions"]).max() + 1]
 
@@ -372,6 +373,28 @@ def test_the_fused_tail_finish_after_refined_digits_selects_what_the_rounds_sele
     L0, _, out0, diag0, _ = _select_run(rows, workload, 2049, mode, tail_finish=False)
     assert [st.name for st in L0.stages if st.name.startswith(c.prefix)] == [
         "sel_h1", "sel_h2", "sel_h3", "sel_out"]
+    np.testing.assert_array_equal(out, out0)
+    np.testing.assert_array_equal(diag, diag0)
+
+
+@pytest.mark.parametrize("workload,mode", [("W1", "relaxed"), ("W2", "random")])
+def test_the_fused_tail_by_key_count_selects_what_the_rounds_select(workload, mode):
+    """launch.tail_min_keys in the fused index (refined first digits, the group skip at rows
+    8): the rows of at least the bound (here W1's last row, W2's longer row of each request) finish
+    by the tail (their sel_h2 publishes nothing), the others by the rounds; the top-k and its
+    diagnostics bit for bit the rounds'."""
+    pos = 2049
+    rdy2 = (lambda c: c.rdy(2),)
+    bound = pos + 1  # (W1: n_keys pos - 6 .. pos + 1, W2: pos and pos + 1 by turns)
+    L, got, out, diag, _ = _select_run(8, workload, pos, mode, regions=rdy2,
+                                       tail_min_keys=bound)
+    c = L.select_cfg
+    assert c.fine_digits and c.group_skip and c.tail_min_keys == bound
+    n = diag[:, 3].astype(np.int64)  # (the diagnostic row's visible keys: position + 1)
+    assert (n >= bound).any() and (n < bound).any(), n  # (both kinds of row)
+    published = got[c.rdy(2)].reshape(c.rows, c.max_slices, -1)[:, 0, 0] != 0
+    assert list(published) == list(n < bound), (published, n)
+    _, _, out0, diag0, _ = _select_run(8, workload, pos, mode)
     np.testing.assert_array_equal(out, out0)
     np.testing.assert_array_equal(diag, diag0)
 

@@ -650,7 +650,7 @@ def apply_tunes(launch, tunes):
 # tail_max_per_slice (the tail finish or the rounds chosen per row: a row takes the tail when
 # its first digit's threshold bin holds at most N keys a slice; 0: off); tail_min_keys = N,
 # the select kinds' SelectConfig.tail_min_keys (the tail finish for rows of at least N keys,
-# the rounds for shorter ones; 0: off); cta_publish = 1 / 0, SelectConfig.cta_publish (the rounds'
+# the rounds for shorter ones; 0: off), the select kinds and index; cta_publish = 1 / 0, SelectConfig.cta_publish (the rounds'
 # messages' cum sums by every wave), the select kinds and index; fold_first_digits = 1 / 0,
 # SelectConfig.fold_first_digits (sel_h1 sums its row's first digits: no sel_h0), select_hist
 # and index; lean_spans = 1 / 0, SelectConfig.lean_spans (the lean loop's waves list their

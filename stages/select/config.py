@@ -396,8 +396,9 @@ class SelectConfig:
     # share of a slice, which falls as the row grows (normal scores at rows 8: ~2K keys a
     # slice at 64K, ~750 at 512K; bench/NOTES.md v27, v45). A tail row is never deferred
     # (defer_fat_bins: it has sel_h1's list to bucket; the tail finish is exact at any
-    # count). None: off; --tune launch.tail_min_keys=N sets it. Not with
-    # tail_max_per_slice (the other choice)
+    # count). With fine_digits too (the fused index: sel_h1 buckets its 10-bit prefix's
+    # candidates in a tail row). None: off; --tune launch.tail_min_keys=N sets it (the select
+    # kinds, index). Not with tail_max_per_slice (the other choice)
     tail_min_keys: int | None = None
     # refined first digits (layouts/scores.py): the scoring also counts the top 10 bits of
     # every score per (job, row) into `score_fine` [fine_parts, rows, 1024]; sel_h1 decides
@@ -452,7 +453,8 @@ class SelectConfig:
             if value is None:
                 continue
             bad = [name for name, on in (("tail_finish", self.tail_finish),
-                                         ("fine_digits", self.fine_digits),
+                                         ("fine_digits", which == "tail_max_per_slice"
+                                          and self.fine_digits),
                                          ("finish_max", self.finish_max is not None),
                                          ("solo_max_candidates",
                                           self.solo_max_candidates is not None),
