@@ -10,7 +10,7 @@
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-6}
 packed_logs v49
-K=launch.tail_min_keys=${MIN_KEYS:-131072}
+K=launch.tail_min_keys=${MIN_KEYS:-98304}  # (96K: 64K rows the rounds, 128K rows the tail)
 G=launch.group_max=1
 U=sel_h1.segment_unroll=16
 SH="python3 -m tools.time_layers --kind select_hist --config glm5 --backend cuda --rows 8 --reps 5"
