@@ -200,7 +200,7 @@ GROUP_SKIP_MIN_ROWS = 8
 # digit, sel_out finishes the row from message 1; no sel_h2 or sel_h3). H100, 512K, one
 # process (bench/NOTES.md v47): r8 W1 104.45 / 105.04 -> 101.93 / 102.26 us, top-k exact (the
 # defaults' digests) on W1 and W2. Off until W2 and a shorter context are timed (`bash
-# bench/h100_v48_fused_tail.sh`; the call that would have run them found no machine), as
+# bench/h100_v49_keyed_tail.sh`, which took over v48's steps), as
 # the group skip was kept off until its W2 and a repeat; then at rows TAIL_FINISH_MIN_ROWS
 # and more (fewer rows untimed). A launch tunable (tail_finish) either way.
 TAIL_FINISH_ON_NVIDIA = False
