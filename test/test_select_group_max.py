@@ -199,6 +199,29 @@ def test_the_groups_are_skipped_only_where_the_row_lists_few_of_its_keys():
     assert np.array_equal(top[1], full.outputs["topk"][1]), "row 1 read the maxima"
 
 
+@pytest.mark.parametrize("early", ["1", "0"])
+def test_the_groups_are_skipped_only_in_rows_of_at_least_the_bound(early):
+    """sel_h1.group_skip_min_keys = n_keys of row 1 (one more than row 0's): row 1 skips
+    groups, row 0 loads no maxima and takes the plain loop (early loads or the loop of
+    maxima then keys). Both select as the full scan; with every maximum hidden (-inf) row 1
+    loses its keys and row 0, which never reads the maxima, does not."""
+    s, n, bt = _case("normal")
+    assert n[1] == n[0] + 1
+    bound = (("sel_h1", "group_skip_min_keys", str(int(n[1]))),
+             ("sel_h1", "group_maxima_early", early))
+    (got, bad), (full, _) = _run(LISTING_SKIP, s, n, bt, tunes=bound), _run(LISTING, s, n, bt)
+    assert not bad, bad
+    _same(got, full)
+
+    def hide(inp):
+        inp[GROUP_MAX_REGION][:] = -np.inf
+
+    hidden, _ = _run(LISTING_SKIP, s, n, bt, edit=hide, tunes=bound)
+    top = hidden.outputs["topk"]
+    assert np.array_equal(top[0], full.outputs["topk"][0]), "row 0 read the maxima"
+    assert not np.array_equal(top[1], full.outputs["topk"][1]), "row 1 skipped no group"
+
+
 def test_group_skip_share_is_refused_with_refined_first_digits():
     cfg = dataclasses.replace(LISTING_SKIP, fine_digits=True, fine_parts=3,
                               digits=(6, 8, 7, 7), count_from_list=True)

@@ -222,8 +222,13 @@ class LeanScan:
                                  f"a lane in the waves' own spans (lean_lane_keys "
                                  f"{n_lane}, lean_spans {int(spans)})")
             share = self._count_tunable("group_skip_share", 0)
-            if share:  # the groups where the row lists few of its keys, else every key
-                with k.if_else(self._groups_pay(k, sl, lds, share)) as (skip, whole):
+            pays = self._long_row(k, sl)
+            if share:
+                share_pays = self._groups_pay(k, sl, lds, share)
+                pays = share_pays if pays is None else pays & share_pays
+            if pays is not None:  # the groups where they pay (few listed, a long row), else
+                # every key
+                with k.if_else(pays) as (skip, whole):
                     with skip:
                         self._lean_groups_scan(k, io, sl, lds, iteration, span_lo, bound,
                                                t_lo)
@@ -237,6 +242,12 @@ class LeanScan:
         if spans:
             self._gather_spans(k, io, sl, lds, run, start)
         return spans
+
+    def _long_row(self, k, sl):
+        """group_skip_min_keys: uniform i1, the row has at least that many visible keys (the
+        group skip's rows); None where every row skips (0)."""
+        least = self._count_tunable("group_skip_min_keys", 0)
+        return sl.n >= least if least else None
 
     def _groups_pay(self, k, sl, lds, share):
         """group_skip_share: uniform i1, the row lists at most 1 / share of its keys (its
@@ -339,15 +350,16 @@ class LeanScan:
         L = k.L
         span_lo, _, _ = self._lean_wave_span(k, sl)
         g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
+        long_row = self._long_row(k, sl)  # (a shorter row never reads them: none loaded)
         return [self._maxima_at(k, io, sl, g_lo + it * GROUPS_A_LANE * L
-                                + GROUPS_A_LANE * k.lane_id())
+                                + GROUPS_A_LANE * k.lane_id(), long_row)
                 for it in range(self._group_iterations(k))]
 
-    def _maxima_at(self, k, io, sl, g):
+    def _maxima_at(self, k, io, sl, g, mask=None):
         """The maxima of row groups g .. g + GROUPS_A_LANE - 1 (past the row's last whole
         load clamped to it: such groups lie past the span and are never flagged)."""
         last_g = self.cfg.capacity // GROUP_KEYS - GROUPS_A_LANE
-        return self.gmax.load4(k, io, sl.r, k.min(g, last_g), None)
+        return self.gmax.load4(k, io, sl.r, k.min(g, last_g), mask)
 
     def _lean_groups_scan(self, k, io, sl, lds, iteration, span_lo, bound, t_lo):
         """SelectConfig.group_skip: the wave's span [span_lo, bound) in iterations of

@@ -38,7 +38,8 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "segment_unroll", "scan_unroll", "scan_ahead", "lean_scan", "lean_copies", "lean_prefetch_ahead",
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
                 "lean_coalesced", "lean_refill", "lean_any_special", "tail_rank", "cta_publish",
-                "fold_bins", "group_maxima_early", "late_input_checks", "group_skip_share")
+                "fold_bins", "group_maxima_early", "late_input_checks", "group_skip_share",
+                "group_skip_min_keys")
     # sel_h0's segment sums (wide_segment_sums), sel_h1's fold: segment histograms a thread
     # loads at once. 16 in sel_h1 (v45, select_hist r8): 512K 0.984, 64K 1.021: kept at 8
     segment_unroll = SEGMENT_UNROLL
@@ -116,6 +117,13 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # No gain (v47, H100, select_hist r8 with the maxima, N = 8: 64K 1.010, 512K 1.007): the
     # maxima's cost at 64K is not the flagged groups' listing. 0: the group skip in every row
     group_skip_share = 0
+    # N > 0 (SelectConfig.group_skip): sel_h1 skips groups only in rows of at least N visible
+    # keys, known before anything is loaded, so a shorter row's jobs load no maxima at all
+    # (the early loads are masked off) and list by the plain lean loop; with
+    # group_skip_share both must hold. Why: the maxima cost select_hist at 64K x 8 +3.4%
+    # (v45), and the choice by the listed share, made after the early loads, did not win it
+    # back (v47). 0: the group skip in every row
+    group_skip_min_keys = 0
 
     def _count_tunable(self, attr: str, least: int = 1) -> int:
         """Tunable `attr`, checked: an integer >= least (an error naming it otherwise)."""
