@@ -20,7 +20,7 @@ SH="python3 -m tools.time_layers --kind select_hist --config glm5 --backend cuda
 TOPK="python3 -m tools.check_topk --config glm5 --backend cuda --first-digits buffer"
 OUT=$LOGS step topk_keyed 80 $TOPK --pos 65535,524287 --rows 8 \
     --dist normal,nan,neginf,few,above2048,allequal --tune $K,$G; pack
-OUT=$LOGS step vs_keyed 150 $SH --pos 65535,131071,262143,524287 --versus $K,$G,$U --rounds 2; pack
+OUT=$LOGS step vs_keyed 120 $SH --pos 65535,131071,524287 --versus $K,$G,$U --rounds 2; pack
 OUT=$LOGS step vs_gskip 80 $SH --pos 65535,524287 --tune $K,$G,$U --versus $M --rounds 2; pack
 OUT=$LOGS step vs_static 80 $SH --pos 65535,524287 --tune launch.tail_finish=1,$G,$U \
     --versus launch.tail_finish=0,$K --rounds 1; pack
