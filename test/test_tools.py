@@ -374,6 +374,7 @@ def test_bytes_moved_counts_each_buffer_once():
     (time_layers, ["--versus", "ix_score.depth=3", "--backend", "interp", "--timeline"],
      "--versus times two variants"),
     (time_layers, ["--versus", "ix_score.depth=3", "--rounds", "0"], "--rounds 0: at least 1"),
+    (time_layers, ["--also", "ix_score.depth=3"], "--also adds a variant to an A/B"),
     (time_layers, ["--versus", "ix_score.depth=3", "--versus", "ix_score.depth=2"],
      "--versus ix_score.depth given twice: 3 and 2"),
 ])
@@ -754,6 +755,39 @@ def test_time_layers_versus_times_a_then_b_each_round_and_prints_the_ratio(monke
     assert "A 102.00 us (100.00, 104.00, 102.00)" in line
     assert "B 90.50 us (90.00, 91.00)" in line and "B/A 0.887" in line
     assert "(1 failed runs left out)" in line
+
+
+def test_time_layers_also_times_more_variants_in_the_same_rounds(monkeypatch, capsys):
+    """--also (repeatable, with --versus): variants C, D after B in every round, each built
+    with A's settings and its own on top (not B's), each reported against A."""
+    from monokernel.launch import timing
+    from stages.index_score import IndexScore
+    from tools import common
+    calls = []
+    fake_us = iter([100.0, 90.0, 110.0, 120.0, 102.0, 92.0, 108.0, 118.0])
+
+    def fake_time(kind, spec, args, ceil, pos, wl="W1", lazy=None, launch=None):
+        st = next(s for s in launch.stages if isinstance(s, IndexScore))
+        calls.append((st.depth, st.cached_new_keys))
+        return dict(kind=kind.name, spec=spec.path, pos=pos, wl=wl, us=next(fake_us),
+                    status="ok")
+    monkeypatch.setattr(common, "backend", lambda *a, **k: None)
+    monkeypatch.setattr(timing, "ceilings", lambda: {})
+    monkeypatch.setattr(time_layers, "print_ceilings", lambda ceil: None)
+    monkeypatch.setattr(time_layers, "time_or_report", fake_time)
+    rc = time_layers.main(["--kind", "index_scoring", "--config", "tiny", "--rows", "2",
+                           "--pos", "1000", "--rounds", "2", "--versus", "ix_score.depth=3",
+                           "--also", "ix_score.cached_new_keys=1",
+                           "--also", "ix_score.depth=4,ix_score.cached_new_keys=1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    d0 = IndexScore.depth  # (A's and C's: the default)
+    assert d0 not in (3, 4) and calls == [(d0, None), (3, None), (d0, True), (4, True)] * 2
+    assert ("B = A + ix_score.depth=3, C = A + ix_score.cached_new_keys=1, "
+            "D = A + ix_score.depth=4,ix_score.cached_new_keys=1") in out
+    ratios = [x for x in out.splitlines() if "/A " in x and "pos 1000" in x]
+    assert [x.split(": ")[-1] for x in ratios] == ["B/A 0.901", "C/A 1.079", "D/A 1.178"]
+    assert "A 101.00 us (100.00, 102.00), C 109.00 us (110.00, 108.00)" in ratios[1]
 
 
 def test_time_layers_fixed_below_keeps_small_inputs_at_one_copy():

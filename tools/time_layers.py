@@ -3,7 +3,8 @@
     python -m tools.time_layers [--kind front] [--config glm5] [--tp 8] [--rows 2,4,8]
                                 [--pos 8192] [--workload W1,W2] [--kv fp8]
                                 [--backend cuda|hip|interp] [--timeline [--plot FILE.png]]
-                                [--versus STAGE.ATTR=VALUE [--rounds 2]]
+                                [--versus STAGE.ATTR=VALUE [--also STAGE.ATTR=VALUE]
+                                 [--rounds 2]]
 
 Per (kind, rows, kv, pos, workload): microseconds per launch = the median over CUDA-graph
 replays of back-to-back launches (monokernel.launch.timing.timed_graph; 20 a graph, more
@@ -67,7 +68,10 @@ tick counter (memory accesses, shown in ticks).
 (default 2), every run checked as above, on one set of ceilings and with each launch built
 once; the table marks each row's variant and round, and a summary prints each case's
 medians and B/A. Interleaving keeps the card's drift (clocks, temperature) out of the ratio,
-which separate processes minutes apart do not.
+which separate processes minutes apart do not. `--also STAGE.ATTR=VALUE[,...]` (repeatable,
+with --versus) adds variants C, D, ..., each A's settings with its own on top, timed in the
+same rounds after B and reported against A: one process (one set of ceilings, one build a
+variant) for what would take a call a step each, where device time is what runs out.
 
 --pos sets the context position of kinds whose inputs take one (ignored, shown as '-', for
 kinds that read no cache). The hip backend is untested (no AMD GPU is available to the
@@ -124,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
                     metavar="STAGE.ATTR=VALUE",
                     help="A/B in this process: every case timed with --tune's settings (A) "
                          "and with these on top (B), A then B for --rounds rounds; prints B/A")
+    ap.add_argument("--also", type=common.tune_list, action="append", default=[],
+                    metavar="STAGE.ATTR=VALUE",
+                    help="with --versus: one more variant (C, D, ... in the order given), "
+                         "A's settings with these on top, timed after B each round and "
+                         "reported against A")
     ap.add_argument("--rounds", type=int, default=2,
                     help="with --versus: rounds of A then B (default 2)")
     return ap
@@ -625,7 +634,7 @@ def run_gpu(args, ap, tp) -> int:
     print(common.table(rows, cols))
     print(FLOOR_NOTE)
     if args.versus:
-        print(versus_summary(rows, args.tune, args.versus))
+        print(versus_summary(rows, args.tune, args.versus, args.also))
     for row in rows:
         if "_timeline" in row:
             L, stamps, scale, title = row["_timeline"]
@@ -635,44 +644,56 @@ def run_gpu(args, ap, tp) -> int:
 
 def _variants(kind, spec, args, target) -> list:
     """[(name, Launch)]: ("", the --tune launch); with --versus also ("A", it) and ("B", it
-    with --versus' settings applied after --tune's)."""
+    with --versus' settings applied after --tune's), and ("C", ...) a further --also."""
     A = common.launch_for(kind, spec, args.tune)
     common.warn_inert_tunes(kind, spec, args.tune, A, target)
     if not args.versus:
         return [("", A)]
-    B = common.launch_for(kind, spec, list(args.tune) + list(args.versus))
-    if common.same_code(A, B, target):
-        print(f"  WARNING: --versus leaves {kind.name} {spec.path}'s {target} code as A's: "
-              "the A/B measures one kernel twice", flush=True)
-    return [("A", A), ("B", B)]
+    out = [("A", A)]
+    for name, more in zip(variant_names(args), [args.versus] + list(args.also)):
+        V = common.launch_for(kind, spec, list(args.tune) + list(more))
+        if common.same_code(A, V, target):
+            print(f"  WARNING: variant {name} leaves {kind.name} {spec.path}'s {target} code "
+                  "as A's: its ratio measures one kernel twice", flush=True)
+        out.append((name, V))
+    return out
 
 
-def versus_summary(rows, tune, versus) -> str:
-    """A line a case (kind, spec, pos, workload): each variant's median us over its rounds
-    (its runs in parentheses; a failed run is left out and counted) and B/A."""
+def variant_names(args) -> list:
+    """The names of the variants timed against A: B (--versus), then C, D, ... (--also)."""
+    return [chr(ord("B") + i) for i in range(1 + len(args.also))]
+
+
+def versus_summary(rows, tune, versus, also=()) -> str:
+    """A line a case (kind, spec, pos, workload) and variant against A: the two medians over
+    their rounds (the runs in parentheses; a failed run is left out and counted) and V/A."""
     def names(ts):
         return ",".join(f"{s}.{a}={v}" for s, a, v in ts)
-    out = [f"A/B (B/A < 1: B faster): A = {names(tune) or 'the defaults'}, "
-           f"B = A + {names(versus)}"]
+    settings = [versus] + list(also)
+    vnames = [chr(ord("B") + i) for i in range(len(settings))]
+    defined = ", ".join(f"{v} = A + {names(t)}" for v, t in zip(vnames, settings))
+    out = [f"A/B (B/A < 1: B faster): A = {names(tune) or 'the defaults'}, {defined}"]
     cases = {}
     for r in rows:
         if "variant" in r:
             key = (r["kind"], r["spec"], r.get("pos"), r.get("wl"))
-            cases.setdefault(key, {"A": [], "B": [], "failed": 0})
+            case = cases.setdefault(key, {"failed": {}})
             if r.get("status") == "ok" and r.get("us") is not None:
-                cases[key][r["variant"]].append(r["us"])
+                case.setdefault(r["variant"], []).append(r["us"])
             else:
-                cases[key]["failed"] += 1
+                case["failed"][r["variant"]] = case["failed"].get(r["variant"], 0) + 1
     for (kind, spec, pos, wl), c in cases.items():
         head = f"  {kind} {spec} pos {pos} {wl}:"
-        if not (c["A"] and c["B"]):
-            out.append(f"{head} no ratio ({c['failed']} failed runs)")
-            continue
-        a, b = statistics.median(c["A"]), statistics.median(c["B"])
-        runs = {v: ", ".join(f"{u:.2f}" for u in c[v]) for v in "AB"}
-        fail = f" ({c['failed']} failed runs left out)" if c["failed"] else ""
-        out.append(f"{head} A {a:.2f} us ({runs['A']}), B {b:.2f} us ({runs['B']}): "
-                   f"B/A {b / a:.3f}{fail}")
+        for v in vnames:
+            failed = c["failed"].get("A", 0) + c["failed"].get(v, 0)
+            if not (c.get("A") and c.get(v)):
+                out.append(f"{head} no ratio {v}/A ({failed} failed runs)")
+                continue
+            a, b = statistics.median(c["A"]), statistics.median(c[v])
+            runs = {x: ", ".join(f"{u:.2f}" for u in c[x]) for x in ("A", v)}
+            fail = f" ({failed} failed runs left out)" if failed else ""
+            out.append(f"{head} A {a:.2f} us ({runs['A']}), {v} {b:.2f} us ({runs[v]}): "
+                       f"{v}/A {b / a:.3f}{fail}")
     return "\n".join(out)
 
 
@@ -696,6 +717,8 @@ def main(argv=None) -> int:
     if args.versus and (args.backend == "interp" or args.timeline):
         ap.error("--versus times two variants: a GPU backend, no --timeline (time a "
                  "variant's timeline alone with --tune)")
+    if args.also and not args.versus:
+        ap.error("--also adds a variant to an A/B: give --versus (B) first")
     if args.rounds < 1:
         ap.error(f"--rounds {args.rounds}: at least 1")
     tp = common.resolve_tp(ap, args.config, args.tp)
