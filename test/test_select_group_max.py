@@ -179,47 +179,44 @@ def test_the_select_hist_kind_takes_the_maxima_on_request():
 SHARE = (("sel_h1", "group_skip_share", "8"),)  # groups only where a row lists <= 1/8 of it
 
 
-def test_the_groups_are_skipped_only_where_the_row_lists_few_of_its_keys():
-    """sel_h1.group_skip_share: row 0 (normal scores: ~2% of the row at or above the first
-    threshold digit) skips groups, row 1 (scaled by 0.3: its threshold bin holds most of the
-    row) takes the plain loop. Both select as the full scan; with every maximum hidden
-    (-inf) row 0 loses its keys and row 1, which never reads the maxima, does not."""
-    s, n, bt = _case("normal")
-    s[1] *= np.float32(0.3)
-    (got, bad), (full, _) = _run(LISTING_SKIP, s, n, bt, tunes=SHARE), _run(LISTING, s, n, bt)
+def _skips_in_row(s, n, bt, tunes, skipping):
+    """Under `tunes` the selection is the full scan's; with every maximum hidden (-inf) row
+    `skipping` loses its keys (it read them) and the other row, which never reads the
+    maxima, does not."""
+    (got, bad), (full, _) = _run(LISTING_SKIP, s, n, bt, tunes=tunes), _run(LISTING, s, n, bt)
     assert not bad, bad
     _same(got, full)
 
     def hide(inp):
         inp[GROUP_MAX_REGION][:] = -np.inf
 
-    hidden, _ = _run(LISTING_SKIP, s, n, bt, edit=hide, tunes=SHARE)
+    hidden, _ = _run(LISTING_SKIP, s, n, bt, edit=hide, tunes=tunes)
     top = hidden.outputs["topk"]
-    assert not np.array_equal(top[0], full.outputs["topk"][0]), "row 0 skipped no group"
-    assert np.array_equal(top[1], full.outputs["topk"][1]), "row 1 read the maxima"
+    other = 1 - skipping
+    assert not np.array_equal(top[skipping], full.outputs["topk"][skipping]), \
+        f"row {skipping} skipped no group"
+    assert np.array_equal(top[other], full.outputs["topk"][other]), \
+        f"row {other} read the maxima"
+
+
+def test_the_groups_are_skipped_only_where_the_row_lists_few_of_its_keys():
+    """sel_h1.group_skip_share: row 0 (normal scores: ~2% of the row at or above the first
+    threshold digit) skips groups, row 1 (scaled by 0.3: its threshold bin holds most of the
+    row) takes the plain loop (`_skips_in_row`)."""
+    s, n, bt = _case("normal")
+    s[1] *= np.float32(0.3)
+    _skips_in_row(s, n, bt, SHARE, skipping=0)
 
 
 @pytest.mark.parametrize("early", ["1", "0"])
 def test_the_groups_are_skipped_only_in_rows_of_at_least_the_bound(early):
     """sel_h1.group_skip_min_keys = n_keys of row 1 (one more than row 0's): row 1 skips
     groups, row 0 loads no maxima and takes the plain loop (early loads or the loop of
-    maxima then keys). Both select as the full scan; with every maximum hidden (-inf) row 1
-    loses its keys and row 0, which never reads the maxima, does not."""
+    maxima then keys; `_skips_in_row`)."""
     s, n, bt = _case("normal")
     assert n[1] == n[0] + 1
-    bound = (("sel_h1", "group_skip_min_keys", str(int(n[1]))),
-             ("sel_h1", "group_maxima_early", early))
-    (got, bad), (full, _) = _run(LISTING_SKIP, s, n, bt, tunes=bound), _run(LISTING, s, n, bt)
-    assert not bad, bad
-    _same(got, full)
-
-    def hide(inp):
-        inp[GROUP_MAX_REGION][:] = -np.inf
-
-    hidden, _ = _run(LISTING_SKIP, s, n, bt, edit=hide, tunes=bound)
-    top = hidden.outputs["topk"]
-    assert np.array_equal(top[0], full.outputs["topk"][0]), "row 0 read the maxima"
-    assert not np.array_equal(top[1], full.outputs["topk"][1]), "row 1 skipped no group"
+    _skips_in_row(s, n, bt, (("sel_h1", "group_skip_min_keys", str(int(n[1]))),
+                             ("sel_h1", "group_maxima_early", early)), skipping=1)
 
 
 def test_group_skip_share_is_refused_with_refined_first_digits():

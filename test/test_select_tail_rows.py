@@ -16,7 +16,7 @@ import pytest
 
 from layouts.scores import FIRST_DIGIT_SHIFT, ordered_key
 from stages import select as sel
-from stages.select import (RDY_SOLO, SelectConfig, make_inputs, random_block_table,
+from stages.select import (RDY_SOLO, make_inputs, random_block_table,
                            request_positions, select_launch, slice_bounds)
 from stages.select.config import TAIL_MAX_PER_SLICE
 from tools.check_topk import DISTS, check_rows, scores_for

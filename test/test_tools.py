@@ -724,13 +724,22 @@ def test_stage_rows_name_the_slowest_job():
     assert row["median job (us)"] == 28.25
 
 
+def _fake_gpu(monkeypatch, fake_time):
+    """time_layers' GPU run with no GPU (CI): no backend, no ceilings, `fake_time` in place
+    of each timing."""
+    from monokernel.launch import timing
+    from tools import common
+    monkeypatch.setattr(common, "backend", lambda *a, **k: None)
+    monkeypatch.setattr(timing, "ceilings", lambda: {})
+    monkeypatch.setattr(time_layers, "print_ceilings", lambda ceil: None)
+    monkeypatch.setattr(time_layers, "time_or_report", fake_time)
+
+
 def test_time_layers_versus_times_a_then_b_each_round_and_prints_the_ratio(monkeypatch, capsys):
     """--versus (the GPU's timing faked: no GPU in CI): per case A then B for --rounds rounds,
     B built with --versus' settings on top of --tune's, each row marked; the summary's medians
     and B/A come from the ok runs only (a failed run is counted, not averaged)."""
-    from monokernel.launch import timing
     from stages.index_score import IndexScore
-    from tools import common
     calls = []
     fake_us = iter([100.0, 90.0, 104.0, 91.0, 102.0, 500.0])
 
@@ -740,10 +749,7 @@ def test_time_layers_versus_times_a_then_b_each_round_and_prints_the_ratio(monke
         us = next(fake_us)
         return dict(kind=kind.name, spec=spec.path, pos=pos, wl=wl, us=us,
                     status="FAILED: fake" if us == 500.0 else "ok")
-    monkeypatch.setattr(common, "backend", lambda *a, **k: None)
-    monkeypatch.setattr(timing, "ceilings", lambda: {})
-    monkeypatch.setattr(time_layers, "print_ceilings", lambda ceil: None)
-    monkeypatch.setattr(time_layers, "time_or_report", fake_time)
+    _fake_gpu(monkeypatch, fake_time)
     rc = time_layers.main(["--kind", "index_scoring", "--config", "tiny", "--rows", "2",
                            "--pos", "1000", "--rounds", "3", "--tune", "ix_score.depth=3",
                            "--versus", "ix_score.cached_new_keys=1"])
@@ -760,9 +766,7 @@ def test_time_layers_versus_times_a_then_b_each_round_and_prints_the_ratio(monke
 def test_time_layers_also_times_more_variants_in_the_same_rounds(monkeypatch, capsys):
     """--also (repeatable, with --versus): variants C, D after B in every round, each built
     with A's settings and its own on top (not B's), each reported against A."""
-    from monokernel.launch import timing
     from stages.index_score import IndexScore
-    from tools import common
     calls = []
     fake_us = iter([100.0, 90.0, 110.0, 120.0, 102.0, 92.0, 108.0, 118.0])
 
@@ -771,10 +775,7 @@ def test_time_layers_also_times_more_variants_in_the_same_rounds(monkeypatch, ca
         calls.append((st.depth, st.cached_new_keys))
         return dict(kind=kind.name, spec=spec.path, pos=pos, wl=wl, us=next(fake_us),
                     status="ok")
-    monkeypatch.setattr(common, "backend", lambda *a, **k: None)
-    monkeypatch.setattr(timing, "ceilings", lambda: {})
-    monkeypatch.setattr(time_layers, "print_ceilings", lambda ceil: None)
-    monkeypatch.setattr(time_layers, "time_or_report", fake_time)
+    _fake_gpu(monkeypatch, fake_time)
     rc = time_layers.main(["--kind", "index_scoring", "--config", "tiny", "--rows", "2",
                            "--pos", "1000", "--rounds", "2", "--versus", "ix_score.depth=3",
                            "--also", "ix_score.cached_new_keys=1",
