@@ -30,10 +30,14 @@ VARIANT_TESTS = {
     "test_select_group_max.py": (
         "test_given_maxima_select_what_scanning_every_group_selects",  # distributions
     ),
+    "test_select_tail_rows.py": (
+        "test_every_distribution_selects_what_the_rounds_select",  # tail_max_per_slice
+    ),
     "test_group_max.py": (
         "test_one_request_of_eight_rows_writes_every_groups_maximum",  # memory modes
         "test_sel_h1_skipping_groups_lists_what_the_spans_loop_lists",  # group_skip
         "test_one_pair_chains_maxima_a_chain_behind_are_the_same_bits",  # defer_narrow_gmax
+        "test_the_fused_tail_by_key_count_selects_what_the_rounds_select",  # tail_min_keys
     ),
     "test_index_score_pipeline.py": (
         "test_keys_in_shared_memory_score_as_the_register_path",  # ss_keys
