@@ -219,8 +219,8 @@ def config_for(spec, *, max_slices: int | None = None, digits=None,
                         else SELECT_KIND_DIGITS_WIDE if wide else SELECT_KIND_DIGITS)
     if tail_finish is None:  # (not with a row finish, nor a plan of two digits, nor chosen
         # per row)
-        tail_finish = not tail_per_slice and not tail_min_keys and not amd and wide and not finish_max \
-            and len(digits) > TAIL_EXCHANGED and not fine_digits
+        tail_finish = not (tail_per_slice or tail_min_keys) and not amd and wide \
+            and not finish_max and len(digits) > TAIL_EXCHANGED and not fine_digits
     if fold_first_digits is None:
         fold_first_digits = first_digits_given and not amd
     if group_skip and lean_spans is None:
@@ -294,5 +294,6 @@ register(Kind("select_hist", "the selection with first digits given (score_hist 
               lambda spec, **kw: _kind_launch(spec, hist="buffer", **kw), _kind_inputs,
               default=False, launch_tunables=("waves", "select_digits", "lean_lists", "finish_max",
                                               "tail_finish", "tail_per_slice",
-                                              "tail_min_keys", "cta_publish", "fold_first_digits", "lean_spans",
+                                              "tail_min_keys", "cta_publish",
+                                              "fold_first_digits", "lean_spans",
                                               "fine_digits", "group_max")))
