@@ -1,6 +1,7 @@
 """AMDGCN code objects of the proof kernels: LLVM accepts them for both chips, the notes say
 zero spills and no scratch, the kernarg layout is the declared ABI, rebuilds are identical,
-the kernels carry the amdgpu-no-* attributes, and what a chip lacks is a Python error."""
+the kernels carry the amdgpu-no-* attributes, a kernel's IR text is its own (not numbered by
+what the process built before), and what a chip lacks is a Python error."""
 import pytest
 
 from monokernel.backend import amdgcn
@@ -49,6 +50,20 @@ def test_kernarg_layout_equals_the_declared_abi(artifacts):
 def test_rebuilds_are_byte_identical(artifacts):
     again = build_many([a.kernel for a in artifacts[:4]])
     assert [a.data for a in again] == [a.data for a in artifacts[:4]]
+
+
+@pytest.mark.parametrize("chip", ["gfx950", "sm_90a"])
+def test_a_kernels_llvm_ir_does_not_depend_on_what_was_built_before_it(chip):
+    """IR ids are process-wide; the emitted names number them per kernel: the same kernel
+    built again after another one gives the same IR text (the manifest's llvm_ir_sha256,
+    the compile cache's key), as a build of one kind and of every kind must agree."""
+    p, other = PROOFS["rmsnorm"], next(q for n, q in PROOFS.items() if n != "rmsnorm")
+    if chip not in p.targets:
+        pytest.skip(f"rmsnorm has no {chip} build")
+    first = emit_llvm(p.build(chip, **p.full), chip)
+    if chip in other.targets:
+        emit_llvm(other.build(chip, **other.full), chip)
+    assert emit_llvm(p.build(chip, **p.full), chip) == first
 
 
 def test_kernels_declare_the_implicit_inputs_they_do_not_use():

@@ -176,6 +176,10 @@ class Emitter:
         self.decls: set[str] = set()
         self.names: dict[int, str] = {}
         self.vars: dict[int, str] = {}
+        # IR ids are process-wide (ir._ids): names number them in this kernel's own order of
+        # first use, so its IR text (and the manifest's llvm_ir_sha256, the compile cache's
+        # key) does not depend on what else the process built before it
+        self.local: dict[int, int] = {}
         self.tmp = 0
         self.block = "entry"
 
@@ -230,8 +234,12 @@ class Emitter:
                   "zeroinitializer")
         return out
 
+    def local_id(self, gid: int) -> int:
+        """This kernel's number for IR id `gid` (Value, Var or loop variable)."""
+        return self.local.setdefault(gid, len(self.local))
+
     def define(self, v: Value, expr: str):
-        name = f"%v.{v.id}"
+        name = f"%v.{self.local_id(v.id)}"
         self.emit(f"{name} = {expr}")
         self.names[v.id] = name
 
@@ -915,7 +923,7 @@ class Emitter:
     # ------------------------------------------------------------------ state and control
     def _var_slot(self, var) -> str:
         if var.id not in self.vars:
-            name = f"%var.{var.id}"
+            name = f"%var.{self.local_id(var.id)}"
             self.allocas.append(f"{name} = alloca {self.ty(var.type)}, align 16{self.h.alloca_suffix()}")
             self.vars[var.id] = name
         return self.vars[var.id]
@@ -950,7 +958,7 @@ class Emitter:
         start, stop, step = op.args
         iv = op.attrs["iv"]
         t = self.ty(iv.dtype)
-        slot = f"%iv.{iv.id}"
+        slot = f"%iv.{self.local_id(iv.id)}"
         self.allocas.append(f"{slot} = alloca {t}, align 8{self.h.alloca_suffix()}")
         self.emit(f"store {t} {self.val(start)}, {self.h.alloca_ptr()} {slot}")
         cond, body, exit_ = self.label("for"), self.label("body"), self.label("endfor")
