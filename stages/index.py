@@ -215,8 +215,8 @@ def index_launch(spec, **kw) -> IndexLaunch:
     one persistent kernel. Keywords as index_scoring_launch plus the front's (splits) and the
     selection's (select_digits, lean_lists, finish_max, tail_finish, tail_min_keys (the
     tail finish for rows of at least that many keys, the rounds for shorter ones),
-    cta_publish, fold_first_digits, lean_spans, fine_digits, row_parts, group_max); fine_digits None: on where the chip is
-    sm_90a (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the
+    cta_publish, fold_first_digits, lean_spans, fine_digits, row_parts, group_max);
+    fine_digits None: on where the chip is sm_90a (FINE_DIGITS_ON_NVIDIA), with fold_first_digits None then on too; row_parts (the
     fold sums the scoring's per-job first digits, SelectConfig.row_parts) needs both; None:
     on where both are and the chip is sm_90a (ROW_PARTS_ON_NVIDIA); group_max (the scoring's
     group maxima, sel_h1 skipping the groups below its threshold) None: on where fine_digits

@@ -650,7 +650,7 @@ def _variants(kind, spec, args, target) -> list:
     if not args.versus:
         return [("", A)]
     out = [("A", A)]
-    for name, more in zip(variant_names(args), [args.versus] + list(args.also)):
+    for name, more in zip(variant_names(1 + len(args.also)), [args.versus] + list(args.also)):
         V = common.launch_for(kind, spec, list(args.tune) + list(more))
         if common.same_code(A, V, target):
             print(f"  WARNING: variant {name} leaves {kind.name} {spec.path}'s {target} code "
@@ -659,9 +659,9 @@ def _variants(kind, spec, args, target) -> list:
     return out
 
 
-def variant_names(args) -> list:
-    """The names of the variants timed against A: B (--versus), then C, D, ... (--also)."""
-    return [chr(ord("B") + i) for i in range(1 + len(args.also))]
+def variant_names(count: int) -> list:
+    """The names of `count` variants timed against A: B (--versus), then C, D, ... (--also)."""
+    return [chr(ord("B") + i) for i in range(count)]
 
 
 def versus_summary(rows, tune, versus, also=()) -> str:
@@ -670,7 +670,7 @@ def versus_summary(rows, tune, versus, also=()) -> str:
     def names(ts):
         return ",".join(f"{s}.{a}={v}" for s, a, v in ts)
     settings = [versus] + list(also)
-    vnames = [chr(ord("B") + i) for i in range(len(settings))]
+    vnames = variant_names(len(settings))
     defined = ", ".join(f"{v} = A + {names(t)}" for v, t in zip(vnames, settings))
     out = [f"A/B (B/A < 1: B faster): A = {names(tune) or 'the defaults'}, {defined}"]
     cases = {}

@@ -544,6 +544,12 @@ class SelectConfig:
         (tail_min_keys, `tail_row`)."""
         return self.tail_max_per_slice is not None
 
+    @property
+    def tail_by_keys(self) -> bool:
+        """Whether every job computes its row's form from the row's key count (tail_min_keys,
+        `tail_row`): nothing polled for it."""
+        return self.tail_min_keys is not None
+
     def tail_row(self, n):
         """With tail_min_keys: uniform i1, whether a row of `n` visible keys takes the tail."""
         return n >= self.tail_min_keys

@@ -395,7 +395,7 @@ class Exchange:
             new[X_SOLO] = k.select(gb <= c.solo_max_candidates, k.const(1, u32), 0)
         crowded = None
         # a long row: the tail finish (tail_min_keys, the same choice in every job of the row)
-        keyed_tail = c.tail_row(sl.n) if p == 0 and c.tail_rows and not c.tail_by_bin else None
+        keyed_tail = c.tail_row(sl.n) if p == 0 and c.tail_by_keys else None
         if p == 0 and c.defers:  # a crowded threshold bin: sel_h2 builds the lists
             crowded = (gb - ga) > k.max(sl.n >> DEFER_SHIFT, DEFER_MIN_TOPKS * c.topk)
             defer = ~takeall & crowded

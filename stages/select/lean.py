@@ -222,7 +222,7 @@ class LeanScan:
                                  f"a lane in the waves' own spans (lean_lane_keys "
                                  f"{n_lane}, lean_spans {int(spans)})")
             share = self._count_tunable("group_skip_share", 0)
-            pays = self._long_row(k, sl)
+            pays = self._long_row(sl)
             if share:
                 share_pays = self._groups_pay(k, sl, lds, share)
                 pays = share_pays if pays is None else pays & share_pays
@@ -243,7 +243,7 @@ class LeanScan:
             self._gather_spans(k, io, sl, lds, run, start)
         return spans
 
-    def _long_row(self, k, sl):
+    def _long_row(self, sl):
         """group_skip_min_keys: uniform i1, the row has at least that many visible keys (the
         group skip's rows); None where every row skips (0)."""
         least = self._count_tunable("group_skip_min_keys", 0)
@@ -350,7 +350,7 @@ class LeanScan:
         L = k.L
         span_lo, _, _ = self._lean_wave_span(k, sl)
         g_lo = span_lo >> GROUP_SHIFT  # (a span starts a whole number of iterations in)
-        long_row = self._long_row(k, sl)  # (a shorter row never reads them: none loaded)
+        long_row = self._long_row(sl)  # (a shorter row never reads them: none loaded)
         return [self._maxima_at(k, io, sl, g_lo + it * GROUPS_A_LANE * L
                                 + GROUPS_A_LANE * k.lane_id(), long_row)
                 for it in range(self._group_iterations(k))]

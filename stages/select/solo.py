@@ -23,7 +23,7 @@ class SoloFinish:
         slice's pair instead, the flag the same in each, and its decision then takes only
         the acquire (`_consume`): one poll round trip on the path, not two."""
         c = self.cfg
-        if c.tail_rows and not c.tail_by_bin:  # (tail_min_keys: from the row's key count)
+        if c.tail_by_keys:  # (from the row's key count: nothing to poll)
             return c.tail_row(sl.n)
         flag = lds["solo"]
         with _wave0(k):
