@@ -610,11 +610,12 @@ class KernelBuilder:
         self.uses.add("bulk")
         self._emit("bulk_load_lds", (dst, src, idx, bar), (), dict(nbytes=nbytes))
 
-    def tma_load_rows(self, dst, tmap: str, row, bar):
+    def tma_load_rows(self, dst, tmap: str, row, bar, col=0):
         """Lane 0 starts a TMA tensor copy: the box of kernel argument `tmap` (an
-        ir.TensorMap: box_rows rows of row_bytes bytes of the 2-D view of buffer `of`) from
-        row `row` on, into LDS `dst`, completing on `bar` (whose phase must expect the box's
-        bytes: mbar_arrive_tx). With swizzle 128 the rows land 128B-swizzled
+        ir.TensorMap: box_rows rows of its box_width bytes of the 2-D view of buffer `of`)
+        from row `row` and byte `col` of it on (col: a uniform i32, a multiple of 16; 0 with
+        whole-row boxes), into LDS `dst`, completing on `bar` (whose phase must expect the
+        box's bytes: mbar_arrive_tx). With swizzle 128 the rows land 128B-swizzled
         (atoms.base.swizzled), the layout a wgmma descriptor of swizzle mode 1 reads: `dst`
         then starts on a 1024-byte boundary (atoms.base.SW128_ATOM_BYTES). Why: fp8 wgmma reads
         K-major operands only, and a row-major tile is K-major only swizzled (a no-swizzle
@@ -630,11 +631,18 @@ class KernelBuilder:
             row = self.const(row, i32)
         if row.dtype != i32 or row.n != 1 or not row.uniform:
             raise DSLError(f"tma_load_rows: row must be a uniform i32, got {row!r}")
+        if isinstance(col, int):
+            if col % ir.BULK_ALIGN or not 0 <= col <= tm.row_bytes - tm.box_width:
+                raise DSLError(f"tma_load_rows: col {col} of {tmap!r}; a multiple of "
+                               f"{ir.BULK_ALIGN} in 0 .. {tm.row_bytes - tm.box_width}")
+            col = self.const(col, i32)
+        if not isinstance(col, Value) or col.dtype != i32 or col.n != 1 or not col.uniform:
+            raise DSLError(f"tma_load_rows: col must be a uniform i32, got {col!r}")
         self.uses.add("bulk")
         self._emit("tma_load_rows", (dst, getattr(self.args, tmap), getattr(self.args, tm.of),
-                                     row, bar), (),
+                                     row, bar, col), (),
                    dict(box_rows=tm.box_rows, row_bytes=tm.row_bytes, swizzle=tm.swizzle,
-                        nbytes=tm.box_bytes, tmap=tmap))
+                        box_width=tm.box_width, nbytes=tm.box_bytes, tmap=tmap))
 
     # lane-private asynchronous copies into LDS, retired in counted groups
     ASYNC_COPY_BYTES = (4, 8, 16)  # a cp.async moves 4, 8 or 16 bytes a lane

@@ -20,8 +20,8 @@ import numpy as np
 
 from . import numerics
 from .atoms.base import SW128_ATOM_BYTES, swizzled
-from .ir import (L2_LINE_BYTES, MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES, Kernel, Ptr,
-                 access_alignment, derived_args)
+from .ir import (BULK_ALIGN, L2_LINE_BYTES, MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES,
+                 Kernel, Ptr, access_alignment, derived_args)
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
@@ -659,7 +659,7 @@ class Wave:
         (the tensor map's bytes are the CUDA launcher's); a box past the buffer's end is an
         error (TMA would fill it with zeros: no kernel here means to read there)."""
         a = op.attrs
-        rows, rb, nbytes = a["box_rows"], a["row_bytes"], a["nbytes"]
+        rows, rb, nbytes, width = a["box_rows"], a["row_bytes"], a["nbytes"], a["box_width"]
         bar = int(self.get(op.args[4])[0, 0])
         st = self._mbar_state(bar, "tma_load_rows")
         dst = int(self.get(op.args[0])[0, 0])
@@ -667,12 +667,17 @@ class Wave:
             raise InterpError(f"tma_load_rows: a 128B-swizzled box at LDS byte {dst}; it starts "
                               f"on a {SW128_ATOM_BYTES}-byte boundary")
         row = int(self.get(op.args[3]).astype(np.int64)[0, 0])
+        col = int(self.get(op.args[5]).astype(np.int64)[0, 0])
         if row < 0:
             raise InterpError(f"tma_load_rows: row {row} of {a['tmap']}")
-        src = self.get(op.args[2]).astype(np.int64)[:1, 0] + row * rb
+        if col < 0 or col % BULK_ALIGN or col + width > rb:
+            raise InterpError(f"tma_load_rows: col {col} of {a['tmap']} ({width}-byte box rows "
+                              f"of {rb}-byte rows, {BULK_ALIGN}-byte aligned)")
+        src = self.get(op.args[2]).astype(np.int64)[0, 0] + (row + np.arange(rows)) * rb + col
         mem = self.run.mem
-        b, gidx = mem.locate(src, nbytes, f"tma_load_rows {a['tmap']} rows {row} .. "
-                                          f"{row + rows - 1}")
+        b, gidx = mem.locate(src, width, f"tma_load_rows {a['tmap']} rows {row} .. "
+                                         f"{row + rows - 1}, bytes {col} .. {col + width - 1}")
+        gidx = gidx.reshape(1, nbytes)  # (the box's rows back to back, as it lands)
         self._dep_check(b, "tma_load_rows", write=False)
         lidx = self._lds_index(np.array([dst], np.int64), nbytes, "tma_load_rows destination")
         if a["swizzle"]:

@@ -258,9 +258,11 @@ class Ptr:
 class TensorMap(Ptr):
     """A global buffer of TENSOR_MAP_BYTES holding the TMA descriptor (CUtensorMap) of the
     2-D view of buffer argument `of` as rows of `row_bytes` bytes (its bytes / row_bytes rows),
-    boxes of `box_rows` rows, `swizzle` 0 or 128. Launchers derive it from `of` (the CUDA
-    launcher encodes it with cuTensorMapEncodeTiled at the buffer's address; the interpreter
-    reads `of` itself), so a caller never passes it."""
+    boxes of `box_rows` rows of `box_row_bytes` bytes (0: whole rows; a narrower box is a
+    column window of a row-major matrix, e.g. a 128-k block of a weight tile), `swizzle` 0 or
+    128. Launchers derive it from `of` (the CUDA launcher encodes it with
+    cuTensorMapEncodeTiled at the buffer's address; the interpreter reads `of` itself), so a
+    caller never passes it."""
     dtype: DType = u8
     readonly: bool = True
     constant: bool = False
@@ -268,6 +270,7 @@ class TensorMap(Ptr):
     row_bytes: int = 0
     box_rows: int = 0
     swizzle: int = 0
+    box_row_bytes: int = 0
 
     def __post_init__(self):
         if not self.of.isidentifier():
@@ -281,13 +284,23 @@ class TensorMap(Ptr):
         if self.swizzle not in TMA_SWIZZLES:
             raise ValueError(f"TensorMap of {self.of}: swizzle {self.swizzle!r}; one of "
                              f"{TMA_SWIZZLES}")
-        if self.swizzle and self.row_bytes > SW128_ROW_BYTES:
-            raise ValueError(f"TensorMap of {self.of}: {self.row_bytes}-byte rows exceed the "
-                             f"{SW128_ROW_BYTES}-byte swizzle span")
+        if self.box_row_bytes < 0 or self.box_row_bytes % BULK_ALIGN or \
+                self.box_row_bytes > self.row_bytes:
+            raise ValueError(f"TensorMap of {self.of}: box_row_bytes {self.box_row_bytes!r}; 0 "
+                             f"(whole rows) or a multiple of {BULK_ALIGN} up to row_bytes "
+                             f"{self.row_bytes}")
+        if self.swizzle and self.box_width > SW128_ROW_BYTES:
+            raise ValueError(f"TensorMap of {self.of}: {self.box_width}-byte box rows exceed "
+                             f"the {SW128_ROW_BYTES}-byte swizzle span")
+
+    @property
+    def box_width(self) -> int:
+        """Bytes of a box row (the whole row unless box_row_bytes narrows it)."""
+        return self.box_row_bytes or self.row_bytes
 
     @property
     def box_bytes(self) -> int:
-        return self.box_rows * self.row_bytes
+        return self.box_rows * self.box_width
 
 
 def derived_args(abi: "ABI") -> list:

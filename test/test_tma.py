@@ -17,7 +17,7 @@ from monokernel.interp import InterpError
 from monokernel.memory import MemoryFault
 from monokernel.ir import TensorMap
 from monokernel.proofs import tma_keys as tk
-from monokernel.types import u8, u32
+from monokernel.types import i32, u8, u32
 
 MODES = ("inorder", "random", "relaxed")
 
@@ -47,8 +47,10 @@ def test_an_unswizzled_box_scores_wrong(monkeypatch):
     assert _run(2, "inorder") > 0.1
 
 
-def _copy_kernel(*, dst_offset=0, swizzle=128, row=1, wait=True, target="interp"):
-    tm = TensorMap(of="src", row_bytes=128, box_rows=8, swizzle=swizzle)
+def _copy_kernel(*, dst_offset=0, swizzle=128, row=1, wait=True, target="interp",
+                 row_bytes=128, box_row_bytes=0, col=0):
+    tm = TensorMap(of="src", row_bytes=row_bytes, box_rows=1024 // (box_row_bytes or row_bytes),
+                   swizzle=swizzle, box_row_bytes=box_row_bytes)
 
     def body(k):
         a = k.args
@@ -61,7 +63,8 @@ def _copy_kernel(*, dst_offset=0, swizzle=128, row=1, wait=True, target="interp"
         k.barrier()
         with k.if_(k.wave_id().eq(0)):
             k.mbar_arrive_tx(bar, tm.box_bytes)
-            k.tma_load_rows(buf, "src_tmap", row, bar)
+            k.tma_load_rows(buf, "src_tmap", row, bar, col=col if isinstance(col, int) else
+                            k.const(col[0], i32))
         if wait:
             k.mbar_wait(bar, 0)
         for i0 in range(0, 8 * 128 // 4, k.L):
@@ -84,6 +87,35 @@ def test_a_box_lands_at_its_swizzled_places(swizzle):
     plain = np.arange(1024)
     want[swizzled(plain) if swizzle else plain] = src[128:128 + 1024]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("swizzle", [0, 128])
+def test_a_column_window_box_lands_at_its_swizzled_places(swizzle):
+    """Boxes of 128 bytes of 512-byte rows (a 128-k block of a row-major weight tile): rows
+    1..8, bytes 256..383 of each, row after row, swizzled as whole-row boxes are."""
+    from monokernel.atoms.base import swizzled
+    src = (np.arange(16 * 512, dtype=np.uint32) * 7 % 251).astype(np.uint8)
+    out = np.zeros(256, np.uint32)
+    interp.run(_copy_kernel(swizzle=swizzle, row_bytes=512, box_row_bytes=128, col=256),
+               dict(src=src, out=out), grid=1)
+    want = np.zeros(1024, np.uint8)
+    plain = np.arange(1024)
+    box = src.reshape(16, 512)[1:9, 256:384].reshape(-1)
+    want[swizzled(plain) if swizzle else plain] = box
+    np.testing.assert_array_equal(out.view(np.uint8), want)
+
+
+def test_the_column_window_is_checked_in_the_dsl_and_at_run_time():
+    """A column past the row or off the 16-byte grid: by name at build time (a constant) and
+    in the interpreter (a run-time value)."""
+    with pytest.raises(DSLError, match="col 448"):
+        _copy_kernel(row_bytes=512, box_row_bytes=128, col=448)
+    with pytest.raises(DSLError, match="col 8"):
+        _copy_kernel(row_bytes=512, box_row_bytes=128, col=8)
+    src, out = np.zeros(16 * 512, np.uint8), np.zeros(256, np.uint32)
+    with pytest.raises(InterpError, match="col 392"):
+        interp.run(_copy_kernel(row_bytes=512, box_row_bytes=128, col=(392,)),
+                   dict(src=src, out=out), grid=1)
 
 
 def test_reading_the_box_before_the_wait_is_an_error():
@@ -113,7 +145,10 @@ def test_the_tensor_map_is_derived_not_passed():
     (dict(row_bytes=100, box_rows=8), "row_bytes 100"),
     (dict(row_bytes=128, box_rows=300), "box_rows 300"),
     (dict(row_bytes=128, box_rows=8, swizzle=64), "swizzle 64"),
-    (dict(row_bytes=256, box_rows=8, swizzle=128), "256-byte rows exceed"),
+    (dict(row_bytes=256, box_rows=8, swizzle=128), "256-byte box rows exceed"),
+    (dict(row_bytes=512, box_rows=8, swizzle=128, box_row_bytes=256), "256-byte box rows"),
+    (dict(row_bytes=512, box_rows=8, box_row_bytes=520), "box_row_bytes 520"),
+    (dict(row_bytes=512, box_rows=8, box_row_bytes=72), "box_row_bytes 72"),
 ])
 def test_bad_tensor_maps_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -134,6 +169,21 @@ def test_sm90a_lowering_assembles():
     ptx = build_ptx(tk.build("sm_90a", steps=3), "sm_90a")
     assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier") == 3
     assert ".extern .shared .align 1024" in ptx
+    report = ptxas_report(ptx)
+    if report is not None:
+        assert "0 bytes spill stores" in report, report
+
+
+def test_sm90a_lowering_of_a_column_window_passes_the_column():
+    """The box's byte column is the copy's innermost coordinate ({col, row})."""
+    import re
+    from monokernel.backend.nvptx import build_ptx
+    ptx = build_ptx(_copy_kernel(target="sm_90a", row_bytes=512, box_row_bytes=128, col=256),
+                    "sm_90a")
+    copy = re.search(r"cp\.async\.bulk\.tensor\.2d\S* \[[^]]+\], \[[^,]+, \{([^}]+)\}\]", ptx)
+    assert copy, ptx
+    col, row = (x.strip() for x in copy.group(1).split(","))
+    assert col != row
     report = ptxas_report(ptx)
     if report is not None:
         assert "0 bytes spill stores" in report, report

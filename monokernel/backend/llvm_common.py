@@ -72,7 +72,7 @@ class TargetHooks:
     def bulk_load_lds(self, e: "Emitter", dst: str, src: str, nbytes: int, bar: str):
         self._no_bulk("bulk_load_lds")
 
-    def tma_load_rows(self, e: "Emitter", dst: str, tmap: str, row: str, bar: str):
+    def tma_load_rows(self, e: "Emitter", dst: str, tmap: str, row: str, bar: str, col: str):
         self._no_bulk("tma_load_rows")
 
     def mbar_try_wait(self, e: "Emitter", bar: str, parity: str) -> str:
@@ -737,9 +737,9 @@ class Emitter:
                                                  op.attrs["nbytes"], self.val(bar)))
 
     def op_tma_load_rows(self, op):
-        dst, tmap, _, row, bar = op.args  # (the buffer itself is the interpreter's)
+        dst, tmap, _, row, bar, col = op.args  # (the buffer itself is the interpreter's)
         self._lane0(lambda: self.h.tma_load_rows(self, self.val(dst), self.val(tmap),
-                                                 self.val(row), self.val(bar)))
+                                                 self.val(row), self.val(bar), self.val(col)))
 
     def op_async_copy(self, op):
         dst, di, src, si = op.args

@@ -274,13 +274,13 @@ class NVPTXHooks(TargetHooks):
                f'(ptr addrspace(3) {dst}, ptr addrspace(1) {src}, i32 {nbytes}, '
                f'ptr addrspace(3) {bar})')
 
-    def tma_load_rows(self, e: Emitter, dst: str, tmap: str, row: str, bar: str):
+    def tma_load_rows(self, e: Emitter, dst: str, tmap: str, row: str, bar: str, col: str):
         # the tensor map in global memory (ir.TensorMap, written by the launcher before the
-        # launch); coordinates innermost first: byte 0 of row `row`
+        # launch); coordinates innermost first: byte `col` of row `row`
         e.emit('call void asm sideeffect "cp.async.bulk.tensor.2d.shared::cluster.global.tile.'
-               'mbarrier::complete_tx::bytes [$0], [$1, {0, $2}], [$3];", "l,l,r,l,~{memory}"'
+               'mbarrier::complete_tx::bytes [$0], [$1, {$4, $2}], [$3];", "l,l,r,l,r,~{memory}"'
                f'(ptr addrspace(3) {dst}, ptr addrspace(1) {tmap}, i32 {row}, '
-               f'ptr addrspace(3) {bar})')
+               f'ptr addrspace(3) {bar}, i32 {col})')
 
     def mbar_inval(self, e: Emitter, bar: str):
         e.emit('call void asm sideeffect "mbarrier.inval.shared::cta.b64 [$0];", "l,~{memory}"'

@@ -279,8 +279,9 @@ class CudaKernel:
 
     def _tensor_map(self, slot, buf):
         """The device copy of the TMA descriptor `slot` (an ir.TensorMap) of tensor `buf`:
-        its bytes as rows of row_bytes, boxes of box_rows rows, encoded once per (address,
-        size) and kept for the kernel's lifetime (the launch reads it from global memory)."""
+        its bytes as rows of row_bytes, boxes of box_rows rows of box_width bytes, encoded
+        once per (address, size) and kept for the kernel's lifetime (the launch reads it from
+        global memory)."""
         import torch
         tm: TensorMap = slot.kind
         if not isinstance(buf, torch.Tensor) or not buf.is_cuda:
@@ -300,7 +301,7 @@ class CudaKernel:
             tmap = _check(drv, drv.cuTensorMapEncodeTiled(
                 drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, u32(2), buf.data_ptr(),
                 [u64(tm.row_bytes), u64(nbytes // tm.row_bytes)], [u64(tm.row_bytes)],
-                [u32(tm.row_bytes), u32(tm.box_rows)], [u32(1), u32(1)],
+                [u32(tm.box_width), u32(tm.box_rows)], [u32(1), u32(1)],
                 drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
                 swz.CU_TENSOR_MAP_SWIZZLE_128B if tm.swizzle else swz.CU_TENSOR_MAP_SWIZZLE_NONE,
                 drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
