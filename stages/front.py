@@ -91,6 +91,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from layouts.offsets import Access
+from monokernel.atoms.base import SW128_ATOM_BYTES
+from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
 from layouts.regions import PlainBuffer, TaggedPairs
 from monokernel import numerics
 from monokernel.types import bf16, dtype as as_dtype, f32, fp8e4m3fn, i32, i64, u8, u32, u64
@@ -431,7 +433,7 @@ class FrontProj(Stage):
     name = "front_proj"
     rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
     TUNABLES = ("loads_in_flight", "straight", "async_weights", "half", "act_terms", "wg_depth",
-                "wg_prefetch")
+                "wg_prefetch", "tma_weights")
     CHOICES = {"half": ("bf16", "f16")}
     # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT): deeper
     # rings measured slower on the H200 (bench/NOTES.md v16)
@@ -451,6 +453,11 @@ class FrontProj(Stage):
     _act_terms = 0
     wg_depth = None  # the fp8 tile's weight blocks in flight (None: WEIGHT_DEPTH_BLOCKS)
     wg_prefetch = False  # the fp8 tile's weights asked of the L2 before its staging
+    # the fp8 tile's weights by TMA into LDS, every block of a job asked for at its start and
+    # read there by the SS wgmma (wgmma_proj.TmaWeights: the staging's proxy fence then has
+    # no weight load to wait for); needs act_terms, sm_90a or the interpreter
+    tma_weights = False
+    WEIGHT_MAP = "qkv_a_w_tmap"  # the weights' tensor map argument (tma_weights)
 
     @property
     def act_terms(self) -> int:
@@ -476,6 +483,8 @@ class FrontProj(Stage):
         if self.act_terms:
             T = wgmma_proj.tiling(p.rows, self.act_terms)
             lds = 4 * (wgmma_proj.b_lds_words(T, p.chunk) + wgmma_proj.max_lds_words(T, p.chunk))
+        if self._tma():
+            lds += wgmma_proj.ring_bytes(p.chunk // BLOCK)
         if self.async_weights:
             lds += TILE_N * p.chunk  # the job's weights (async_slot_words: a byte each)
         if self.half == "f16":
@@ -483,6 +492,21 @@ class FrontProj(Stage):
         return [Job(j, cost_bytes=wbytes + abytes + p.rows * TILE_N * 4,
                     cost_flops=2 * TILE_N * p.chunk * p.rows, lds_bytes=lds)
                 for j in range(p.tiles * p.splits)]
+
+    def _tma(self) -> bool:
+        """tma_weights, checked: it is a form of the fp8 tile (act_terms)."""
+        if self.tma_weights and not self.act_terms:
+            raise ValueError("front_proj.tma_weights = 1 is a form of the fp8 warpgroup tile: "
+                             "set front_proj.act_terms (1 .. 4) too")
+        return bool(self.tma_weights)
+
+    def kernel_args(self) -> dict:
+        out = super().kernel_args()
+        if self._tma():
+            out[self.WEIGHT_MAP] = TensorMap(of="qkv_a_w", row_bytes=self.p.hidden,
+                                             box_rows=wgmma_proj.TILE_M, box_row_bytes=BLOCK,
+                                             swizzle=TMA_SWIZZLE_128B)
+        return out
 
     def regions(self):
         p = self.p
@@ -569,13 +593,19 @@ class FrontProj(Stage):
         """The job on sm_90a's fp8 warpgroup MMA (act_terms e4m3 terms a value)."""
         p = self.p
         a = _args(k, io, self.buffers())
-        T = wgmma_proj.tiling(p.rows, self.act_terms)
+        tma = self._tma()
+        T = wgmma_proj.tiling(p.rows, self.act_terms, natural=tma)
         R, KC, H = p.rows, p.chunk, p.hidden
         t = job / p.splits
         s = job % p.splits
         k0 = s * KC
         b = k.lds("front_b", u32, wgmma_proj.b_lds_words(T, KC))
         mx = k.lds("front_max", u32, wgmma_proj.max_lds_words(T, KC))
+        if tma:
+            tma = wgmma_proj.TmaWeights(
+                self.WEIGHT_MAP, k.lds("front_w_ring", u8, wgmma_proj.ring_bytes(KC // BLOCK),
+                                       align=SW128_ATOM_BYTES),
+                "front_w_ring", k.mbarrier("front_w_bars", KC // BLOCK))
 
         def value8(x8, g8):  # a = x * g, exact in f32 (a product of two bf16)
             return k.cast(x8, f32) * k.cast(g8, f32)
@@ -592,7 +622,7 @@ class FrontProj(Stage):
                                                              mask=m),
                            staged=lambda: io.env.phase(0),
                            depth=self.wg_depth or wgmma_proj.WEIGHT_DEPTH_BLOCKS,
-                           prefetch=self.wg_prefetch)
+                           prefetch=self.wg_prefetch, tma=tma or None)
         self._publish(k, job, io)
 
     def _publish(self, k, job, io):

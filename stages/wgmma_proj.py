@@ -42,7 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from monokernel.atoms.base import desc_units
 from monokernel.atoms.nvidia import wgmma_e4m3
+from monokernel.ir import MBARRIER_BYTES
 from monokernel.types import f32, fp8e4m3fn, i32, u32, u64
 
 from .mma_tile import BLOCK, LOAD_BYTES, PIECE_K, LaneFn, a_permutation, range_scales
@@ -93,7 +95,10 @@ class WgTiling:
         return self.n * self.atom.k // u32.bytes
 
     @staticmethod
-    def of(rows: int, terms: int) -> "WgTiling":
+    def of(rows: int, terms: int, natural: bool = False) -> "WgTiling":
+        """`natural`: the block's K in its own order (the weights read from LDS as TMA placed
+        them: `TmaWeights`), not permuted for the lanes' contiguous register loads; B is
+        staged in the same order either way."""
         if not 1 <= terms <= MAX_TERMS:
             raise ValueError(f"wgmma_proj: {terms} activation terms; 1 .. {MAX_TERMS}")
         if not 1 <= rows <= TERM_COLS:
@@ -101,6 +106,8 @@ class WgTiling:
         n = TERM_COLS * terms
         at = wgmma_e4m3(n)
         perm, held, window, lane_k, a_words = a_permutation(at, WARP)
+        if natural:
+            perm = tuple(range(BLOCK))
         ar = at.a_rows()
         if any((ar[WARP * w:WARP * (w + 1)] != ar[:WARP] + 16 * w).any() for w in range(4)):
             raise ValueError(f"{at.name}: warp w's A rows are not warp 0's + 16 w")
@@ -156,10 +163,33 @@ class WgTiling:
 _CACHE: dict = {}
 
 
-def tiling(rows: int, terms: int) -> WgTiling:
-    if (rows, terms) not in _CACHE:
-        _CACHE[(rows, terms)] = WgTiling.of(rows, terms)
-    return _CACHE[(rows, terms)]
+def tiling(rows: int, terms: int, natural: bool = False) -> WgTiling:
+    key = (rows, terms, natural)
+    if key not in _CACHE:
+        _CACHE[key] = WgTiling.of(rows, terms, natural)
+    return _CACHE[key]
+
+
+@dataclass(frozen=True)
+class TmaWeights:
+    """The tile's weights by TMA into LDS, read there by the SS wgmma (A through a 128B-
+    swizzled descriptor), instead of loaded into registers. Why: the staging's proxy fence
+    (MEMBAR.ALL.CTA) waits for every access its thread has in flight, so register weight
+    loads issued before it delayed the staging (H200: staged 5.6 us into the job) and issued
+    after it started the stream ~4 us late (bench/NOTES.md v26); a tensor copy is no access
+    of the thread's, so every block of the job is asked for at the job's start and the
+    staging runs under the stream. `tmap`: the kernel's ir.TensorMap argument of the weights
+    (TILE_M rows of BLOCK bytes a box, swizzle 128), `ring` / `ring_name`: u8 LDS of
+    ring_bytes(blocks) aligned to SW128_ATOM_BYTES, `bars`: `blocks` mbarriers."""
+    tmap: str
+    ring: object
+    ring_name: str
+    bars: object
+
+
+def ring_bytes(blocks: int) -> int:
+    """LDS of a job's weight boxes (TmaWeights): every block of the job at once."""
+    return blocks * TILE_M * BLOCK
 
 
 def b_lds_words(T: WgTiling, chunk: int) -> int:
@@ -293,7 +323,8 @@ def load_pieces(k, T: WgTiling, chunk: int, load_row8, load_shared8, crew):
 
 def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0, k0, kb0,
             blocks: int, b_lds, b_name: str, mx_lds, load_row8, value8, emit, load_shared8=None,
-            staged=None, depth: int = WEIGHT_DEPTH_BLOCKS, prefetch: bool = False):
+            staged=None, depth: int = WEIGHT_DEPTH_BLOCKS, prefetch: bool = False,
+            tma: TmaWeights | None = None):
     """The tile's partial sums (module doc): out[m, r] = sum over the job's blocks of
     Wdq[row0 + m, k] * a[r, k] for the 64 rows from row0 (a multiple of 64).
 
@@ -307,9 +338,17 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
     staged()      called once the activations are staged (a phase mark)
     depth         weight blocks in flight ahead of the one summed
     prefetch      the tile's weight rows asked of the L2 (bulk prefetches) before the staging,
-                  whose loads then find them there"""
+                  whose loads then find them there
+    tma           the weights by TMA into LDS (TmaWeights; T of natural K order; one
+                  warpgroup): `w`, `w_stride`, `depth` and `prefetch` then unused"""
     at = T.atom
     check(k, T, blocks * BLOCK)
+    if tma is not None:
+        _project_tma(k, T, tma, scale=scale, scale_stride=scale_stride, row0=row0, k0=k0,
+                     kb0=kb0, blocks=blocks, b_lds=b_lds, b_name=b_name, mx_lds=mx_lds,
+                     load_row8=load_row8, value8=value8, emit=emit, load_shared8=load_shared8,
+                     staged=staged)
+        return
     chunk = blocks * BLOCK
     lane, wave = k.lane_id(), k.wave_id()
     rows_l = [row0 + wave * (TILE_M // 4) + fn.emit(k, lane) for fn in T.a_rows]
@@ -379,6 +418,66 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
         pre = {i: loads(i) for i in range(depth)}
         k.named_barrier(STAGED_BARRIER, k.W)
         _chain(pre)
+
+
+def _project_tma(k, T, tma, *, scale, scale_stride, row0, k0, kb0, blocks, b_lds, b_name,
+                 mx_lds, load_row8, value8, emit, load_shared8, staged):
+    """project() with the weights by TMA (TmaWeights): wave 0 sets up a job's mbarriers and
+    asks for every block's box (TILE_M rows x BLOCK bytes, 128B-swizzled) at once; the CTA
+    stages B under the stream; block i's chain waits for its box and reads A from it (chunk
+    c at + c x 32 bytes of the swizzled rows, as a page of keys is read: index_score_sm90)."""
+    if not T.perm == tuple(range(BLOCK)):
+        raise ValueError("wgmma_proj: weights by TMA are read in their own K order; stage B "
+                         "with tiling(..., natural=True)")
+    if k.W != GROUP_LANES // WARP:
+        raise ValueError(f"wgmma_proj: weights by TMA in one warpgroup a CTA; this kernel: "
+                         f"{k.W} waves")
+    chunk = blocks * BLOCK
+    box = TILE_M * BLOCK
+    ss = wgmma_e4m3(T.n, a_smem=True, a_sw128=True)
+    issuer = k.wave_id().eq(0)
+    bars = [k.ptr_add(tma.bars, i * MBARRIER_BYTES) for i in range(blocks)]
+    k.barrier()  # the previous job is done reading B, the maxima and the ring
+    with k.if_(issuer):
+        for bar in bars:
+            k.mbar_init(bar, 1)
+    k.barrier()  # the mbarriers are set up before any wave waits on them
+    with k.if_(issuer):
+        for i, bar in enumerate(bars):
+            k.mbar_arrive_tx(bar, box)
+            k.tma_load_rows(k.ptr_add(tma.ring, i * box), tma.tmap, row0, bar,
+                            col=k0 + i * BLOCK)
+    crew = Crew(k.wave_id() * k.L + k.lane_id(), k.W * k.L, k.barrier)
+    pending = load_pieces(k, T, chunk, load_row8, load_shared8, crew)
+    _stage(k, T, b_lds, mx_lds, chunk, pending, value8, crew)
+    k.barrier()  # every thread's B stores, fenced for the async proxy
+    if staged:
+        staged()
+    srow = (row0 / BLOCK) * scale_stride + kb0  # the tile lies in one 128-row scale block
+    scales = [k.load(scale, srow + i, f32) for i in range(blocks)]
+    b0 = k.lds_offset(b_name)
+    a0 = k.opaque(ss.a_smem_descriptor(k.lds_offset(tma.ring_name)), u64)
+    zero = k.vec(*[k.const(0.0, f32)] * ss.c_slots)
+    total, prev = zero, None
+    for i in range(blocks):
+        k.mbar_wait(bars[i], 0)
+        k.wgmma_fence()
+        acc = zero
+        for c in range(T.chunks):
+            desc = ss.smem_descriptor(b0 + ((i * T.chunks + c) * T.chunk_words) * u32.bytes)
+            acc = k.wgmma(ss, a0 + desc_units(i * box + c * ss.k), k.const(desc, u64), acc)
+        k.wgmma_commit()
+        if prev is not None:
+            k.wgmma_wait(1)  # block i - 1's chain (block i's runs on)
+            total = k.fma(prev[0], prev[1], total)
+        prev = (acc, scales[i])
+    k.wgmma_wait(0)
+    total = k.fma(prev[0], prev[1], total)
+    k.barrier()  # every wave is past its waits: the mbarriers may be set up again
+    with k.if_(issuer):
+        for bar in bars:
+            k.mbar_inval(bar)
+    _emit(k, T, mx_lds, chunk, row0, total, emit)
 
 
 def _emit(k, T, mx_lds, chunk, row0, total, emit):

@@ -76,12 +76,13 @@ def test_reference_terms_error_bound(terms):
         assert (err[big] == 0).all()
 
 
-def terms_launch(rows, kv="fp8", terms=3, warpgroups=1):
+def terms_launch(rows, kv="fp8", terms=3, warpgroups=1, tma=False):
     L = F.front_launch(BuildSpec.make("tiny", rows=rows, kv=kv, target="interp"),
                        waves=warpgroups * W.GROUP_LANES // W.WARP)
     for st in L.stages:
         if isinstance(st, F.FrontProj):
             st.act_terms = terms
+            st.tma_weights = tma
     return L
 
 
@@ -131,6 +132,43 @@ def test_warp_specialized_form_gives_the_same_bits(rows, mode):
     assert np.array_equal(r1.regions["front_part"], r2.regions["front_part"])
 
 
+TMA_CASES = [(8, "fp8", 3, "relaxed"), (2, "bf16", 2, "random"), (4, "fp8", 4, "inorder")]
+
+
+@pytest.mark.parametrize("rows,kv,terms,mode", TMA_CASES,
+                         ids=["-".join(map(str, c)) for c in TMA_CASES])
+def test_weights_by_tma_match_the_reference_and_the_register_form(rows, kv, terms, mode):
+    """`front_proj.tma_weights`: the weights' boxes copied into LDS at the job's start and
+    read by the SS wgmma in their own K order. The same reference check, and the partial sums
+    within f32 rounding of the register form's (the block's products are the same; only the
+    k a wgmma sums together differ)."""
+    regs, tma = terms_launch(rows, kv, terms), terms_launch(rows, kv, terms, tma=True)
+    inp = inputs(regs, seed=rows + 7 * terms)
+    r1 = regs.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    r2 = tma.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
+    check_terms_front(tma, inp, r2)
+    a, b = r1.regions["front_part"], r2.regions["front_part"]
+    assert np.abs(a - b).max() <= INTERP_REL_TOL * np.abs(a).max()
+
+
+def test_weights_by_tma_in_the_permuted_order_are_caught(monkeypatch):
+    """Negative control: B staged in the register form's K permutation while A is read in
+    the boxes' own order: refused by name, and, the check bypassed, wrong sums."""
+    with pytest.raises(ValueError, match="their own K order"):
+        monkeypatch.setattr(W, "tiling", lambda rows, terms, natural=False:
+                            W.WgTiling.of(rows, terms))
+        L = terms_launch(2, tma=True)
+        L.run_interp(fresh(inputs(L, seed=4)), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    T = W.WgTiling.of(2, 3)
+    monkeypatch.setattr(W, "tiling", lambda rows, terms, natural=False:
+                        W.WgTiling(**{**T.__dict__, "perm": tuple(range(W.BLOCK))}))
+    L = terms_launch(2, tma=True)
+    inp = inputs(L, seed=4)
+    res = L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    with pytest.raises(AssertionError):
+        check_terms_front(L, inp, res)
+
+
 def test_terms_reference_is_close_to_the_exact_math():
     """The stated precision: with 3 terms the chained reference's q_a is within 1e-4 of the
     unrounded model's (max-norm), with 1 term (the serving stacks' fp8 activations) not."""
@@ -148,7 +186,7 @@ def test_a_swapped_weight_word_is_caught(monkeypatch):
     words = list(T.a_words[0])
     words[0], words[2] = words[2], words[0]
     bad = W.WgTiling(**{**T.__dict__, "a_words": (tuple(words),) + T.a_words[1:]})
-    monkeypatch.setattr(W, "tiling", lambda rows, terms: bad)
+    monkeypatch.setattr(W, "tiling", lambda rows, terms, natural=False: bad)
     L = terms_launch(2)
     inp = inputs(L, seed=4)
     res = L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
@@ -193,3 +231,41 @@ def test_sm90a_front_builds_with_the_wgmma_and_no_conversion():
     blocks = L.plan.chunk // W.BLOCK
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n24k32.f32.e4m3.e4m3") == blocks * W.BLOCK // 32
     assert "mma.sync.aligned.m16n8k16" not in ptx and "cvt.rn.f16x2.e4m3x2" in ptx
+
+
+def test_sm90a_front_with_weights_by_tma_builds_without_spills():
+    """The GLM-5 front kind, 3 terms, weights by TMA: one tensor copy a block of the job (all
+    issued before the staging), the SS wgmmas (A a descriptor), no weight loads into
+    registers; ptxas (where installed): no spill, the two CTAs an SM still fit."""
+    from conftest import ptxas_report
+    from monokernel.build import build_many
+    def launch(tma):
+        L = F.front_launch(BuildSpec.make("glm5", rows=8, kv="fp8", target="sm_90a"))
+        proj = next(s for s in L.stages if isinstance(s, F.FrontProj))
+        proj.act_terms, proj.tma_weights = 3, tma
+        return L
+    regs = build_many([launch(False).kernel("sm_90a")])[0].data.decode()
+    L = launch(True)
+    kern = L.kernel("sm_90a")
+    assert F.FrontProj.WEIGHT_MAP in {s.name for s in kern.abi.slots}
+    ptx = build_many([kern])[0].data.decode()
+    blocks = L.plan.chunk // W.BLOCK
+    T = W.tiling(8, 3)  # the register form's weight loads: 16 bytes, its rows' words a block
+    weight_loads = blocks * len(T.a_rows) * (T.lane_k // W.LOAD_BYTES)
+    assert regs.count("ld.global.v4.b32") - ptx.count("ld.global.v4.b32") == weight_loads
+    assert ptx.count("cp.async.bulk.tensor.2d") == blocks
+    wgmmas = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
+    assert len(wgmmas) == blocks * W.BLOCK // 32
+    assert all("e4m3.e4m3 {" in w and "}, %rd" in w for w in wgmmas)  # A: a descriptor
+    assert 2 * kern.lds_bytes <= 227 * 1024
+    report = ptxas_report(ptx)
+    if report is not None:
+        assert "0 bytes spill stores" in report, report
+
+
+def test_weights_by_tma_need_the_fp8_tile():
+    L = F.front_launch(BuildSpec.make("tiny", rows=2, kv="fp8", target="interp"), waves=4)
+    proj = next(s for s in L.stages if isinstance(s, F.FrontProj))
+    proj.tma_weights = True
+    with pytest.raises(ValueError, match="set front_proj.act_terms"):
+        L.kernel("interp")
