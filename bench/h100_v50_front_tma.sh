@@ -10,6 +10,7 @@
 #   3 the keyed selection's exactness on every distribution
 #   4 the fused index r8 W1 / W2 at 64K / 512K: B the static tail, C the keyed tail, D the
 #     keyed group skip
+#   5 index_scoring W2 at rows 8 / 4 / 2 (below)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-6}
 packed_logs v50
@@ -34,4 +35,9 @@ OUT=$LOGS step topk_keyed 70 python3 -m tools.check_topk --config glm5 --backend
     --dist normal,nan,neginf,few,above2048,allequal --tune $K,$G; pack
 OUT=$LOGS step vs_ix 150 $IX --pos 65535,524287 --workload W1,W2 --versus launch.tail_finish=1 \
     --also $K --also $M --rounds 1; pack
+# 5 (if the call has time left) the scoring alone on W2 against DeepGEMM's H200 figures
+#   (issue 6: 8 rows 19.6 / 29.2 / 50.4 us at 128K / 256K / 512K, 4 rows 16.0 / 25.3 / 40.1,
+#   2 rows 13.2 / 18.6 / 29.5): no H200 figure of the v33-v36 defaults exists
+OUT=$LOGS step ix_w2 90 python3 -m tools.time_layers --kind index_scoring --config glm5 \
+    --backend cuda --rows 8,4,2 --pos 131071,262143,524287 --workload W2 --reps 5; pack
 rm -rf "$LOGS"
