@@ -203,7 +203,7 @@ GROUP_SKIP_MIN_ROWS = 8
 # bench/h100_v49_keyed_tail.sh`, which took over v48's steps), as
 # the group skip was kept off until its W2 and a repeat; then at rows TAIL_FINISH_MIN_ROWS
 # and more (fewer rows untimed). A launch tunable (tail_finish) either way.
-TAIL_FINISH_ON_NVIDIA = False
+TAIL_FINISH_ON_NVIDIA = True
 TAIL_FINISH_MIN_ROWS = 8
 
 
