@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# v50, second call: the fused index's new default (the tail finish at rows 8) exact through
+# check_topk; the front's TMA form with the staging's loads before the boxes, checked, timed
+# against the defaults and the register fp8 form, and its timeline.
+source "$(dirname "$0")/steps.sh"
+TAIL=${TAIL:-8}
+packed_logs v50b
+F3=front_proj.act_terms=3
+FR="python3 -m tools.time_layers --kind front --config glm5 --backend cuda --reps 5"
+OUT=$LOGS step topk_ix 90 python3 -m tools.check_topk --through index --config glm5 \
+    --pos 65535,524287 --rows 8 --workload W1,W2 --backend cuda; pack
+OUT=$LOGS step front_check 40 python3 -m tools.check_layer --kind front --config glm5 \
+    --rows 8 --kv fp8 --backend cuda --tune $F3 --tune front_proj.tma_weights=1; pack
+OUT=$LOGS step vs_front 60 $FR --rows 2,8 --versus $F3,front_proj.tma_weights=1 --also $F3 \
+    --rounds 2; pack
+OUT=$LOGS step tl_front 40 $FR --rows 8 --reps 3 --timeline --tune $F3 \
+    --tune front_proj.tma_weights=1; pack
+rm -rf "$LOGS"
