@@ -197,12 +197,12 @@ GROUP_SKIP_ON_NVIDIA = True
 GROUP_SKIP_MIN_ROWS = 8
 # ... the selection finishing each row after two exchanged digits (SelectConfig.tail_finish,
 # after the refined first digits: sel_h1 buckets its 10-bit prefix's candidates by the next
-# digit, sel_out finishes the row from message 1; no sel_h2 or sel_h3). H100, 512K, one
-# process (bench/NOTES.md v47): r8 W1 104.45 / 105.04 -> 101.93 / 102.26 us, top-k exact (the
-# defaults' digests) on W1 and W2. Off until W2 and a shorter context are timed (`bash
-# bench/h100_v49_keyed_tail.sh`, which took over v48's steps), as
-# the group skip was kept off until its W2 and a repeat; then at rows TAIL_FINISH_MIN_ROWS
-# and more (fewer rows untimed). A launch tunable (tail_finish) either way.
+# digit, sel_out finishes the row from message 1; no sel_h2 or sel_h3). H100, one process
+# each: 512K r8 W1 104.45 / 105.04 -> 101.93 / 102.26 us (bench/NOTES.md v47), and (v50) W1 /
+# W2 at 64K 0.974 / 0.927, at 512K 0.975 / 0.971 (the same tail chosen per row by key count
+# 1.003 / 0.980 / 0.994 / 0.992: no better); top-k exact in every timed run and through
+# check_topk (the defaults' digests, v47). On at rows TAIL_FINISH_MIN_ROWS and more (fewer
+# rows untimed). A launch tunable (tail_finish) either way.
 TAIL_FINISH_ON_NVIDIA = True
 TAIL_FINISH_MIN_ROWS = 8
 
@@ -222,7 +222,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     group maxima, sel_h1 skipping the groups below its threshold) None: on where fine_digits
     is, the chip is sm_90a and the rows are GROUP_SKIP_MIN_ROWS or more, unless lean_spans
     is 0 (GROUP_SKIP_ON_NVIDIA), with lean_spans None then on too; tail_finish (the selection
-    finishing each row after two exchanged digits) None: with TAIL_FINISH_ON_NVIDIA (off), on
+    finishing each row after two exchanged digits) None: with TAIL_FINISH_ON_NVIDIA (on), on
     where fine_digits is, the chip is sm_90a and the rows are TAIL_FINISH_MIN_ROWS or more."""
     from .front import FrontQ, front_stages, plan as front_plan
     fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}

@@ -400,18 +400,19 @@ def test_the_fused_tail_by_key_count_selects_what_the_rounds_select(workload, mo
 
 
 def test_the_fused_index_finishes_by_the_tail_where_the_switch_says(monkeypatch):
-    """stages.index.TAIL_FINISH_ON_NVIDIA (off until W2 is timed): off, every fused index
-    keeps the rounds unless asked; on, the sm_90a fused index at rows 8 finishes each row
-    after two exchanged digits unless told not to, while rows 2, AMD and the coarse plan
-    (launch.fine_digits=0) keep the rounds."""
+    """stages.index.TAIL_FINISH_ON_NVIDIA (on since v50): the sm_90a fused index at rows 8
+    finishes each row after two exchanged digits unless told not to, while rows 2, AMD and
+    the coarse plan (launch.fine_digits=0) keep the rounds; off, every fused index keeps the
+    rounds unless asked."""
     from spec import BuildSpec
     from stages import index as index_mod, kinds
     from tools import common
     index = kinds.kind("index")
-    eight = BuildSpec.make("tiny", rows=8, target="interp")
+    eight, two = (BuildSpec.make("tiny", rows=r, target="interp") for r in (8, 2))
+    assert index_mod.TAIL_FINISH_ON_NVIDIA
+    monkeypatch.setattr(index_mod, "TAIL_FINISH_ON_NVIDIA", False)
     assert not index.launch(eight, chip="sm_90a").select_cfg.tail_finish
     monkeypatch.setattr(index_mod, "TAIL_FINISH_ON_NVIDIA", True)
-    eight, two = (BuildSpec.make("tiny", rows=r, target="interp") for r in (8, 2))
     assert index.launch(eight, chip="sm_90a").select_cfg.tail_finish
     for L in (index.launch(two, chip="sm_90a"), index.launch(eight, chip="gfx950"),
               index.launch(eight, chip="sm_90a", fine_digits=False),

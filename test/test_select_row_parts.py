@@ -106,11 +106,13 @@ def test_the_sm90a_build_with_row_parts():
 def test_the_three_v32_candidates_together_on_sm90a():
     """share_pages (the weighted split), fixup_ballot and row_parts in one sm_90a fused
     index (W2: a super chain, the runs' own entries and their fix-ups; sm_90a's defaults
-    since v33): exact, and the same slots as with all three off (v31's defaults)."""
+    since v33): exact, and the same slots as with all three off (v31's defaults, the rounds:
+    no tail finish, sm_90a's default at rows 8 since v50)."""
     kind = kinds.kind("index")
     spec = BuildSpec.make("tiny", rows=8, target="interp")
     out = []
-    for kw, tunes in (({"row_parts": False}, [("ix_score", "share_pages", "0"),
+    for kw, tunes in (({"row_parts": False, "tail_finish": False},
+                       [("ix_score", "share_pages", "0"),
                                               ("ix_score", "fixup_ballot", "0")]), ({}, [])):
         L = common.apply_tunes(kind.launch(spec, chip="sm_90a", **kw), tunes)
         st = next(s for s in L.stages if s.name == "ix_score")

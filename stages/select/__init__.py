@@ -154,10 +154,10 @@ TAIL_FINISH_LDS reads them from the buckets again in every pass (exact at any co
 all-equal scores make every key one). Measured (bench/NOTES.md v27): select_hist rows 2
 -1.5..-2.3 us, rows 4 -0.3..-1.5; rows 8 slower (sel_h1's bucketing, +1.7 us at 512K, +4 at
 64K where the first digit's bin holds half the row), so rows 8 keep the rounds. The fused
-index takes it on request (`--tune launch.tail_finish=1`), after its refined first digits
-too (sel_h1 buckets its 10-bit prefix's candidates by the next digit): r8 W1 512K 104.5 /
-105.0 -> 101.9 / 102.3 us on an H100 (v47), off until W2 is timed (stages.index.
-TAIL_FINISH_ON_NVIDIA).
+index takes it after its refined first digits too (sel_h1 buckets its 10-bit prefix's
+candidates by the next digit), by default on NVIDIA at rows 8 (stages.index.
+TAIL_FINISH_ON_NVIDIA): r8 W1 512K 104.5 / 105.0 -> 101.9 / 102.3 us on an H100 (v47), W1 /
+W2 0.974 / 0.927 at 64K, 0.975 / 0.971 at 512K (v50).
 
 The tail or the rounds, per row (SelectConfig.tail_max_per_slice = N; `--tune
 launch.tail_per_slice=N`; off by default). Every stage of the full plan is built; sel_h1,
@@ -187,7 +187,10 @@ every job computes that from n_keys, which it reads first anyway, so no job poll
 any wait, a rounds row's later jobs wait as the rounds do. A tail row is never deferred (it
 buckets sel_h1's list; the tail finish is exact at any count). Why the key count: the
 bucketing's cost grows with the threshold bin's share of a slice, which falls as the row
-grows (normal scores at rows 8: ~2K keys a slice at 64K, ~750 at 512K).
+grows (normal scores at rows 8: ~2K keys a slice at 64K, ~750 at 512K). Not faster (v50,
+H100, select_hist r8 with the maxima and the 16-wide fold): 64K 1.074 (the rounds' row pays
+the maxima and the fold), 512K 21.0 us against the static tail's 19.6; the fused index 0.98-
+1.00 against the static tail's 0.93-0.97: off.
 
 Ties, exactly. When the decision is final (prefix Q of d bits, `need` keys still to take
 among the keys with that prefix), every slice knows from the messages, for every slice s'
