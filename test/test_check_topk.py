@@ -40,6 +40,19 @@ def test_cli_checks_and_dumps_digests_comparable_with_check_layer(tmp_path, caps
     assert check_layer.compare(a, c) == 1
 
 
+def test_cli_takes_the_tail_by_key_count_and_gives_the_rounds_digests(tmp_path, capsys):
+    """--tune launch.tail_min_keys=N (the tail finish for rows of at least N keys) reaches the
+    selection launch: rows of 65 keys keep the rounds, rows of 2049 take the tail; the same
+    digests as the rounds' (the tail finish is exact), and the setting is no error (v50's
+    device step died on it)."""
+    a, b = tmp_path / "rounds", tmp_path / "keyed"
+    assert _cli(a) == 0
+    capsys.readouterr()
+    assert _cli(b, "--tune", "launch.tail_min_keys=1024") == 0
+    assert "6 of 6 cases exact" in capsys.readouterr().out
+    assert check_layer.compare(a, b) == 0
+
+
 def test_through_index_checks_the_fused_launchs_own_scores_end_to_end(tmp_path, capsys):
     """--through index: kind index (front + indexer + selection) on its own inputs, rows with
     fewer and with more keys than K = 2048, W1 and W2; every row exact, digests repeatable,

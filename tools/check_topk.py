@@ -267,7 +267,7 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
     # the launch tunables that are config_for keywords here
     config_kw = {"select_digits": "digits", "lean_lists": "lean_lists",
                  "finish_max": "finish_max", "tail_finish": "tail_finish",
-                 "tail_per_slice": "tail_per_slice",
+                 "tail_per_slice": "tail_per_slice", "tail_min_keys": "tail_min_keys",
                  "cta_publish": "cta_publish", "fold_first_digits": "fold_first_digits",
                  "lean_spans": "lean_spans", "fine_digits": "fine_digits",
                  "group_max": "group_skip"}
