@@ -372,9 +372,8 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
         if staged:
             staged()
         b0 = k.lds_offset(b_name)
-        zero = k.vec(*[k.const(0.0, f32)] * at.c_slots)
-        total, prev = zero, None
-        for i in range(blocks):
+
+        def chain(i, zero):
             if i + depth < blocks:
                 pre[i + depth] = loads(i + depth)
             ws, sc = pre.pop(i)
@@ -387,13 +386,9 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
                               at.a_slots)
                 desc = at.smem_descriptor(b0 + ((i * T.chunks + c) * T.chunk_words) * u32.bytes)
                 acc = k.wgmma(at, A, k.const(desc, u64), acc)
-            k.wgmma_commit()
-            if prev is not None:
-                k.wgmma_wait(1)  # block i - 1's chain (block i's runs on)
-                total = k.fma(prev[0], prev[1], total)
-            prev = (acc, sc)
-        k.wgmma_wait(0)
-        _emit(k, T, mx_lds, chunk, row0, k.fma(prev[0], prev[1], total), emit)
+            return acc, sc
+
+        _emit(k, T, mx_lds, chunk, row0, _scaled_chains(k, at, blocks, chain), emit)
 
     k.barrier()  # the previous job is done reading B and the maxima
     wg = GROUP_LANES // WARP
@@ -459,27 +454,40 @@ def _project_tma(k, T, tma, *, scale, scale_stride, row0, k0, kb0, blocks, b_lds
     scales = [k.load(scale, srow + i, f32) for i in range(blocks)]
     b0 = k.lds_offset(b_name)
     a0 = k.opaque(ss.a_smem_descriptor(k.lds_offset(tma.ring_name)), u64)
-    zero = k.vec(*[k.const(0.0, f32)] * ss.c_slots)
-    total, prev = zero, None
-    for i in range(blocks):
+
+    def chain(i, zero):
         k.mbar_wait(bars[i], 0)
         k.wgmma_fence()
         acc = zero
         for c in range(T.chunks):
             desc = ss.smem_descriptor(b0 + ((i * T.chunks + c) * T.chunk_words) * u32.bytes)
             acc = k.wgmma(ss, a0 + desc_units(i * box + c * ss.k), k.const(desc, u64), acc)
-        k.wgmma_commit()
-        if prev is not None:
-            k.wgmma_wait(1)  # block i - 1's chain (block i's runs on)
-            total = k.fma(prev[0], prev[1], total)
-        prev = (acc, scales[i])
-    k.wgmma_wait(0)
-    total = k.fma(prev[0], prev[1], total)
+        return acc, scales[i]
+
+    total = _scaled_chains(k, ss, blocks, chain)
     k.barrier()  # every wave is past its waits: the mbarriers may be set up again
     with k.if_(issuer):
         for bar in bars:
             k.mbar_inval(bar)
     _emit(k, T, mx_lds, chunk, row0, total, emit)
+
+
+def _scaled_chains(k, at, blocks, chain):
+    """The f32 total of the job's blocks: `chain(i, zero)` issues block i's wgmmas into a
+    fresh accumulator (from `zero`) and returns it with the block's weight scale; each chain
+    is committed, and block i - 1's sum scaled into the total while block i's chain runs
+    (wgmma_wait(1): no chain longer than one scale block, the H200's 14-bit sums)."""
+    zero = k.vec(*[k.const(0.0, f32)] * at.c_slots)
+    total, prev = zero, None
+    for i in range(blocks):
+        acc, sc = chain(i, zero)
+        k.wgmma_commit()
+        if prev is not None:
+            k.wgmma_wait(1)  # block i - 1's chain (block i's runs on)
+            total = k.fma(prev[0], prev[1], total)
+        prev = (acc, sc)
+    k.wgmma_wait(0)
+    return k.fma(prev[0], prev[1], total)
 
 
 def _emit(k, T, mx_lds, chunk, row0, total, emit):
