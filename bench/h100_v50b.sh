@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # v50, second call: the fused index's new default (the tail finish at rows 8) exact through
 # check_topk; the front's TMA form with the staging's loads before the boxes, checked, timed
-# against the defaults and the register fp8 form, and its timeline.
+# against the defaults and the register fp8 form, and its timeline; the selection's static
+# form on this card.
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-8}
 packed_logs v50b
@@ -15,4 +16,9 @@ OUT=$LOGS step vs_front 60 $FR --rows 2,8 --versus $F3,front_proj.tma_weights=1 
     --rounds 2; pack
 OUT=$LOGS step tl_front 40 $FR --rows 8 --reps 3 --timeline --tune $F3 \
     --tune front_proj.tma_weights=1; pack
+# the selection's static five-option form against the defaults on this card (issue 7's 20 us
+# is an H200's: v45 / v50 measured it on H100s only)
+OUT=$LOGS step vs_sel 90 python3 -m tools.time_layers --kind select_hist --config glm5 \
+    --backend cuda --rows 8 --reps 5 --pos 65535,524287 \
+    --versus launch.tail_finish=1,launch.group_max=1,sel_h1.segment_unroll=16 --rounds 2; pack
 rm -rf "$LOGS"
