@@ -91,8 +91,6 @@ from types import SimpleNamespace
 import numpy as np
 
 from layouts.offsets import Access
-from monokernel.atoms.base import SW128_ATOM_BYTES
-from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
 from layouts.regions import PlainBuffer, TaggedPairs
 from monokernel import numerics
 from monokernel.types import bf16, dtype as as_dtype, f32, fp8e4m3fn, i32, i64, u8, u32, u64
@@ -503,9 +501,7 @@ class FrontProj(Stage):
     def kernel_args(self) -> dict:
         out = super().kernel_args()
         if self._tma():
-            out[self.WEIGHT_MAP] = TensorMap(of="qkv_a_w", row_bytes=self.p.hidden,
-                                             box_rows=wgmma_proj.TILE_M, box_row_bytes=BLOCK,
-                                             swizzle=TMA_SWIZZLE_128B)
+            out[self.WEIGHT_MAP] = wgmma_proj.weight_map("qkv_a_w", self.p.hidden)
         return out
 
     def regions(self):
@@ -593,19 +589,15 @@ class FrontProj(Stage):
         """The job on sm_90a's fp8 warpgroup MMA (act_terms e4m3 terms a value)."""
         p = self.p
         a = _args(k, io, self.buffers())
-        tma = self._tma()
-        T = wgmma_proj.tiling(p.rows, self.act_terms, natural=tma)
+        T = wgmma_proj.tiling(p.rows, self.act_terms, natural=self._tma())
         R, KC, H = p.rows, p.chunk, p.hidden
         t = job / p.splits
         s = job % p.splits
         k0 = s * KC
         b = k.lds("front_b", u32, wgmma_proj.b_lds_words(T, KC))
         mx = k.lds("front_max", u32, wgmma_proj.max_lds_words(T, KC))
-        if tma:
-            tma = wgmma_proj.TmaWeights(
-                self.WEIGHT_MAP, k.lds("front_w_ring", u8, wgmma_proj.ring_bytes(KC // BLOCK),
-                                       align=SW128_ATOM_BYTES),
-                "front_w_ring", k.mbarrier("front_w_bars", KC // BLOCK))
+        tma = (wgmma_proj.TmaWeights.allocate(k, self.WEIGHT_MAP, KC // BLOCK, "front_w")
+               if self._tma() else None)
 
         def value8(x8, g8):  # a = x * g, exact in f32 (a product of two bf16)
             return k.cast(x8, f32) * k.cast(g8, f32)
@@ -622,7 +614,7 @@ class FrontProj(Stage):
                                                              mask=m),
                            staged=lambda: io.env.phase(0),
                            depth=self.wg_depth or wgmma_proj.WEIGHT_DEPTH_BLOCKS,
-                           prefetch=self.wg_prefetch, tma=tma or None)
+                           prefetch=self.wg_prefetch, tma=tma)
         self._publish(k, job, io)
 
     def _publish(self, k, job, io):

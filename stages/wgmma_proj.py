@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from monokernel.atoms.base import desc_units
+from monokernel.atoms.base import SW128_ATOM_BYTES, desc_units
 from monokernel.atoms.nvidia import wgmma_e4m3
-from monokernel.ir import MBARRIER_BYTES
-from monokernel.types import f32, fp8e4m3fn, i32, u32, u64
+from monokernel.ir import MBARRIER_BYTES, TMA_SWIZZLE_128B, TensorMap
+from monokernel.types import f32, fp8e4m3fn, i32, u8, u32, u64
 
 from .mma_tile import BLOCK, LOAD_BYTES, PIECE_K, LaneFn, a_permutation, range_scales
 
@@ -178,13 +178,27 @@ class TmaWeights:
     loads issued before it delayed the staging (H200: staged 5.6 us into the job) and issued
     after it started the stream ~4 us late (bench/NOTES.md v26); a tensor copy is no access
     of the thread's, so every block of the job is asked for at the job's start and the
-    staging runs under the stream. `tmap`: the kernel's ir.TensorMap argument of the weights
-    (TILE_M rows of BLOCK bytes a box, swizzle 128), `ring` / `ring_name`: u8 LDS of
-    ring_bytes(blocks) aligned to SW128_ATOM_BYTES, `bars`: `blocks` mbarriers."""
+    staging runs under the stream. `tmap`: the kernel's `weight_map` argument, `ring` /
+    `ring_name`: u8 LDS of ring_bytes(blocks) aligned to SW128_ATOM_BYTES, `bars`: `blocks`
+    mbarriers (`allocate`)."""
     tmap: str
     ring: object
     ring_name: str
     bars: object
+
+    @staticmethod
+    def allocate(k, tmap: str, blocks: int, prefix: str) -> "TmaWeights":
+        """The job's ring (`prefix`_ring) and mbarriers (`prefix`_bars) in k's LDS."""
+        ring = f"{prefix}_ring"
+        return TmaWeights(tmap, k.lds(ring, u8, ring_bytes(blocks), align=SW128_ATOM_BYTES),
+                          ring, k.mbarrier(f"{prefix}_bars", blocks))
+
+
+def weight_map(of: str, row_bytes: int) -> TensorMap:
+    """The tensor map TmaWeights copies from: the weights `of` as rows of `row_bytes`, a box
+    of one tile's TILE_M rows of one BLOCK (its k), 128B-swizzled as the SS wgmma reads A."""
+    return TensorMap(of=of, row_bytes=row_bytes, box_rows=TILE_M, box_row_bytes=BLOCK,
+                     swizzle=TMA_SWIZZLE_128B)
 
 
 def ring_bytes(blocks: int) -> int:
@@ -421,7 +435,7 @@ def _project_tma(k, T, tma, *, scale, scale_stride, row0, k0, kb0, blocks, b_lds
     asks for every block's box (TILE_M rows x BLOCK bytes, 128B-swizzled) at once; the CTA
     stages B under the stream; block i's chain waits for its box and reads A from it (chunk
     c at + c x 32 bytes of the swizzled rows, as a page of keys is read: index_score_sm90)."""
-    if not T.perm == tuple(range(BLOCK)):
+    if T.perm != tuple(range(BLOCK)):
         raise ValueError("wgmma_proj: weights by TMA are read in their own K order; stage B "
                          "with tiling(..., natural=True)")
     if k.W != GROUP_LANES // WARP:
