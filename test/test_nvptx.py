@@ -18,7 +18,8 @@ from monokernel.atoms import nvidia as nv_atoms
 from monokernel.backend import nvptx
 from monokernel.backend.llvm_common import BackendError
 from monokernel.dsl import ABI, Ptr, Scalar, build_kernel
-from monokernel.ir import Kernel
+from monokernel.ir import Kernel, LDSAlloc
+from monokernel.targets import SM90A
 from monokernel.types import (bf16, f32, fp8e4m3fn, fp8e4m3fnuz, i32, u8, u16, u32, u64)
 
 SM = "sm_90a"
@@ -895,6 +896,19 @@ def test_e4m3fnuz_cast_is_rejected_before_llvm(monkeypatch, direction):
         nvptx.build_ptx(kern)
     with pytest.raises(BackendError, match="e4m3fnuz"):
         nvptx.NVPTXHooks().fp8_to_f32(None, "%x", fp8e4m3fnuz, 1)
+
+
+def test_cta_beyond_the_chip_is_rejected_by_its_figure(monkeypatch):
+    _no_llvm(monkeypatch)
+    kern = CASE["xlane"].build()
+    waves = SM90A.max_threads_per_cta // kern.wave_size + 1
+    with pytest.raises(BackendError, match=f"{waves * kern.wave_size} threads; .* at most "
+                                           f"{SM90A.max_threads_per_cta}"):
+        nvptx.build_ptx(dataclasses.replace(kern, waves=waves))
+    too_much = [LDSAlloc("big", u8, SM90A.lds_bytes + 1, 0)]
+    with pytest.raises(BackendError, match=f"{SM90A.lds_bytes + 1} bytes of LDS; .* at most "
+                                           f"{SM90A.lds_bytes // 1024} KiB"):
+        nvptx.build_ptx(dataclasses.replace(kern, lds=too_much))
 
 
 def test_unknown_sm_is_rejected():

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from ..atoms.base import DESC_FIELD_MASK, DESC_SHIFT
 from ..ir import Kernel
+from ..targets import TARGETS
 from ..types import DType, bf16, f16, f32, fp8e4m3fn
 from .llvm_common import TargetHooks, BackendError, Emitter, lower
 
@@ -595,11 +596,13 @@ def check_kernel(kernel: Kernel, sm: str = "sm_90a"):
                            f"{kernel.wave_size}")
     if kernel.target not in (sm, "interp"):
         raise BackendError(f"kernel {kernel.name} was built for {kernel.target}, not {sm}")
-    if kernel.threads > 1024:
-        raise BackendError(f"kernel {kernel.name}: {kernel.threads} threads; a CTA has at most 1024")
-    if kernel.lds_bytes > 227 * 1024:
-        raise BackendError(f"kernel {kernel.name}: {kernel.lds_bytes} bytes of LDS; an sm_90a "
-                           "CTA gets at most 227 KiB")
+    chip = TARGETS[sm]
+    if kernel.threads > chip.max_threads_per_cta:
+        raise BackendError(f"kernel {kernel.name}: {kernel.threads} threads; a CTA has at most "
+                           f"{chip.max_threads_per_cta}")
+    if kernel.lds_bytes > chip.lds_bytes:
+        raise BackendError(f"kernel {kernel.name}: {kernel.lds_bytes} bytes of LDS; an {sm} "
+                           f"CTA gets at most {chip.lds_bytes // 1024} KiB")
     for op in kernel.walk():
         if op.opcode in ("mma", "wgmma"):
             atom = op.attrs["atom"]
