@@ -552,7 +552,7 @@ def time_one(kind, spec, args, ceil, pos, workload: str = "W1", launch=None, ref
         tol = common.BF16_HEAD_SUM_TOL if common.bf16_head_sum(L) else PEER_TOL
         if row["peer_err"] > tol:
             problems.append(f"torch peer differs ({row['peer_err']:.1e})")
-    del sets
+    del sets  # the input copies' device memory back before the checks (next_args is done)
     errs = common.reference_errors(L, inp, outs, res.regions,
                                    ref=ref(inp) if callable(ref) else ref)
     exact = getattr(L, "exact_errors", None)  # kind index's top-k: exact on its own scores

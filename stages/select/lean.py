@@ -11,7 +11,7 @@ from monokernel.types import f32, i32, i64, u32
 
 from .config import (EARLY_MAXIMA_ITERATIONS, GROUPS_A_LANE, LEAN_GROUPS, LEAN_REFILL_TURNS,
                      LEAN_SENTINEL, LIST_UNROLL, LOAD_KEYS, SCAN_UNROLL, X_D, X_Q)
-from .lanes import (F32_NEG_INF_BITS, _State, _barrier, _flipped, _i, _lane_any, _lane_masks,
+from .lanes import (F32_NEG_INF_BITS, _State, _flipped, _i, _lane_any, _lane_masks,
                     _lane_prefix, _pick16, _prefix, _region_loader, _u, keys_and_specials,
                     score_floor)
 
@@ -444,7 +444,6 @@ class LeanScan:
         atomics: the default's counts, in another order). `run` ends as the list's length.
         The waves' destinations are disjoint, so they copy concurrently; the copy's stores
         are word stores (a wave's place starts at any entry)."""
-        c = self.cfg
         W, L = k.W, k.L
         w = k.wave_id()
         em = lds.get("emit")
