@@ -118,6 +118,16 @@ DEFAULT_WAVES = {"interp": 2, "amd": 4, "nvidia": 8}
 # front_proj's weight ring unrolled: r8 14.4 -> 11.9 us, r2 12.4 -> 10.6 (bench/NOTES.md v16)
 FRONT_KIND_NVIDIA_WAVES = 4
 FRONT_KIND_NVIDIA_CTAS_PER_SM = 2
+# ... and in that shape its projection on the fp8 warpgroup MMA with x * g as two e4m3 terms
+# (about bf16's 8 significant bits, the precision the model rounds h to; check_layer's qr
+# within 1.9e-3 .. 3.0e-3 of the float64 reference, tolerance 4e-3, rows 2 / 4 / 8, fp8 and
+# bf16 caches) and every weight block of a job by TMA into LDS (FrontProj.tma_weights). H100,
+# one process, rounds after the first (bench/NOTES.md v50b; the first rounds were the timing
+# harness's captured descriptor copies, mended in v51): r8 12.33 -> 11.14-11.21 us, r4 10.90
+# -> 10.65-10.72, r2 10.99 -> 10.65-10.74; three terms 0.919 / 0.993 / 0.990. Either stays a
+# stage tunable (front_proj.act_terms=0,front_proj.tma_weights=0: the bf16 tile).
+FRONT_KIND_NVIDIA_ACT_TERMS = 2
+FRONT_KIND_NVIDIA_TMA_WEIGHTS = True
 POST_JOBS_PER_ROW = 2  # front_q and front_kv: one job a row each
 ONE_ROUND_FILL = 0.9  # k_splits: one round of jobs on at least this share of the CTAs
 STAGING_LDS_SHARE = 0.5  # k_splits: the most of a CTA's LDS a job's staged activations take
@@ -494,8 +504,10 @@ class FrontProj(Stage):
     def _tma(self) -> bool:
         """tma_weights, checked: it is a form of the fp8 tile (act_terms)."""
         if self.tma_weights and not self.act_terms:
-            raise ValueError("front_proj.tma_weights = 1 is a form of the fp8 warpgroup tile: "
-                             "set front_proj.act_terms (1 .. 4) too")
+            raise ValueError("front_proj.tma_weights = 1 (the sm_90a front kind's default) is "
+                             "a form of the fp8 warpgroup tile: set front_proj.act_terms (1 .. "
+                             "4) too, or front_proj.tma_weights=0 with act_terms=0 for the "
+                             "bf16 tile")
         return bool(self.tma_weights)
 
     def kernel_args(self) -> dict:
@@ -1062,11 +1074,17 @@ def front_launch(spec, **kw) -> FrontLaunch:
     sk = {n: kw.pop(n) for n in ("release", "acquire") if n in kw}
     t = spec.target_info
     nvidia = spec.target != "interp" and t.vendor == "nvidia"
-    if nvidia and "waves" not in pk and "grid" not in pk:  # unless the caller sets the shape
+    kind_shape = nvidia and "waves" not in pk and "grid" not in pk  # (unless the caller sets
+    if kind_shape:                                                    # the shape)
         pk["waves"] = FRONT_KIND_NVIDIA_WAVES
         pk["grid"] = FRONT_KIND_NVIDIA_CTAS_PER_SM * t.num_ctas
     p = plan(spec, **pk)
-    return FrontLaunch(p, front_stages(p, **sk, straight=nvidia), **kw)
+    stages = front_stages(p, **sk, straight=nvidia)
+    if kind_shape and "splits" not in pk and wgmma_proj.fits(p.chunk):  # (the measured shape:
+        proj = stages[0]                              # one warpgroup a CTA, plan()'s K split)
+        proj.act_terms = FRONT_KIND_NVIDIA_ACT_TERMS
+        proj.tma_weights = FRONT_KIND_NVIDIA_TMA_WEIGHTS
+    return FrontLaunch(p, stages, **kw)
 
 
 def request_layout(p: FrontPlan, rng, requests=None, *, shuffle=True):

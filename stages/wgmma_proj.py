@@ -230,13 +230,18 @@ STAGED_BARRIER = 1  # named barrier: the producers' B is fenced (warp-specialize
 MAXIMA_BARRIER = 2  # named barrier of the producers: their maxima are stored
 
 
+def fits(chunk: int) -> bool:
+    """Whether a K split of `chunk` k is whole BLOCK-blocks whose pieces fill whole warps."""
+    return chunk % BLOCK == 0 and chunk // PIECE_K % WARP == 0
+
+
 def check(k, T: WgTiling, chunk: int):
     if k.target.name not in ("sm_90a", "interp") or k.L != WARP or \
             k.W not in (GROUP_LANES // WARP, 2 * GROUP_LANES // WARP):
         raise ValueError(f"wgmma_proj: one warpgroup of 32-lane warps (or two: the second "
                          f"stages) on sm_90a (or the interpreter); this kernel: "
                          f"{k.target.name}, {k.W} waves of {k.L}")
-    if chunk % BLOCK or chunk // PIECE_K % WARP:
+    if not fits(chunk):
         raise ValueError(f"wgmma_proj: a chunk of {chunk} k; whole {BLOCK}-blocks whose pieces "
                          f"fill whole warps ({PIECE_K * WARP} k)")
 

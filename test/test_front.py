@@ -403,8 +403,12 @@ def test_builds_for_gfx950_gfx942_without_spills_and_ptx_for_sm_90a():
     arts = build_many([L.kernel(t) for L, (_, _, t) in zip(launches, plan)])
     for L, (cfg, rows, t), a in zip(launches, plan, arts):
         f = a.figures()
-        # the projection runs on the chip's bf16 MMA (stages/mma_tile.py)
-        assert get_atom(mma_tile.PROJ_ATOMS[t]).intrinsic in a.llvm_ir
+        # the projection runs on the chip's bf16 MMA (stages/mma_tile.py), but for the sm_90a
+        # front kind's GLM-5 shape: its fp8 warpgroup tile (test_wgmma_proj)
+        fp8_tile = [(st.act_terms, st.tma_weights) for st in L.stages
+                    if isinstance(st, F.FrontProj)] != [(0, False)]
+        assert fp8_tile == (t == "sm_90a" and cfg == "glm5"), (cfg, t)
+        assert fp8_tile or get_atom(mma_tile.PROJ_ATOMS[t]).intrinsic in a.llvm_ir
         if t == "sm_90a":
             ptx = a.data.decode()
             assert ".entry front" in ptx and ".target sm_90a" in ptx
@@ -496,8 +500,8 @@ def test_async_weight_slots_refuse_a_wave_with_too_many_blocks():
     # GLM-5's hidden 6144 in one K split: 48 blocks, each of the 4 waves its m-tile's all
     L = F.front_launch(BuildSpec.make("glm5", rows=2, kv="fp8", target="sm_90a"), splits=1)
     for st in L.stages:
-        if isinstance(st, F.FrontProj):
-            st.async_weights = True
+        if isinstance(st, F.FrontProj):  # (the bf16 tile's async form)
+            st.async_weights, st.act_terms, st.tma_weights = True, 0, False
     with pytest.raises(ValueError, match="at most 8 blocks a wave and whole K parts; this "
                                          "tile has 48 blocks a wave"):
         L.kernel("sm_90a")

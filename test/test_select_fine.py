@@ -241,3 +241,45 @@ def test_the_select_hist_kind_refines_through_the_fold():
     assert cfg.fine_digits and cfg.fold_first_digits and L.stages[0].refines
     with pytest.raises(ValueError, match="needs --first-digits buffer"):
         check_topk.build("tiny", 2, "interp", tunes=[("launch", "fine_digits", "1")])
+
+
+NV_TAIL = ("--tune", "launch.fine_digits=1,launch.tail_finish=1,launch.group_max=1")
+
+
+@pytest.mark.parametrize("rows,pos,dists", [
+    (2, 8447, "normal,few,allequal,above2047,above2048,above2049"),
+    (4, 12345, "normal,neginf,fewsel,nan,zeros,extreme")])
+def test_the_select_hist_nvidia_form_is_exact(rows, pos, dists):
+    """select_hist's sm_90a form at rows >= 4 (SELECT_HIST_TAIL_ON_NVIDIA: refined first
+    digits, the tail finish after them, the group skip over given maxima) in the
+    interpreter: exact on crowded, tied, special and normal rows (check_topk's independent
+    order), at positions crossing slices and pages."""
+    from tools import check_topk
+    assert check_topk.main(["--first-digits", "buffer", "--rows", str(rows), "--pos", str(pos),
+                            "--dist", dists, *NV_TAIL]) == 0
+
+
+def test_the_select_hist_kind_takes_the_tail_form_on_sm90a_from_rows_4():
+    """The kind's and check_topk's choices agree: on at sm_90a rows 4 / 8, off at rows 2, on
+    AMD and in the interpreter; launch.fine_digits=0 gives back the coarse plan (whose tail
+    finish then follows the slices a row, as before), another finish chosen keeps its own."""
+    from stages.select import launches
+    from tools import check_topk
+    hist = kinds.kind("select_hist")
+    for target, rows, on in [("sm_90a", 8, True), ("sm_90a", 4, True), ("sm_90a", 2, False),
+                             ("gfx950", 8, False), ("interp", 8, False)]:
+        spec = BuildSpec.make("glm5" if target != "interp" else "tiny", rows=rows,
+                              target=target)
+        c = hist.launch(spec).select_cfg
+        assert (c.fine_digits, c.group_skip) == (on, on), (target, rows)
+        assert c.tail_finish == (on or c.tail_finish), (target, rows)
+        if on:
+            assert c.tail_finish and c.fine_parts == launches._grid_for(spec)
+            old = hist.launch(spec, fine_digits=0).select_cfg
+            assert not (old.fine_digits or old.group_skip)
+            assert old.tail_finish == (rows == 4)  # (33 slices a row: the wide rows' tail)
+            assert not hist.launch(spec, tail_min_keys=65536).select_cfg.tail_finish
+        if target != "interp":
+            _, cfg, _ = check_topk.build("glm5", rows, target, first_digits="buffer")
+            assert (cfg.fine_digits, cfg.tail_finish, cfg.group_skip, cfg.digits) == \
+                (c.fine_digits, c.tail_finish, c.group_skip, c.digits)

@@ -500,7 +500,8 @@ def test_tune_launch_q_splits_sets_the_index_q_projection_split():
 
 def test_select_digits_per_kind_and_target_and_from_tune():
     """The selection's radix plan: the select kinds take SELECT_KIND_DIGITS off AMD (measured
-    on the H200; SELECT_KIND_DIGITS_WIDE for rows of many slices) and DEFAULT_DIGITS on AMD; the fused index keeps DEFAULT_DIGITS (measured
+    on the H200; SELECT_KIND_DIGITS_WIDE for rows of many slices; select_hist on sm_90a at
+    rows >= 4 FINE_DIGITS, its refined first digits) and DEFAULT_DIGITS on AMD; the fused index keeps DEFAULT_DIGITS (measured
     slower with the wider plan); --tune launch.select_digits sets either, and a plan the
     selection cannot run is an error naming it."""
     from spec import BuildSpec
@@ -511,7 +512,13 @@ def test_select_digits_per_kind_and_target_and_from_tune():
                          ("gfx950", sel.DEFAULT_DIGITS)):
         spec = BuildSpec.make("glm5", rows=8, target=target)
         for name in ("select", "select_hist"):
-            assert kinds.kind(name).launch(spec).select_cfg.digits == want, (name, target)
+            # (select_hist on sm_90a at rows >= 4: the refined first digits' plan, below)
+            fine = name == "select_hist" and target == "sm_90a"
+            assert kinds.kind(name).launch(spec).select_cfg.digits == \
+                (sel.FINE_DIGITS if fine else want), (name, target)
+    assert kinds.kind("select_hist").launch(BuildSpec.make("glm5", rows=8, target="sm_90a"),
+                                            fine_digits=0).select_cfg.digits == \
+        sel.SELECT_KIND_DIGITS
     # rows 2 on the H200: 64 slices a row, past WIDE_ROW_SLICES: the 256-bin second digit
     wide = BuildSpec.make("glm5", rows=2, target="sm_90a")
     cfg = kinds.kind("select_hist").launch(wide).select_cfg

@@ -224,7 +224,7 @@ def test_sm90a_front_builds_with_the_wgmma_and_no_conversion():
     convert 8 values a term), the tolerance the H200's 14-bit sums need."""
     L = F.front_launch(BuildSpec.make("glm5", rows=8, kv="fp8", target="sm_90a"))
     proj = next(s for s in L.stages if isinstance(s, F.FrontProj))
-    proj.act_terms = 3
+    proj.act_terms, proj.tma_weights = 3, False  # (the register form: weights as operand A)
     assert proj.rel_tol == W.HW_REL_TOL and F.FrontProj.rel_tol == 1e-5
     from monokernel.build import build_many
     ptx = build_many([L.kernel("sm_90a")])[0].data.decode()
@@ -270,3 +270,41 @@ def test_weights_by_tma_need_the_fp8_tile():
     proj.tma_weights = True
     with pytest.raises(ValueError, match="set front_proj.act_terms"):
         L.kernel("interp")
+
+
+def test_the_sm90a_front_kind_takes_two_terms_and_weights_by_tma_by_default():
+    """front_launch on sm_90a in its own shape (two 4-warp CTAs an SM): the fp8 tile with
+    FRONT_KIND_NVIDIA_ACT_TERMS terms and the weights by TMA, in the PTX (a tensor copy a
+    block, no bf16 MMA); another shape (launch.waves, a K split given), a K split the tile
+    cannot take (tiny's 128 k), AMD, the interpreter and the index kinds' front keep the bf16
+    tile; the bf16 tile back by --tune, and act_terms=0 alone
+    (tma_weights left on) refused by name."""
+    from monokernel.build import build_many
+    from tools import common
+    from stages import kinds
+
+    def proj_of(L):
+        return next(s for s in L.stages if isinstance(s, F.FrontProj))
+    spec = BuildSpec.make("glm5", rows=8, kv="fp8", target="sm_90a")
+    L = F.front_launch(spec)
+    proj = proj_of(L)
+    assert (proj.act_terms, proj.tma_weights) == (F.FRONT_KIND_NVIDIA_ACT_TERMS, True)
+    assert F.FRONT_KIND_NVIDIA_ACT_TERMS == 2 and proj.rel_tol == W.HW_REL_TOL
+    ptx = build_many([L.kernel("sm_90a")])[0].data.decode()
+    assert ptx.count("cp.async.bulk.tensor.2d") == L.plan.chunk // W.BLOCK
+    assert "mma.sync.aligned.m16n8k16" not in ptx
+    for other in (F.front_launch(spec, waves=8), F.front_launch(spec, splits=1),
+                  F.front_launch(BuildSpec.make("tiny", rows=8, kv="fp8", target="sm_90a")),
+                  F.front_launch(BuildSpec.make("glm5", rows=8, kv="fp8", target="gfx950")),
+                  F.front_launch(BuildSpec.make("tiny", rows=2, kv="fp8", target="interp")),
+                  kinds.kind("index").launch(spec)):
+        assert [(s.act_terms, s.tma_weights) for s in other.stages
+                if isinstance(s, F.FrontProj)] == [(0, False)], other.name
+    front = kinds.kind("front")
+    old = common.launch_for(front, spec, common.tune_list(
+        "front_proj.act_terms=0,front_proj.tma_weights=0"))
+    assert (proj_of(old).act_terms, proj_of(old).tma_weights) == (0, False)
+    assert "mma.sync.aligned.m16n8k16" in build_many([old.kernel("sm_90a")])[0].data.decode()
+    half = common.launch_for(front, spec, common.tune_list("front_proj.act_terms=0"))
+    with pytest.raises(ValueError, match="tma_weights=0 with act_terms=0"):
+        half.kernel("sm_90a")

@@ -21,6 +21,7 @@ L2_BYTES = 60 << 20  # H200: 60 MB L2 (MI355X / MI300X: 4 MB per XCD + 256 MB In
 ROTATE_BYTES = 4 * L2_BYTES  # input copies cycled per launch: well beyond L2
 COPY_BYTES = 1 << 30
 GEMM = 8192
+WARMUP_CALLS = 3  # uncaptured calls before a graph capture, at least a rotation's
 
 
 def rotation(nbytes: int, span: int = ROTATE_BYTES, minimum: int = 2) -> int:
@@ -49,12 +50,15 @@ def timed(fn, reps=30, warmup=5) -> float:
 def timed_graph(fn, per_graph=20, reps=15) -> float:
     """Median microseconds per call of fn() replayed back to back from a CUDA graph of
     `per_graph` calls: what a decode step's graph replay sees, without the Python launch cost
-    (fn must rotate its inputs itself so consecutive calls read different buffers)."""
+    (fn must rotate its inputs itself so consecutive calls read different buffers).
+    The warm-up runs the graph's whole rotation uncaptured: a launch's first sight of a
+    buffer may copy host bytes to the device (a TMA descriptor), and inside the capture that
+    copy would become a node the graph replays every time (v50: ~1-2 us a launch)."""
     import torch
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
+        for _ in range(max(WARMUP_CALLS, per_graph)):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()

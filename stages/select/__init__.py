@@ -255,4 +255,5 @@ from .passes import SelectPass  # noqa: F401
 from .producers import ScoreHistStage, ScoresFeed, ScoringModel  # noqa: F401
 from .launches import (MEASURED_ON_NVIDIA, _grid_for, _kind_inputs, _kind_launch, _waves_for,
                        config_for, make_inputs, measured_options, random_block_table,
-                       request_positions, select_launch, select_stages)  # noqa: F401
+                       request_positions, select_hist_choices, select_launch,
+                       select_stages)  # noqa: F401

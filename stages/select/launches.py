@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from layouts.scores import GROUP_MAX_REGION, MAX_SLICES, ScoresLayout
+from monokernel.targets import SM90A
 
 from ..launch import Launch
 from .config import (DEFAULT_DIGITS, DIAG_WORDS, FINE_DIGITS, SELECT_KIND_DIGITS,
@@ -251,10 +252,46 @@ def _grid_for(spec) -> int:
     return 8 if spec.target == "interp" else spec.target_info.num_ctas
 
 
+# select_hist on sm_90a at rows SELECT_HIST_TAIL_MIN_ROWS and more: the scoring's refined
+# first digits (10-bit counts), the tail finish after them and sel_h1's group skip over the
+# scoring's group maxima (the kind's inputs then: all three are the scoring's by-products, as
+# the fused index has them). H100, one process each (bench/NOTES.md v50b), r8 at 32K / 64K /
+# 128K / 256K / 512K keys: 17.57 / 18.02 / 19.29 / 21.42 / 24.80 -> 15.10 / 15.76-15.86 /
+# 15.88 / 18.10 / 20.65 us; with sel_h1's 16-wide fold too r4 64K / 512K 0.953 / 0.970, r2
+# 1.158 / 1.034 (rows 2 keep the coarse plan's tail: a 10-bit bin of 64 slices is all tail);
+# check_topk exact on every distribution at r4 / r8 (42 of 42, the old defaults' digests).
+# Launch tunables (fine_digits=0: the old defaults, tail_finish and group_max then follow).
+SELECT_HIST_TAIL_ON_NVIDIA = True
+SELECT_HIST_TAIL_MIN_ROWS = 4
+
+
+def select_hist_choices(spec, *, fine_digits=None, tail_finish=None, group_max=None,
+                        finish_chosen=False, lean_spans=None) -> tuple:
+    """(fine_digits, tail_finish, group_max) of a selection given the scoring's first digits
+    (the select_hist kind, check_topk --first-digits buffer): each None is the chip's default
+    (SELECT_HIST_TAIL_ON_NVIDIA), the tail only where the caller chose no other finish
+    (`finish_chosen`), the skip only over lean spans (unless `lean_spans` turned them off);
+    a tail_finish None left None is config_for's to choose."""
+    nv_tail = (spec.target == SM90A.name and SELECT_HIST_TAIL_ON_NVIDIA
+               and spec.rows >= SELECT_HIST_TAIL_MIN_ROWS)
+    if fine_digits is None:
+        fine_digits = nv_tail
+    if tail_finish is None and fine_digits and not finish_chosen:
+        tail_finish = nv_tail
+    if group_max is None:
+        group_max = nv_tail and bool(fine_digits) and (lean_spans is None or bool(lean_spans))
+    return fine_digits, tail_finish, group_max
+
+
 def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=None,
                  finish_max=None, tail_finish=None, tail_per_slice=None, tail_min_keys=None,
                  cta_publish=None,
                  fold_first_digits=None, lean_spans=None, fine_digits=None, group_max=None):
+    if hist == "buffer":
+        fine_digits, tail_finish, group_max = select_hist_choices(
+            spec, fine_digits=fine_digits, tail_finish=tail_finish, group_max=group_max,
+            finish_chosen=bool(tail_per_slice or tail_min_keys or finish_max),
+            lean_spans=lean_spans)
     if fine_digits and hist != "buffer":
         raise ValueError("fine_digits: the select kind has no scoring's first digits to refine "
                          "(select_hist has)")
