@@ -122,10 +122,10 @@ FRONT_KIND_NVIDIA_CTAS_PER_SM = 2
 # (about bf16's 8 significant bits, the precision the model rounds h to; check_layer's qr
 # within 1.9e-3 .. 3.0e-3 of the float64 reference, tolerance 4e-3, rows 2 / 4 / 8, fp8 and
 # bf16 caches) and every weight block of a job by TMA into LDS (FrontProj.tma_weights). H100,
-# one process, rounds after the first (bench/NOTES.md v50b; the first rounds were the timing
-# harness's captured descriptor copies, mended in v51): r8 12.33 -> 11.14-11.21 us, r4 10.90
-# -> 10.65-10.72, r2 10.99 -> 10.65-10.74; three terms 0.919 / 0.993 / 0.990. Either stays a
-# stage tunable (front_proj.act_terms=0,front_proj.tma_weights=0: the bf16 tile).
+# one process, the old defaults against these (bench/NOTES.md v51): r8 12.34 -> 11.23 us, r4
+# 11.09 -> 10.74, r2 11.20 -> 10.71 (v50b: three terms 0.919 / 0.993 / 0.990 of the old at
+# r8 / r4 / r2). Either stays a stage tunable (front_proj.act_terms=0,front_proj.tma_weights=0:
+# the bf16 tile).
 FRONT_KIND_NVIDIA_ACT_TERMS = 2
 FRONT_KIND_NVIDIA_TMA_WEIGHTS = True
 POST_JOBS_PER_ROW = 2  # front_q and front_kv: one job a row each

@@ -153,7 +153,10 @@ its position-ordered list: the rounds' outputs bit for bit. A row with more cand
 TAIL_FINISH_LDS reads them from the buckets again in every pass (exact at any count:
 all-equal scores make every key one). Measured (bench/NOTES.md v27): select_hist rows 2
 -1.5..-2.3 us, rows 4 -0.3..-1.5; rows 8 slower (sel_h1's bucketing, +1.7 us at 512K, +4 at
-64K where the first digit's bin holds half the row), so rows 8 keep the rounds. The fused
+64K where the first digit's bin holds half the row), so the coarse plan's rows 8 keep the
+rounds. After refined first digits the bins are narrow: select_hist on sm_90a at rows 4 and 8
+takes them with the tail and the group skip by default (launches.SELECT_HIST_TAIL_ON_NVIDIA;
+r8 64K / 512K 18.02 / 24.62 -> 15.54 / 20.84 us on an H100, v51). The fused
 index takes it after its refined first digits too (sel_h1 buckets its 10-bit prefix's
 candidates by the next digit), by default on NVIDIA at rows 8 (stages.index.
 TAIL_FINISH_ON_NVIDIA): r8 W1 512K 104.5 / 105.0 -> 101.9 / 102.3 us on an H100 (v47), W1 /
@@ -224,7 +227,8 @@ Fusing into the index launch (stages/index.py publishes plain `scores` [R, capac
     stages = index_stages(p) + select_stages(cfg, scores="plain", hist="plain", ready=ready)
 
 (test_select.py runs exactly this.) The `select` launch kind (and `select_hist`, which takes
-the first digits as an input) selects on injected scores: any distribution can be checked
+the first digits as an input, on sm_90a at rows 4 / 8 the refined ones and the group maxima
+too) selects on injected scores: any distribution can be checked
 (tools/check_topk.py).
 """
 from __future__ import annotations

@@ -255,12 +255,13 @@ def _grid_for(spec) -> int:
 # select_hist on sm_90a at rows SELECT_HIST_TAIL_MIN_ROWS and more: the scoring's refined
 # first digits (10-bit counts), the tail finish after them and sel_h1's group skip over the
 # scoring's group maxima (the kind's inputs then: all three are the scoring's by-products, as
-# the fused index has them). H100, one process each (bench/NOTES.md v50b), r8 at 32K / 64K /
-# 128K / 256K / 512K keys: 17.57 / 18.02 / 19.29 / 21.42 / 24.80 -> 15.10 / 15.76-15.86 /
-# 15.88 / 18.10 / 20.65 us; with sel_h1's 16-wide fold too r4 64K / 512K 0.953 / 0.970, r2
-# 1.158 / 1.034 (rows 2 keep the coarse plan's tail: a 10-bit bin of 64 slices is all tail);
-# check_topk exact on every distribution at r4 / r8 (42 of 42, the old defaults' digests).
-# Launch tunables (fine_digits=0: the old defaults, tail_finish and group_max then follow).
+# the fused index has them). H100, one process each (bench/NOTES.md v50b, v51), r8 at 32K /
+# 64K / 128K / 256K / 512K keys: 17.57 / 18.02 / 19.29 / 21.42 / 24.80 -> 15.10 / 15.54 /
+# 15.88 / 18.10 / 20.84 us; r4 at 64K / 512K 17.62 / 19.75 -> 16.50 / 19.55; with sel_h1's
+# 16-wide fold too r2 1.158 / 1.034 (rows 2 keep the coarse plan's tail: 64 slices a row);
+# check_topk exact with these defaults on every distribution at rows 2 / 4 / 8 (36 of 36, the
+# old defaults' digests). Launch tunables (fine_digits=0: the old defaults, tail_finish and
+# group_max then follow).
 SELECT_HIST_TAIL_ON_NVIDIA = True
 SELECT_HIST_TAIL_MIN_ROWS = 4
 
