@@ -359,7 +359,7 @@ def test_the_fused_index_skips_groups_by_default_on_sm90a_only():
 
 
 @pytest.mark.parametrize("rows,workload,mode", [(8, "W1", "relaxed"), (8, "W2", "random"),
-                                                (2, "W1", "relaxed")])
+                                                (4, "W2", "relaxed"), (2, "W1", "relaxed")])
 def test_the_fused_tail_finish_after_refined_digits_selects_what_the_rounds_select(
         rows, workload, mode):
     """launch.tail_finish=1 in the fused index (sm_90a paths: refined first digits folded into
@@ -401,7 +401,8 @@ def test_the_fused_tail_by_key_count_selects_what_the_rounds_select(workload, mo
 
 def test_the_fused_index_finishes_by_the_tail_where_the_switch_says(monkeypatch):
     """stages.index.TAIL_FINISH_ON_NVIDIA (on since v50): the sm_90a fused index at rows 8
-    finishes each row after two exchanged digits unless told not to, while rows 2, AMD and
+    (and 4 since v51) finishes each row after two exchanged digits unless told not to, while
+    rows 2, AMD and
     the coarse plan (launch.fine_digits=0) keep the rounds; off, every fused index keeps the
     rounds unless asked."""
     from spec import BuildSpec
@@ -414,6 +415,9 @@ def test_the_fused_index_finishes_by_the_tail_where_the_switch_says(monkeypatch)
     assert not index.launch(eight, chip="sm_90a").select_cfg.tail_finish
     monkeypatch.setattr(index_mod, "TAIL_FINISH_ON_NVIDIA", True)
     assert index.launch(eight, chip="sm_90a").select_cfg.tail_finish
+    four = BuildSpec.make("tiny", rows=4, target="interp")
+    assert index.launch(four, chip="sm_90a").select_cfg.tail_finish
+    assert not index.launch(four, chip="sm_90a").select_cfg.group_skip  # (rows 8 only)
     for L in (index.launch(two, chip="sm_90a"), index.launch(eight, chip="gfx950"),
               index.launch(eight, chip="sm_90a", fine_digits=False),
               common.launch_for(index, BuildSpec.make("tiny", rows=8, target="sm_90a"),

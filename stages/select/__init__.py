@@ -158,7 +158,7 @@ rounds. After refined first digits the bins are narrow: select_hist on sm_90a at
 takes them with the tail and the group skip by default (launches.SELECT_HIST_TAIL_ON_NVIDIA;
 r8 64K / 512K 18.02 / 24.62 -> 15.54 / 20.84 us on an H100, v51). The fused
 index takes it after its refined first digits too (sel_h1 buckets its 10-bit prefix's
-candidates by the next digit), by default on NVIDIA at rows 8 (stages.index.
+candidates by the next digit), by default on NVIDIA at rows 4 and 8 (stages.index.
 TAIL_FINISH_ON_NVIDIA): r8 W1 512K 104.5 / 105.0 -> 101.9 / 102.3 us on an H100 (v47), W1 /
 W2 0.974 / 0.927 at 64K, 0.975 / 0.971 at 512K (v50).
 
