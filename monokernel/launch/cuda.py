@@ -21,6 +21,7 @@ and those lazily: a CPU machine without cuda.bindings can import it.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 
@@ -309,8 +310,15 @@ class CudaKernel:
                 "cuTensorMapEncodeTiled", self.name, f" (tensor map {slot.name!r})")
             raw = np.array([int(x) for x in tmap.opaque], np.uint64).view(np.uint8)
             assert raw.size == TENSOR_MAP_BYTES, raw.size
-            # from pinned memory: a launch inside a CUDA graph capture (time_layers) may be
-            # the first to see this buffer, and a capture copies only from pinned memory
+            # from pinned memory: a launch inside a CUDA graph capture may be the first to
+            # see this buffer, and a capture copies only from pinned memory; the copy then
+            # becomes a node the graph replays before every launch (v50b: ~1-2 us each)
+            if torch.cuda.is_current_stream_capturing():
+                warnings.warn(f"kernel {self.name}: tensor map {slot.name!r} of a buffer first "
+                              f"seen inside a CUDA graph capture; its {TENSOR_MAP_BYTES}-byte "
+                              "host copy is captured and replayed with every launch: launch "
+                              "once with these buffers before the capture",
+                              RuntimeWarning, stacklevel=4)
             host = torch.from_numpy(raw.copy()).pin_memory()
             cache[key] = (host, host.to(f"cuda:{self.device}", non_blocking=True))
         return cache[key][1]
