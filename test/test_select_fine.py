@@ -279,6 +279,8 @@ def test_the_select_hist_kind_takes_the_tail_form_on_sm90a_from_rows_4():
             assert not (old.fine_digits or old.group_skip)
             assert old.tail_finish == (rows == 4)  # (33 slices a row: the wide rows' tail)
             assert not hist.launch(spec, tail_min_keys=65536).select_cfg.tail_finish
+            per_row = hist.launch(spec, tail_per_slice=64).select_cfg  # (excludes them)
+            assert not (per_row.fine_digits or per_row.tail_finish or per_row.group_skip)
         if target != "interp":
             _, cfg, _ = check_topk.build("glm5", rows, target, first_digits="buffer")
             assert (cfg.fine_digits, cfg.tail_finish, cfg.group_skip, cfg.digits) == \

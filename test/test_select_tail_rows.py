@@ -158,12 +158,14 @@ def test_the_stages_are_the_rounds_and_the_kinds_take_the_option():
         "sel_h0", "sel_h1", "sel_h2", "sel_h3", "sel_out"]
     from spec import BuildSpec
     from stages.kinds import kind
-    for rows, static_tail in ((8, False), (2, True)):
+    for rows in (8, 2):  # (the static tail: rows 8's after refined digits, rows 2's wide rows')
         spec = BuildSpec.make("glm5", rows=rows, target="sm_90a")
         plain = kind("select_hist").launch(spec).select_cfg
         chosen = kind("select_hist").launch(spec, tail_per_slice=TAIL_MAX_PER_SLICE).select_cfg
-        assert plain.tail_finish == static_tail and plain.tail_max_per_slice is None
+        assert plain.tail_finish and plain.tail_max_per_slice is None
+        assert plain.fine_digits == (rows == 8)
         assert chosen.tail_max_per_slice == TAIL_MAX_PER_SLICE and not chosen.tail_finish
+        assert not chosen.fine_digits  # (the choice by the bin reads the coarse plan's)
 
 
 # -- the choice by key count (SelectConfig.tail_min_keys) ----------------------------------

@@ -287,7 +287,8 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
             spec, fine_digits=kw.get("fine_digits"), tail_finish=kw.get("tail_finish"),
             group_max=kw.get("group_skip"), lean_spans=kw.get("lean_spans"),
             finish_chosen=bool(kw.get("tail_per_slice") or kw.get("tail_min_keys")
-                               or kw.get("finish_max")))
+                               or kw.get("finish_max")),
+            fine_excluded=bool(kw.get("tail_per_slice") or kw.get("finish_max")))
         if tail is not None:
             kw["tail_finish"] = tail
     if kw.get("fine_digits"):
