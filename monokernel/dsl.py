@@ -438,6 +438,13 @@ class KernelBuilder:
         self.uses.add("lds")
         return self._v("lds_base", (), VType(ptr_lds, 1, True), name=name)
 
+    def lds_ref(self, name: str) -> Value:
+        """A pointer to the LDS allocation `name` made before, emitted here: for a use in a
+        region that the allocation's does not enclose (allocated inside an if, used after)."""
+        if not any(a.name == name for a in self._lds):
+            raise DSLError(f"lds_ref: no LDS allocation named {name!r}")
+        return self._v("lds_base", (), VType(ptr_lds, 1, True), name=name)
+
     def reload_arg(self, name: str) -> Value:
         """Kernel argument `name` read again at this point (the same value as `k.args.name`).
         On AMD it is a fresh load from the kernarg segment that LLVM may not hoist or merge

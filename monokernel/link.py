@@ -238,6 +238,14 @@ class JobEnv:
         """Whether this is a timeline kernel: a stage adds its cycle accounts only then."""
         return self._l.timeline
 
+    @property
+    def lds_prefetched(self):
+        """Uniform i1: this job's constant inputs are already on their way into its LDS
+        (its stage's prefetch_lds ran for it before the pdl wait), or None where no stage of
+        the launch does that (a plain launch: always ask for them)."""
+        v = self._l.lds_prefetched
+        return None if v is None else v.get().ne(0)
+
     def tally(self, i: int, value):
         """Add `value` (uniform u64: e.g. a wave's clocks in one part of its loop, from
         k.cycles()) from every wave into the job's tally i (0 .. TALLY_SLOTS-1) in a timeline
@@ -273,6 +281,12 @@ class JobEnv:
         several waves this is a CTA-wide agreement (two barriers): call it from every wave."""
         self._l.agree()
         return self.ok
+
+
+def _lds_prefetches(stage) -> bool:
+    """Whether `stage` copies its CTA's first job's constant inputs into LDS before a pdl
+    wait (Stage.prefetch_lds, switched on by its lds_prefetch())."""
+    return hasattr(stage, "prefetch_lds") and bool(getattr(stage, "lds_prefetch", lambda: False)())
 
 
 # ------------------------------------------------------------------------------------ linker
@@ -426,6 +440,7 @@ class _Builder:
         self.stage_args: dict[str, list[str]] = {}
         self.failed = None
         self.lds_flag = None
+        self.lds_prefetched = None  # (kernel(): a uniform var where a stage prefetches into LDS)
         self.k = None
         self.entry = None  # the running job's table entry (timeline kernels only)
 
@@ -495,12 +510,18 @@ class _Builder:
         (Stage.prefetch)."""
         return [(s_id, st) for s_id, st in enumerate(self.stages) if hasattr(st, "prefetch")]
 
-    def prefetch_job(self, k, sid, job):
-        """Job (sid, job) asks the L2 for its constant inputs, if its stage can."""
+    def prefetch_job(self, k, sid, job, first=False):
+        """Job (sid, job) asks the L2 for its constant inputs, if its stage can; the CTA's
+        `first` job before a pdl wait copies them into its LDS where its stage does that
+        (Stage.prefetch_lds), and `lds_prefetched` tells its body so."""
         for s_id, st in self.prefetch_hooks():
+            args = SimpleNamespace(**{n: getattr(k.args, n) for n in self.stage_args[st.name]})
             with k.if_(sid.eq(s_id)), k.stage_scope(st.name):
-                st.prefetch(k, job, SimpleNamespace(
-                    **{n: getattr(k.args, n) for n in self.stage_args[st.name]}))
+                if first and self.lds_prefetched is not None and _lds_prefetches(st):
+                    st.prefetch_lds(k, job, args)
+                    self.lds_prefetched.set(1)
+                else:
+                    st.prefetch(k, job, args)
 
     def prefetch_first_job(self, k, hdr):
         """pdl (before the wait) or prefetch_next: the CTA's first job asks the L2 for its
@@ -511,7 +532,7 @@ class _Builder:
             return
         with k.if_(lo < hi):
             ent = k.load(k.args.sched, base + lo * ENTRY_WORDS, i32, ENTRY_WORDS)
-            self.prefetch_job(k, k.extract(ent, 0), k.extract(ent, 1))
+            self.prefetch_job(k, k.extract(ent, 0), k.extract(ent, 1), first=self.pdl)
 
     def kernel(self, k):
         self.k = k
@@ -519,6 +540,11 @@ class _Builder:
         if self.pdl:  # the next launch may start its CTAs now (they stop at their wait)
             k.grid_dep_launch()
         self.failed = k.uniform_var(0, u32, name="failed")
+        # 1 while the CTA's first job runs if its constant inputs were copied into its LDS
+        # before the pdl wait (Stage.prefetch_lds); None where no stage does that
+        self.lds_prefetched = (k.uniform_var(0, i32, name="lds_prefetched")
+                               if self.pdl and any(_lds_prefetches(st) for st in self.stages)
+                               else None)
         if k.W > 1:
             self.lds_flag = k.lds("link_failed", u32, 1)
             with k.if_(k.wave_id().eq(0)):
@@ -561,6 +587,8 @@ class _Builder:
                     if self.timeline:
                         self.stamp(e, 1)
                     self.agree()
+                    if self.lds_prefetched is not None:  # (the first job's alone)
+                        self.lds_prefetched.set(0)
                     last = k.load(a.sched, w + LAST_WORD, i32)
                     at.set(w + ENTRY_WORDS)
                     more.set(k.cast(last.eq(0) & self.failed.get().eq(0), u32))

@@ -16,6 +16,11 @@ A stage declares, in plain Python:
                               buffers (`args`: its kernel arguments), before the kernel's
                               grid_dep_wait, so those bytes stream while the launch before
                               this one finishes; nothing else may be touched there
+    prefetch_lds(k, job, args)  optional, with pdl, where `lds_prefetch()` is true: instead of
+                              prefetch, start copying those bytes into the job's own LDS
+                              (asynchronous copies, not the waves' loads) before the wait;
+                              the job's body then finds `io.env.lds_prefetched` true and
+                              does not ask for them again
 
 and never names a CTA, a lane number of a vendor, a byte offset or a tag. Which job produced
 what a job reads is derived from the writes of every stage of the launch (`resolve`), so the

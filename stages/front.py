@@ -441,7 +441,7 @@ class FrontProj(Stage):
     name = "front_proj"
     rel_tol = 1e-5  # f32 accumulation of <= 1024 exact products per split (max-norm relative)
     TUNABLES = ("loads_in_flight", "straight", "async_weights", "half", "act_terms", "wg_depth",
-                "wg_prefetch", "tma_weights")
+                "wg_prefetch", "tma_weights", "boxes_before_wait")
     CHOICES = {"half": ("bf16", "f16")}
     # 16-byte weight loads a lane keeps in flight (None: mma_tile.LOADS_IN_FLIGHT): deeper
     # rings measured slower on the H200 (bench/NOTES.md v16)
@@ -466,6 +466,10 @@ class FrontProj(Stage):
     # no weight load to wait for); needs act_terms, sm_90a or the interpreter
     tma_weights = False
     WEIGHT_MAP = "qkv_a_w_tmap"  # the weights' tensor map argument (tma_weights)
+    # with tma_weights and pdl: the CTA's first job asks for its boxes before grid_dep_wait
+    # (prefetch_lds; the weights are constant), so they land in LDS while the launch before
+    # still runs, where the plain pdl form only hints them into the L2
+    boxes_before_wait = False
 
     @property
     def act_terms(self) -> int:
@@ -509,6 +513,30 @@ class FrontProj(Stage):
                              "4) too, or front_proj.tma_weights=0 with act_terms=0 for the "
                              "bf16 tile")
         return bool(self.tma_weights)
+
+    def lds_prefetch(self) -> bool:
+        """Whether a pdl launch's first job asks for its boxes before the wait (Stage.
+        prefetch_lds): boxes_before_wait, checked: it is a form of tma_weights."""
+        if self.boxes_before_wait and not self._tma():
+            raise ValueError("front_proj.boxes_before_wait = 1 asks for the weights' TMA boxes "
+                             "early: set front_proj.tma_weights (with act_terms) too")
+        return bool(self.boxes_before_wait)
+
+    def _tma_weights(self, k):
+        """The job's ring and mbarriers (wgmma_proj.TmaWeights) in k's LDS, allocated once a
+        kernel: prefetch_lds (before the job loop) and the body share them."""
+        if getattr(self, "_tma_kernel", None) is k:
+            return wgmma_proj.TmaWeights.refer(k, self.WEIGHT_MAP, "front_w")
+        self._tma_kernel = k
+        return wgmma_proj.TmaWeights.allocate(k, self.WEIGHT_MAP, self.p.chunk // BLOCK,
+                                              "front_w")
+
+    def prefetch_lds(self, k, job, args):
+        """boxes_before_wait: job `job`'s weight boxes asked for (wgmma_proj.issue_boxes)."""
+        p = self.p
+        t, s = job / p.splits, job % p.splits
+        wgmma_proj.issue_boxes(k, self._tma_weights(k), t * TILE_N, s * p.chunk,
+                               p.chunk // BLOCK)
 
     def kernel_args(self) -> dict:
         out = super().kernel_args()
@@ -608,8 +636,7 @@ class FrontProj(Stage):
         k0 = s * KC
         b = k.lds("front_b", u32, wgmma_proj.b_lds_words(T, KC))
         mx = k.lds("front_max", u32, wgmma_proj.max_lds_words(T, KC))
-        tma = (wgmma_proj.TmaWeights.allocate(k, self.WEIGHT_MAP, KC // BLOCK, "front_w")
-               if self._tma() else None)
+        tma = self._tma_weights(k) if self._tma() else None
 
         def value8(x8, g8):  # a = x * g, exact in f32 (a product of two bf16)
             return k.cast(x8, f32) * k.cast(g8, f32)
@@ -626,7 +653,8 @@ class FrontProj(Stage):
                                                              mask=m),
                            staged=lambda: io.env.phase(0),
                            depth=self.wg_depth or wgmma_proj.WEIGHT_DEPTH_BLOCKS,
-                           prefetch=self.wg_prefetch, tma=tma)
+                           prefetch=self.wg_prefetch, tma=tma,
+                           tma_issued=io.env.lds_prefetched if self.lds_prefetch() else None)
         self._publish(k, job, io)
 
     def _publish(self, k, job, io):

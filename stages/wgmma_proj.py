@@ -193,6 +193,13 @@ class TmaWeights:
         return TmaWeights(tmap, k.lds(ring, u8, ring_bytes(blocks), align=SW128_ATOM_BYTES),
                           ring, k.mbarrier(f"{prefix}_bars", blocks))
 
+    @staticmethod
+    def refer(k, tmap: str, prefix: str) -> "TmaWeights":
+        """The ring and mbarriers `allocate` made in k before, pointed to here (a use outside
+        the allocation's region: a pdl prefetch's boxes allocate, the job waits)."""
+        ring = f"{prefix}_ring"
+        return TmaWeights(tmap, k.lds_ref(ring), ring, k.lds_ref(f"{prefix}_bars"))
+
 
 def weight_map(of: str, row_bytes: int) -> TensorMap:
     """The tensor map TmaWeights copies from: the weights `of` as rows of `row_bytes`, a box
@@ -343,7 +350,7 @@ def load_pieces(k, T: WgTiling, chunk: int, load_row8, load_shared8, crew):
 def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0, k0, kb0,
             blocks: int, b_lds, b_name: str, mx_lds, load_row8, value8, emit, load_shared8=None,
             staged=None, depth: int = WEIGHT_DEPTH_BLOCKS, prefetch: bool = False,
-            tma: TmaWeights | None = None):
+            tma: TmaWeights | None = None, tma_issued=None):
     """The tile's partial sums (module doc): out[m, r] = sum over the job's blocks of
     Wdq[row0 + m, k] * a[r, k] for the 64 rows from row0 (a multiple of 64).
 
@@ -359,14 +366,16 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
     prefetch      the tile's weight rows asked of the L2 (bulk prefetches) before the staging,
                   whose loads then find them there
     tma           the weights by TMA into LDS (TmaWeights; T of natural K order; one
-                  warpgroup): `w`, `w_stride`, `depth` and `prefetch` then unused"""
+                  warpgroup): `w`, `w_stride`, `depth` and `prefetch` then unused
+    tma_issued    uniform i1 (or None: never): the boxes were asked for already (issue_boxes,
+                  before a pdl wait), so the job only waits for them"""
     at = T.atom
     check(k, T, blocks * BLOCK)
     if tma is not None:
         _project_tma(k, T, tma, scale=scale, scale_stride=scale_stride, row0=row0, k0=k0,
                      kb0=kb0, blocks=blocks, b_lds=b_lds, b_name=b_name, mx_lds=mx_lds,
                      load_row8=load_row8, value8=value8, emit=emit, load_shared8=load_shared8,
-                     staged=staged)
+                     staged=staged, issued=tma_issued)
         return
     chunk = blocks * BLOCK
     lane, wave = k.lane_id(), k.wave_id()
@@ -434,8 +443,26 @@ def project(k, T: WgTiling, *, w, w_stride: int, scale, scale_stride: int, row0,
         _chain(pre)
 
 
+def issue_boxes(k, tma: TmaWeights, row0, k0, blocks: int):
+    """Wave 0 sets up the job's mbarriers and asks for every block's box (TILE_M rows from
+    row0 x BLOCK bytes from k0 + i BLOCK, 128B-swizzled) at once; a CTA barrier between, so
+    no wave waits on a barrier not yet set up. Call it from every wave."""
+    issuer = k.wave_id().eq(0)
+    bars = [k.ptr_add(tma.bars, i * MBARRIER_BYTES) for i in range(blocks)]
+    box = TILE_M * BLOCK
+    with k.if_(issuer):
+        for bar in bars:
+            k.mbar_init(bar, 1)
+    k.barrier()  # the mbarriers are set up before any wave waits on them
+    with k.if_(issuer):
+        for i, bar in enumerate(bars):
+            k.mbar_arrive_tx(bar, box)
+            k.tma_load_rows(k.ptr_add(tma.ring, i * box), tma.tmap, row0, bar,
+                            col=k0 + i * BLOCK)
+
+
 def _project_tma(k, T, tma, *, scale, scale_stride, row0, k0, kb0, blocks, b_lds, b_name,
-                 mx_lds, load_row8, value8, emit, load_shared8, staged):
+                 mx_lds, load_row8, value8, emit, load_shared8, staged, issued=None):
     """project() with the weights by TMA (TmaWeights): wave 0 sets up a job's mbarriers and
     asks for every block's box (TILE_M rows x BLOCK bytes, 128B-swizzled) at once; the CTA
     stages B under the stream; block i's chain waits for its box and reads A from it (chunk
@@ -456,15 +483,11 @@ def _project_tma(k, T, tma, *, scale, scale_stride, row0, k0, kb0, blocks, b_lds
     # boxes they waited for most of the stream (H100: staged 5.8 us into the job, v50)
     crew = Crew(k.wave_id() * k.L + k.lane_id(), k.W * k.L, k.barrier)
     pending = load_pieces(k, T, chunk, load_row8, load_shared8, crew)
-    with k.if_(issuer):
-        for bar in bars:
-            k.mbar_init(bar, 1)
-    k.barrier()  # the mbarriers are set up before any wave waits on them
-    with k.if_(issuer):
-        for i, bar in enumerate(bars):
-            k.mbar_arrive_tx(bar, box)
-            k.tma_load_rows(k.ptr_add(tma.ring, i * box), tma.tmap, row0, bar,
-                            col=k0 + i * BLOCK)
+    if issued is None:
+        issue_boxes(k, tma, row0, k0, blocks)
+    else:  # (before a pdl wait, by the stage's prefetch_lds: only waited for here)
+        with k.if_(~issued):
+            issue_boxes(k, tma, row0, k0, blocks)
     _stage(k, T, b_lds, mx_lds, chunk, pending, value8, crew)
     k.barrier()  # every thread's B stores, fenced for the async proxy
     if staged:

@@ -308,3 +308,72 @@ def test_the_sm90a_front_kind_takes_two_terms_and_weights_by_tma_by_default():
     half = common.launch_for(front, spec, common.tune_list("front_proj.act_terms=0"))
     with pytest.raises(ValueError, match="tma_weights=0 with act_terms=0"):
         half.kernel("sm_90a")
+
+
+def _early(rows, mode, wrong_job=False, monkeypatch=None):
+    """The TMA form linked with pdl, its first jobs' boxes asked for before the wait
+    (front_proj.boxes_before_wait), run in the interpreter (which refuses any read of a
+    non-constant buffer before grid_dep_wait); `wrong_job`: the early boxes those of the
+    next job (a negative control)."""
+    L = terms_launch(rows, terms=2, tma=True)
+    L.pdl = True
+    for st in L.stages:
+        if isinstance(st, F.FrontProj):
+            st.boxes_before_wait = True
+    if wrong_job:
+        real = F.FrontProj.prefetch_lds
+        monkeypatch.setattr(F.FrontProj, "prefetch_lds",
+                            lambda self, k, job, args: real(self, k, job + 1, args))
+    return L
+
+
+@pytest.mark.parametrize("rows,mode", [(8, "relaxed"), (2, "random")])
+def test_boxes_before_the_pdl_wait_give_the_same_bits(rows, mode):
+    """`front_proj.boxes_before_wait` with pdl: each CTA's first projection job finds its
+    boxes asked for before grid_dep_wait and only waits for them; a later job of the CTA
+    asks itself. Every output and the partial sums bit for bit the plain TMA form's."""
+    plain = terms_launch(rows, terms=2, tma=True)
+    early = _early(rows, mode)
+    inp = inputs(plain, seed=rows + 70)
+    r1 = plain.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    r2 = early.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
+    check_terms_front(early, inp, r2)
+    for n in r1.outputs:
+        assert np.array_equal(r1.outputs[n], r2.outputs[n]), n
+    assert np.array_equal(r1.regions["front_part"], r2.regions["front_part"])
+    cta_jobs = early.schedule.cta_jobs
+    assert any(sum(st == "front_proj" for st, _ in jobs) > 1 for jobs in cta_jobs), \
+        "no CTA runs a second projection job (the one that asks for its own boxes)"
+
+
+def test_early_boxes_of_another_job_are_caught(monkeypatch):
+    L = _early(2, "inorder", wrong_job=True, monkeypatch=monkeypatch)
+    inp = inputs(L, seed=72)
+    res = L.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    ref = L.reference(inp)["front_part"]
+    rel = np.abs(res.regions["front_part"] - ref).max() / np.abs(ref).max()
+    assert rel > 1e-2, rel
+
+
+def test_boxes_before_the_wait_need_tma_and_come_first_in_the_ptx():
+    """Refused by name without tma_weights; in the sm_90a front kind with pdl the first
+    tensor copy precedes griddepcontrol.wait and replaces the L2 prefetch; without pdl the
+    setting changes nothing."""
+    from monokernel.build import build_many
+    L = terms_launch(2, terms=2)
+    proj = next(s for s in L.stages if isinstance(s, F.FrontProj))
+    proj.boxes_before_wait = True
+    L.pdl = True
+    with pytest.raises(ValueError, match="boxes_before_wait = 1 .* set front_proj.tma_weights"):
+        L.kernel("interp")
+
+    def kind(pdl, early):
+        L = F.front_launch(BuildSpec.make("glm5", rows=8, kv="fp8", target="sm_90a"))
+        L.pdl = pdl
+        next(s for s in L.stages if isinstance(s, F.FrontProj)).boxes_before_wait = early
+        return build_many([L.kernel("sm_90a")])[0].data.decode()
+    ptx = kind(True, True)
+    assert ptx.index("cp.async.bulk.tensor.2d") < ptx.index("griddepcontrol.wait;")
+    assert "cp.async.bulk.prefetch.L2" not in ptx
+    assert "cp.async.bulk.prefetch.L2" in kind(True, False)
+    assert kind(False, True) == kind(False, False)
