@@ -197,3 +197,26 @@ def test_bit_counts_and_trailing_zeros():
                                                                 target="gfx950"), "gfx950"),
                                   "gfx950")
     assert co[:4] == b"\x7fELF"
+
+
+def test_an_lds_allocation_is_used_outside_its_region_through_lds_ref():
+    """An allocation made inside an if may not be used after it directly (the verifier names
+    the region), but k.lds_ref(name) points to it again there: a value stored inside the if
+    is read back after it; an unknown name is an error naming it."""
+    def body(k, again=True):
+        a = k.args
+        with k.if_(a.n > 0):
+            buf = k.lds("inner", u32, 64)
+            k.store(buf, k.lane_id(), k.cast(k.lane_id(), u32) * 3)
+        k.barrier()
+        p = k.lds_ref("inner") if again else buf
+        k.store(a.out, k.lane_id(), k.load(p, k.lane_id(), u32))
+    abi = ABI(n=Scalar(i32), out=Ptr(u32))
+    kern = build_kernel("lds_again", body, abi=abi, target="interp")
+    out = np.zeros(64, np.uint32)
+    interp.run(kern, dict(n=1, out=out), grid=1)
+    assert out.tolist() == [3 * i for i in range(64)]
+    with pytest.raises(DSLError, match="does not enclose"):
+        build_kernel("lds_direct", lambda k: body(k, again=False), abi=abi, target="interp")
+    with pytest.raises(DSLError, match="lds_ref: no LDS allocation named 'nope'"):
+        build_kernel("lds_none", lambda k: k.lds_ref("nope"), abi=abi, target="interp")
