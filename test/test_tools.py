@@ -501,9 +501,10 @@ def test_tune_launch_q_splits_sets_the_index_q_projection_split():
 def test_select_digits_per_kind_and_target_and_from_tune():
     """The selection's radix plan: the select kinds take SELECT_KIND_DIGITS off AMD (measured
     on the H200; SELECT_KIND_DIGITS_WIDE for rows of many slices; select_hist on sm_90a at
-    rows >= 4 FINE_DIGITS, its refined first digits) and DEFAULT_DIGITS on AMD; the fused index keeps DEFAULT_DIGITS (measured
-    slower with the wider plan); --tune launch.select_digits sets either, and a plan the
-    selection cannot run is an error naming it."""
+    rows >= 4 FINE_DIGITS, its refined first digits) and DEFAULT_DIGITS on AMD; the fused
+    index keeps DEFAULT_DIGITS (measured slower with the wider plan); --tune
+    launch.select_digits sets either, and a plan the selection cannot run is an error naming
+    it."""
     from spec import BuildSpec
     from stages import kinds
     from stages import select as sel
