@@ -10,6 +10,8 @@
 #     tile), select_hist r4 / r8 (B fine_digits=0), the fused index r4 (B tail_finish=0: v51
 #     timed it one round) and r8
 #   4 exactness of the fused index's new r4 default
+#   (3 also: select_hist's fold with a long row's own unroll, sel_h1.segment_unroll_long=16
+#   (new): v51's 16 throughout was 0.977 at 512K but 1.035 at 64K)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-8}
 packed_logs v52
@@ -23,8 +25,9 @@ OUT=$LOGS step vs_early 90 $TL --kind front --rows 2,8 --tune launch.pdl=1 \
     --versus front_proj.boxes_before_wait=1 --also launch.pdl=0 --rounds 3; pack
 OUT=$LOGS step vs_front 90 $TL --kind front --rows 2,4,8 \
     --versus front_proj.act_terms=0,front_proj.tma_weights=0 --rounds 2; pack
-OUT=$LOGS step vs_sel 90 $TL --kind select_hist --rows 4,8 --pos 65535,524287 \
-    --versus launch.fine_digits=0 --rounds 2; pack
+OUT=$LOGS step vs_sel 120 $TL --kind select_hist --rows 4,8 --pos 65535,524287 \
+    --versus launch.fine_digits=0 --also sel_h1.segment_unroll_long=16 \
+    --also sel_h1.segment_unroll=16 --rounds 2; pack
 OUT=$LOGS step vs_ix 200 $TL --kind index --rows 4,8 --pos 524287 --workload W1,W2 \
     --versus launch.tail_finish=0 --rounds 2; pack
 OUT=$LOGS step topk_ix 90 python3 -m tools.check_topk --through index --config glm5 \

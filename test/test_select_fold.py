@@ -96,3 +96,23 @@ def test_bad_settings_are_rejected():
                     [("sel_h1", "fold_bins", "12")])
     with pytest.raises(ValueError, match="fold_bins = 12"):
         L.kernel()
+
+
+@pytest.mark.parametrize("dist,pos", [("normal", 12000), ("few", 12000), ("normal", 300)])
+def test_long_rows_fold_with_their_own_unroll_and_select_the_same(dist, pos):
+    """sel_h1.segment_unroll_long: a row of more segments than one iteration of
+    segment_unroll covers takes that many at once (one wave: G = 64 / (32 / 4) = 8 segment
+    groups, segment_unroll 1 covers 8 of 12000 keys' 24 segments of 512, so the long form
+    runs; 300 keys: one segment, the short form): the same slots, words and message 1."""
+    from stages.select.config import FOLD_BAND_BINS, LOAD_KEYS
+    s, n, bt = _case(dist, seed=54, pos=pos)
+    groups = 64 // (FOLD_BAND_BINS // LOAD_KEYS)
+    nseg = -(-int(n.max()) // CFG.layout.segment)
+    assert (nseg > groups * 1) == (pos > 1000)
+    ref = _run(FOLD, s, n, bt, waves=1)
+    for long in ("4", "2"):
+        _same(_run(FOLD, s, n, bt, waves=1, tunes=[("sel_h1", "segment_unroll", "1"),
+                                                   ("sel_h1", "segment_unroll_long", long)]),
+              ref)
+    with pytest.raises(ValueError, match="segment_unroll_long = -1"):
+        _run(FOLD, s, n, bt, waves=1, tunes=[("sel_h1", "segment_unroll_long", "-1")])

@@ -279,6 +279,7 @@ class Exchange:
         g_lo = sl.lo / seg
         g_hi = (sl.hi + (seg - 1)) / seg
         U = self._count_tunable("segment_unroll")
+        U_long = self.segment_unroll_long and self._count_tunable("segment_unroll_long")
         zero4 = k.vec(k.const(0, u32), 0, 0, 0)
         total = k.const(0, i32)
         acc, mine = k.lane_var(zero4), k.lane_var(zero4)
@@ -306,17 +307,27 @@ class Exchange:
                         for m, v in got:
                             acc.set(acc.get() + k.select(m, v, 0))
                 else:  # every segment of the row: its total and the own slice's
-                    for g0 in k.range(0, sl.nseg, G * U):
-                        got = []
-                        for u in range(U):
-                            g = g0 + grp + G * u
-                            m = live & (g < sl.nseg)
-                            idx = (sl.r * c.segments + k.min(g, c.segments - 1)) * B + lo \
-                                + V * cq
-                            got.append((g, m, self.hist.read4(k, io, idx, m)))
-                        for g, m, v in got:
-                            acc.set(acc.get() + k.select(m, v, 0))
-                            mine.set(mine.get() + k.select(m & (g >= g_lo) & (g < g_hi), v, 0))
+                    def fold(U):
+                        for g0 in k.range(0, sl.nseg, G * U):
+                            got = []
+                            for u in range(U):
+                                g = g0 + grp + G * u
+                                m = live & (g < sl.nseg)
+                                idx = (sl.r * c.segments + k.min(g, c.segments - 1)) * B \
+                                    + lo + V * cq
+                                got.append((g, m, self.hist.read4(k, io, idx, m)))
+                            for g, m, v in got:
+                                acc.set(acc.get() + k.select(m, v, 0))
+                                mine.set(mine.get()
+                                         + k.select(m & (g >= g_lo) & (g < g_hi), v, 0))
+                    if U_long:  # (a row longer than one iteration of U: U_long at once)
+                        with k.if_else(sl.nseg > G * U) as (long_row, short_row):
+                            with long_row:
+                                fold(U_long)
+                            with short_row:
+                                fold(U)
+                    else:
+                        fold(U)
                 for h, a in ((gcum, acc.get()), (own, mine.get())):
                     for e in range(V):
                         k.atomic("add", h, lo + V * cq + e, k.extract(a, e), mask=live,

@@ -39,10 +39,15 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
                 "lean_prefetch_early", "lean_early_loads", "lean_lane_keys",
                 "lean_coalesced", "lean_refill", "lean_any_special", "tail_rank", "cta_publish",
                 "fold_bins", "group_maxima_early", "late_input_checks", "group_skip_share",
-                "group_skip_min_keys")
+                "group_skip_min_keys", "segment_unroll_long")
     # sel_h0's segment sums (wide_segment_sums), sel_h1's fold: segment histograms a thread
     # loads at once. 16 in sel_h1 (v45, select_hist r8): 512K 0.984, 64K 1.021: kept at 8
     segment_unroll = SEGMENT_UNROLL
+    # sel_h1's fold over a row of more segments than one iteration of segment_unroll covers
+    # (G x segment_unroll: a 512K row's 512 at 8 waves) loads this many at once instead, so
+    # a long row is summed in one round trip while a short one issues no masked-off loads
+    # (v51, select_hist r8 with 16 throughout: 512K 0.977, 64K 1.035); 0: off
+    segment_unroll_long = 0
     # sel_h1 folding the first digit in (SelectConfig.fold_first_digits): bins of a band of
     # its row's segment histograms read at once, from the top (FOLD_BAND_BINS; 64: all)
     fold_bins = FOLD_BAND_BINS
