@@ -122,11 +122,16 @@ def test_warp_specialized_form_gives_the_same_bits(rows, mode):
     """Two warpgroups (the second stages and fences, the first streams the weights and runs
     the wgmmas, named barriers between): the same reference check, and every output and
     region bit-identical to the one-warpgroup form's."""
-    one, two = terms_launch(rows), terms_launch(rows, warpgroups=2)
-    inp = inputs(one, seed=rows + 40)
-    r1 = one.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
-    r2 = two.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
-    check_terms_front(two, inp, r2)
+    same_bits(terms_launch(rows), terms_launch(rows, warpgroups=2), rows + 40, mode)
+
+
+def same_bits(base, other, seed, mode):
+    """`other` (run in `mode`) passes the reference check and gives every output and the
+    partial sums of `base` (run in order) bit for bit."""
+    inp = inputs(base, seed=seed)
+    r1 = base.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
+    r2 = other.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
+    check_terms_front(other, inp, r2)
     for n in r1.outputs:
         assert np.array_equal(r1.outputs[n], r2.outputs[n]), n
     assert np.array_equal(r1.regions["front_part"], r2.regions["front_part"])
@@ -332,15 +337,8 @@ def test_boxes_before_the_pdl_wait_give_the_same_bits(rows, mode):
     """`front_proj.boxes_before_wait` with pdl: each CTA's first projection job finds its
     boxes asked for before grid_dep_wait and only waits for them; a later job of the CTA
     asks itself. Every output and the partial sums bit for bit the plain TMA form's."""
-    plain = terms_launch(rows, terms=2, tma=True)
     early = _early(rows, mode)
-    inp = inputs(plain, seed=rows + 70)
-    r1 = plain.run_interp(fresh(inp), step=0, mode="inorder", seed=5, wave_size=W.WARP)
-    r2 = early.run_interp(fresh(inp), step=0, mode=mode, seed=5, wave_size=W.WARP)
-    check_terms_front(early, inp, r2)
-    for n in r1.outputs:
-        assert np.array_equal(r1.outputs[n], r2.outputs[n]), n
-    assert np.array_equal(r1.regions["front_part"], r2.regions["front_part"])
+    same_bits(terms_launch(rows, terms=2, tma=True), early, rows + 70, mode)
     cta_jobs = early.schedule.cta_jobs
     assert any(sum(st == "front_proj" for st, _ in jobs) > 1 for jobs in cta_jobs), \
         "no CTA runs a second projection job (the one that asks for its own boxes)"
