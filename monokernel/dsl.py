@@ -438,10 +438,14 @@ class KernelBuilder:
         self.uses.add("lds")
         return self._v("lds_base", (), VType(ptr_lds, 1, True), name=name)
 
+    def has_lds(self, name: str) -> bool:
+        """Whether an LDS allocation `name` was made in this kernel."""
+        return any(a.name == name for a in self._lds)
+
     def lds_ref(self, name: str) -> Value:
         """A pointer to the LDS allocation `name` made before, emitted here: for a use in a
         region that the allocation's does not enclose (allocated inside an if, used after)."""
-        if not any(a.name == name for a in self._lds):
+        if not self.has_lds(name):
             raise DSLError(f"lds_ref: no LDS allocation named {name!r}")
         return self._v("lds_base", (), VType(ptr_lds, 1, True), name=name)
 

@@ -523,13 +523,9 @@ class FrontProj(Stage):
         return bool(self.boxes_before_wait)
 
     def _tma_weights(self, k):
-        """The job's ring and mbarriers (wgmma_proj.TmaWeights) in k's LDS, allocated once a
-        kernel: prefetch_lds (before the job loop) and the body share them."""
-        if getattr(self, "_tma_kernel", None) is k:
-            return wgmma_proj.TmaWeights.refer(k, self.WEIGHT_MAP, "front_w")
-        self._tma_kernel = k
-        return wgmma_proj.TmaWeights.allocate(k, self.WEIGHT_MAP, self.p.chunk // BLOCK,
-                                              "front_w")
+        """The job's ring and mbarriers (wgmma_proj.TmaWeights) in k's LDS, shared by
+        prefetch_lds (before the job loop) and the body."""
+        return wgmma_proj.TmaWeights.of(k, self.WEIGHT_MAP, self.p.chunk // BLOCK, "front_w")
 
     def prefetch_lds(self, k, job, args):
         """boxes_before_wait: job `job`'s weight boxes asked for (wgmma_proj.issue_boxes)."""

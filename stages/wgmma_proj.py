@@ -180,25 +180,22 @@ class TmaWeights:
     of the thread's, so every block of the job is asked for at the job's start and the
     staging runs under the stream. `tmap`: the kernel's `weight_map` argument, `ring` /
     `ring_name`: u8 LDS of ring_bytes(blocks) aligned to SW128_ATOM_BYTES, `bars`: `blocks`
-    mbarriers (`allocate`)."""
+    mbarriers (`of`)."""
     tmap: str
     ring: object
     ring_name: str
     bars: object
 
     @staticmethod
-    def allocate(k, tmap: str, blocks: int, prefix: str) -> "TmaWeights":
-        """The job's ring (`prefix`_ring) and mbarriers (`prefix`_bars) in k's LDS."""
-        ring = f"{prefix}_ring"
+    def of(k, tmap: str, blocks: int, prefix: str) -> "TmaWeights":
+        """The job's ring (`prefix`_ring) and mbarriers (`prefix`_bars) in k's LDS: allocated
+        at the first call, pointed to again at a later one (a use outside the allocation's
+        region: a pdl prefetch's boxes allocate them, the job waits on them)."""
+        ring, bars = f"{prefix}_ring", f"{prefix}_bars"
+        if k.has_lds(ring):
+            return TmaWeights(tmap, k.lds_ref(ring), ring, k.lds_ref(bars))
         return TmaWeights(tmap, k.lds(ring, u8, ring_bytes(blocks), align=SW128_ATOM_BYTES),
-                          ring, k.mbarrier(f"{prefix}_bars", blocks))
-
-    @staticmethod
-    def refer(k, tmap: str, prefix: str) -> "TmaWeights":
-        """The ring and mbarriers `allocate` made in k before, pointed to here (a use outside
-        the allocation's region: a pdl prefetch's boxes allocate, the job waits)."""
-        ring = f"{prefix}_ring"
-        return TmaWeights(tmap, k.lds_ref(ring), ring, k.lds_ref(f"{prefix}_bars"))
+                          ring, k.mbarrier(bars, blocks))
 
 
 def weight_map(of: str, row_bytes: int) -> TensorMap:

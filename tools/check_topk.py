@@ -284,11 +284,9 @@ def build(config, rows, target, *, kv="fp8", first_digits="local", max_slices=No
             stage_tunes.append((stage_name, attr, text))
     if first_digits == "buffer":  # the select_hist kind's choices where not given
         kw["fine_digits"], tail, kw["group_skip"] = sel.select_hist_choices(
-            spec, fine_digits=kw.get("fine_digits"), tail_finish=kw.get("tail_finish"),
-            group_max=kw.get("group_skip"), lean_spans=kw.get("lean_spans"),
-            finish_chosen=bool(kw.get("tail_per_slice") or kw.get("tail_min_keys")
-                               or kw.get("finish_max")),
-            fine_excluded=bool(kw.get("tail_per_slice") or kw.get("finish_max")))
+            spec, group_max=kw.get("group_skip"),
+            **{n: kw.get(n) for n in ("fine_digits", "tail_finish", "tail_per_slice",
+                                      "tail_min_keys", "finish_max", "lean_spans")})
         if tail is not None:
             kw["tail_finish"] = tail
     if kw.get("fine_digits"):

@@ -267,18 +267,20 @@ SELECT_HIST_TAIL_MIN_ROWS = 4
 
 
 def select_hist_choices(spec, *, fine_digits=None, tail_finish=None, group_max=None,
-                        finish_chosen=False, fine_excluded=False, lean_spans=None) -> tuple:
+                        tail_per_slice=None, tail_min_keys=None, finish_max=None,
+                        lean_spans=None) -> tuple:
     """(fine_digits, tail_finish, group_max) of a selection given the scoring's first digits
     (the select_hist kind, check_topk --first-digits buffer): each None is the chip's default
     (SELECT_HIST_TAIL_ON_NVIDIA), the refined digits only where the caller chose nothing they
-    exclude (`fine_excluded`: tail_per_slice, finish_max), the tail only where the caller chose
-    no other finish (`finish_chosen`), the skip only over lean spans (unless `lean_spans`
+    exclude (tail_per_slice, finish_max), the tail only where the caller chose no other
+    finish (those, or tail_min_keys), the skip only over lean spans (unless `lean_spans`
     turned them off); a tail_finish None left None is config_for's to choose."""
     nv_tail = (spec.target == SM90A.name and SELECT_HIST_TAIL_ON_NVIDIA
                and spec.rows >= SELECT_HIST_TAIL_MIN_ROWS)
     if fine_digits is None:
-        fine_digits = nv_tail and not fine_excluded
-    if tail_finish is None and fine_digits and not finish_chosen:
+        fine_digits = nv_tail and not (tail_per_slice or finish_max)
+    if tail_finish is None and fine_digits and not (tail_per_slice or tail_min_keys
+                                                    or finish_max):
         tail_finish = nv_tail
     if group_max is None:
         group_max = nv_tail and bool(fine_digits) and (lean_spans is None or bool(lean_spans))
@@ -292,8 +294,8 @@ def _kind_launch(spec, hist=None, *, select_digits=None, waves=None, lean_lists=
     if hist == "buffer":
         fine_digits, tail_finish, group_max = select_hist_choices(
             spec, fine_digits=fine_digits, tail_finish=tail_finish, group_max=group_max,
-            finish_chosen=bool(tail_per_slice or tail_min_keys or finish_max),
-            fine_excluded=bool(tail_per_slice or finish_max), lean_spans=lean_spans)
+            tail_per_slice=tail_per_slice, tail_min_keys=tail_min_keys, finish_max=finish_max,
+            lean_spans=lean_spans)
     if fine_digits and hist != "buffer":
         raise ValueError("fine_digits: the select kind has no scoring's first digits to refine "
                          "(select_hist has)")
