@@ -468,7 +468,9 @@ class FrontProj(Stage):
     WEIGHT_MAP = "qkv_a_w_tmap"  # the weights' tensor map argument (tma_weights)
     # with tma_weights and pdl: the CTA's first job asks for its boxes before grid_dep_wait
     # (prefetch_lds; the weights are constant), so they land in LDS while the launch before
-    # still runs, where the plain pdl form only hints them into the L2
+    # still runs, where the plain pdl form only hints them into the L2. Exact, but in a pdl
+    # chain on an H100 (bench/NOTES.md v52, same process) r8 10.79 -> 11.28 us, r2 10.33 ->
+    # 10.23: off, a tunable
     boxes_before_wait = False
 
     @property

@@ -127,7 +127,7 @@ class IndexScore(Stage):
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
-                "defer_narrow_gmax")
+                "defer_narrow_gmax", "l2_ahead")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -237,6 +237,17 @@ class IndexScore(Stage):
     # same call: index_scoring r8 W2 166.8 vs 98.0 us, r4 W2 95.2 vs 59.5, W1 unchanged:
     # bench/NOTES.md v19): off, a tunable (--tune ix_score.async_keys=1)
     async_keys = False
+    # Hopper register-key loops (`_pipeline` with a `warm` hook: WgmmaGroup.pipeline): each
+    # warp asks the L2 for its quarter of the page of step t + depth + l2_ahead at step t
+    # (one bulk prefetch a warp a step, its block-table entry loaded a step earlier), so the
+    # ring's register loads find their keys in the L2. Why: the ring hides one step of
+    # latency in effect (ptxas gives every load of the loop one scoreboard, async_keys
+    # above), and W2's step spends ~30% outside its work there (bench/NOTES.md v20); a
+    # prefetch holds no register and no scoreboard. Exact (the same bits), but SLOWER (H100,
+    # 512K keys, same process, bench/NOTES.md v52: index_scoring r8 W1 / W2 1.079 / 1.079 at
+    # 2 steps, 1.093 / 1.098 at 4; r2 1.040 / 1.039, 1.096 / 1.092): the loop is not waiting
+    # on DRAM latency. 0: off, a tunable (--tune ix_score.l2_ahead=N)
+    l2_ahead = 0
     # When a step's ring slot is refilled (`_pipeline`): "off" (default) before the step
     # computes, so step t + depth's loads are in flight during step t's chain; "narrow" (the
     # one-page steps of groups of fewer pairs) or "all" (every register pipeline) after it,
@@ -891,7 +902,7 @@ class IndexScore(Stage):
         return self.depth if self.narrow_depth is None else self.narrow_depth
 
     def _pipeline(self, k, my_n, locate, load, compute, n_all=None, idle=None, depth=None,
-                  prefetch=None, narrow=False):
+                  prefetch=None, narrow=False, warm=None):
         """`depth` (IndexScore.depth, DEPTH by default) steps in flight: step t + depth's
         loads issue before step t computes, straight from memory into registers (past the
         end, loads repeat the last step). `locate(t)` loads step t's cache page from the
@@ -902,10 +913,13 @@ class IndexScore(Stage):
         same count, and a step past my_n runs `idle()` (its turns' barriers) instead.
         `depth` / `prefetch`: this loop's own (None: IndexScore.depth / prefetch_pages);
         `narrow`: the loop runs the one-page steps of groups of fewer pairs (which
-        IndexScore.late_loads "narrow" refills after their compute)."""
+        IndexScore.late_loads "narrow" refills after their compute); `warm(pages)`: asks
+        the L2 for a step's pages (a list: `locate`'s page or pages), l2_ahead steps before
+        its loads."""
         c = lambda v: k.const(v, i32)  # noqa: E731
         depth, ahead = self._lookahead(depth, prefetch)
         late = self._late_loads(narrow)
+        warm_step = self._warm_source(k, locate, depth, warm)
         ring = [[k.lane_var(x) for x in load(c(d), locate(c(d)))] for d in range(depth)]
         next_page = self._page_source(k, locate, depth, ahead)
 
@@ -922,6 +936,7 @@ class IndexScore(Stage):
                 self._cyc.start()
                 if not late:
                     refill(t, d)
+                warm_step(t)
 
                 def step():
                     compute(t, cur)
@@ -937,6 +952,27 @@ class IndexScore(Stage):
                             idle()
                 if late:
                     refill(t, d)
+
+    def _warm_source(self, k, locate, depth, warm):
+        """warm_step(t) for `_pipeline` (l2_ahead): at step t, warm the pages of step t +
+        depth + l2_ahead, whose block-table entry step t - 1 loaded (so the prefetch waits
+        for no load of its own step); before the loop, the steps between the ring's first
+        loads and the first warmed step. Without `warm` or l2_ahead, nothing."""
+        ahead = self.l2_ahead
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
+            raise ValueError(f"ix_score: l2_ahead {ahead!r}; steps (0: off)")
+        if warm is None or not ahead:
+            return lambda t: None
+        pages = lambda t: (lambda p: p if isinstance(p, list) else [p])(locate(t))  # noqa: E731
+        for s in range(depth, depth + ahead):
+            warm(pages(k.const(s, i32)))
+        held = [k.lane_var(p) for p in pages(k.const(depth + ahead, i32))]
+
+        def warm_step(t):
+            warm([v.get() for v in held])
+            for v, p in zip(held, pages(t + depth + ahead + 1)):
+                v.set(p)
+        return warm_step
 
     def _late_loads(self, narrow: bool) -> bool:
         """Whether a `_pipeline` loop refills a ring slot after its step (late_loads)."""

@@ -29,7 +29,7 @@ from layouts.scores import GROUP_MAX_REGION, group_max_word
 from monokernel.atoms.base import DESC_SHIFT, SW128_ATOM_BYTES, desc_units, swizzled
 from monokernel.ir import MBARRIER_BYTES
 from monokernel.atoms.nvidia import MMA_M16N8K16_BF16, wgmma_e4m3
-from monokernel.types import bf16, f32, i32, u8, u32, u64
+from monokernel.types import bf16, f32, i32, i64, u8, u32, u64
 
 from .index_dsl import BF16_HIGH, BF16_SHIFT, _lane
 from .index_plan import PAGE, PAGE_SHIFT, PAGE_WORDS, SCALE_WORD0
@@ -37,6 +37,9 @@ from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
 from .index_plan import PAGE_BYTES, PAGE_ROWS
 
 KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
+WARPGROUP_WARPS = 4
+# a warp's share of a page's prefetch (IndexScore.l2_ahead): 2112 bytes, a 16-byte multiple
+WARP_PAGE_BYTES = PAGE_BYTES // WARPGROUP_WARPS
 # IndexPlan.group_max's swaps: the lanes holding one row's scores of a warp's 16 keys differ
 # in these lane bits. The head-sum D (lane = 4 g + t: keys g and g + 8, column 2t + col):
 # bits 2, 3, 4; a one-pair chain after its quad butterfly (key g + 8 (t >> 1 & 1), row
@@ -103,6 +106,20 @@ class WgmmaGroup:
                           k.min(self.wg + t * self.nwg, self.nblocks - 1), i32)
         b0 = self.key_lo + (self.wg + k.min(t, self.my_n - 1) * self.nwg) * PAGE
         return k.load(self.a.block_table, self.btrow * self.MP + (b0 >> PAGE_SHIFT), i32)
+
+    def pipeline(self, *args, **kw):
+        """IndexScore._pipeline with this group's L2 warming (IndexScore.l2_ahead)."""
+        return self.st._pipeline(self.k, *args, warm=self.warm if self.st.l2_ahead else None,
+                                 **kw)
+
+    def warm(self, pages):
+        """Each warp asks the L2 for its quarter of every page (keys and scales: a page is
+        PAGE_BYTES contiguous bytes), one bulk prefetch from its first lane."""
+        k = self.k
+        for page in pages:  # (in i64: a cache of 2**31 bytes has 254K pages)
+            k.prefetch_l2(self.a.index_cache, k.cast(page, i64) * PAGE_BYTES +
+                          k.cast(self.ww * WARP_PAGE_BYTES, i64), WARP_PAGE_BYTES,
+                          mask=self.lane.eq(0))
 
     def key_loads(self, page, h):
         """(word offset, words) of the lane's loads of its key h in the cache: its 32 lane
@@ -504,7 +521,7 @@ class WgmmaGroup:
             self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
             self.held_gmax = None
 
-        st._pipeline(k, self.my_n, self.locate, self.load, compute)
+        self.pipeline(self.my_n, self.locate, self.load, compute)
         stores(self.my_n - 1)
 
     def _narrow_gmax_deferred(self):
@@ -520,7 +537,7 @@ class WgmmaGroup:
         st, k = self.st, self.k
         self.held_narrow = (k.lane_var(k.const(-math.inf, f32)), k.lane_var(k.const(0, i32)),
                             k.lane_var(k.const(0, i32)), k.lane_var(k.const(0, i32)))
-        st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
+        self.pipeline(self.my_n, self.locate, self.load, self.compute,
                      depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch, narrow=True)
         self._narrow_gmax_flush()
         self.held_narrow = None
@@ -593,7 +610,7 @@ class WgmmaGroup:
         if st.narrow_pages == 1 and self.p.group_max and st.defer_narrow_gmax:
             return self._narrow_gmax_deferred()
         if st.narrow_pages == 1:
-            return st._pipeline(k, self.my_n, self.locate, self.load, self.compute,
+            return self.pipeline(self.my_n, self.locate, self.load, self.compute,
                                 depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch,
                                 narrow=True)
         if st.async_keys:
@@ -606,7 +623,7 @@ class WgmmaGroup:
             raise ValueError("ix_score: narrow_depth / narrow_prefetch set the one-page steps "
                              "of groups of fewer pairs; this build takes two pages a step "
                              "(pages_per_step 2)")
-        st._pipeline(k, (self.my_n + 1) >> 1,
+        self.pipeline((self.my_n + 1) >> 1,
                      lambda t: [self.locate(2 * t), self.locate(2 * t + 1)],
                      lambda t, pg: self.load(2 * t, pg[0]) + self.load(2 * t + 1, pg[1]),
                      self.compute_two)
@@ -785,7 +802,7 @@ class WgmmaGroup:
             for x, v in zip(held, scores):
                 x.set(v)
 
-        st._pipeline(k, self.my_n, self.locate, self.load, compute)
+        self.pipeline(self.my_n, self.locate, self.load, compute)
         stores(self.my_n - 1)
 
     def issue_one(self, cur):
@@ -834,7 +851,7 @@ class WgmmaGroup:
                         elif self.half is None and p.group_max and self.mma_chains:
                             self._wide_gmax_deferred()
                         elif self.half is None:
-                            st._pipeline(k, my_n, self.locate, self.load, self.compute_wide)
+                            self.pipeline(my_n, self.locate, self.load, self.compute_wide)
                         else:
                             st._pipeline_halves(k, my_n, self.locate, self.load,
                                                 self.issue_half, self.finish_half,
@@ -876,7 +893,7 @@ class WgmmaGroup:
         with k.if_else(self.P.eq(p.pairs)) as (all_pairs, fewer):
             with all_pairs:
                 with k.if_(my_s > 0):
-                    st._pipeline(k, my_s, locate_s, self.load, compute_split)
+                    self.pipeline(my_s, locate_s, self.load, compute_split)
             with fewer:
                 with k.if_(self.my_n > 0):
                     self.narrow_pipeline()
@@ -897,7 +914,7 @@ class WgmmaGroup:
                 for _ in k.range(chains):
                     self.turn_begin()
                     self.turn_end()
-            st._pipeline(k, self.my_n, self.locate, self.load, comp, self.n_all, idle)
+            self.pipeline(self.my_n, self.locate, self.load, comp, self.n_all, idle)
 
         with k.if_(self.n_all > 0):
             if self.wide is None:
@@ -921,4 +938,4 @@ class WgmmaGroup:
                              self.nblocks, self.finish, split_pairs)
         others = P.ne(1) & (P.ne(p.pairs) if split else k.const(True, "i1"))
         with k.if_(others & (self.my_n > 0)):
-            st._pipeline(k, self.my_n, self.locate, self.load, self.compute)
+            self.pipeline(self.my_n, self.locate, self.load, self.compute)

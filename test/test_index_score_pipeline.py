@@ -996,3 +996,56 @@ def test_tma_keys_are_checked():
     kern = launch().kernel("interp", 32)
     tm = kern.abi[IndexScore.TMA_MAP].kind
     assert isinstance(tm, TensorMap) and (tm.of, tm.row_bytes, tm.swizzle) == ("index_cache", 128, 128)
+
+
+# ------------------------------------------------ key pages warmed in the L2 ahead of the ring
+
+L2_AHEAD_CASES = [
+    (8, [(8, 1500)], "random", 2),                        # the all-pairs chain
+    (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", 3),  # W2: one-pair chains
+    (2, [(1, 1500), (1, 63)], "inorder", 1),              # rows 2: two pages a step
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,ahead", L2_AHEAD_CASES,
+                         ids=[f"r{c[0]}-{c[2]}-ahead{c[3]}" for c in L2_AHEAD_CASES])
+def test_l2_ahead_warms_the_pages_the_loops_read(rows, requests, mode, ahead):
+    """IndexScore.l2_ahead: the register-key loops ask the L2 for whole pages a few steps
+    before their loads. The scores and histograms are bit-identical to the loop without it
+    (a hint changes no value), every prefetched byte lies in the index cache (the
+    interpreter faults on a range outside its buffer), every warmed page is a page some row
+    reads, asked for whole (four warps' quarters: a page offset in words, or a warp's share
+    misplaced, leaves bytes unasked or asks another page's), and the warmed pages cover the
+    read pages but the first `depth` steps of each key loop."""
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        return L, next(s for s in L.stages if isinstance(s, IndexScore))
+    _same_bits_on_and_off(build, "l2_ahead", requests, mode, 9, 61 + rows, value=ahead, off=0)
+    L, st = build()
+    st.l2_ahead = ahead
+    inp = make_inputs(st.p, np.random.default_rng(61 + rows), requests, cache_pages=PAGES)
+    seen = {}
+    L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
+                 step=0, mode=mode, seed=9, prefetched=seen)
+    assert set(seen) == {"index_cache"}, set(seen)
+    per_page = seen["index_cache"].reshape(PAGES, -1)
+    warmed = np.flatnonzero(per_page.any(axis=1))
+    assert (per_page[warmed] > 0).all(), "a warmed page asked for in part"
+    pos, bt = inp["positions"], inp["block_table"]
+    read = {int(bt[r, i]) for r in range(rows) for i in range(int(pos[r]) // 64 + 1)}
+    assert set(warmed.tolist()) <= read, sorted(set(warmed.tolist()) - read)
+    # a loop a (scoring job, request, warpgroup): its first DEPTH steps are loaded unwarmed
+    loops = st.p.score_jobs * len(requests) * (L.waves // 4)
+    pages_per_step = 2 if rows == 2 else 1
+    assert len(warmed) >= len(read) - loops * DEPTH * pages_per_step, (len(warmed), len(read))
+
+
+def test_l2_ahead_is_checked():
+    """A negative or non-integer l2_ahead is an error naming it."""
+    for bad in (-1, 1.5, True):
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                                 capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        next(s for s in L.stages if isinstance(s, IndexScore)).l2_ahead = bad
+        with pytest.raises(ValueError, match=f"l2_ahead {bad!r}"):
+            L.kernel("interp", 32)

@@ -46,7 +46,9 @@ class SelectPass(ScanPasses, LeanScan, Exchange, Emit, RowFinish, SoloFinish, Ta
     # sel_h1's fold over a row of more segments than one iteration of segment_unroll covers
     # (G x segment_unroll: a 512K row's 512 at 8 waves) loads this many at once instead, so
     # a long row is summed in one round trip while a short one issues no masked-off loads
-    # (v51, select_hist r8 with 16 throughout: 512K 0.977, 64K 1.035); 0: off
+    # (v51, select_hist r8 with 16 throughout: 512K 0.977, 64K 1.035). Timed with the v51
+    # defaults (v52, H100, same process): r8 512K / 64K 0.999 / 1.008, r4 0.982 / 1.022; the
+    # 16-wide fold throughout 0.995 / 1.033, r4 0.966 / 1.027: no gain at rows 8. 0: off
     segment_unroll_long = 0
     # sel_h1 folding the first digit in (SelectConfig.fold_first_digits): bins of a band of
     # its row's segment histograms read at once, from the top (FOLD_BAND_BINS; 64: all)
