@@ -6,6 +6,8 @@ layout, `tag` a uniform u32 value):
 
     publish_pair(k, arena_ptr, arena, name, index, value, tag)     one relaxed 64-bit store
     poll_pair(k, arena_ptr, arena, name, index, tag, bound=)       -> (value, timed_out)
+    poll_pairs_all(k, arena_ptr, arena, name, [(base, offset, mask)], tag)
+                                                                    -> ([value], timed_out)
     store_data / load_data(k, arena_ptr, arena, name, index, ...)   bulk or plain data, plain
     release_bulk(k, arena_ptr, arena, name, tag)                    release fence + counter bump
     acquire_bulk(k, arena_ptr, arena, name, tag, bound=)            poll counter + acquire fence
@@ -34,11 +36,11 @@ does in elements of the access's size (checked when the access is formed).
 """
 from __future__ import annotations
 
-from monokernel.types import i1, u32, u64
+from monokernel.types import i1, i64, u32, u64
 
 from monokernel.ir import DEFAULT_POLL_BOUND  # noqa: F401 (re-exported)
 
-from .regions import BulkBuffer, PlainBuffer, TaggedPairs
+from .regions import PAIR_BYTES, BulkBuffer, PlainBuffer, TaggedPairs
 
 VALUE_MASK = 0xFFFFFFFF
 
@@ -107,6 +109,57 @@ def poll_pair(k, arena_ptr, arena, name, index, tag, *, bound=DEFAULT_POLL_BOUND
     bits = k.cast(word & VALUE_MASK, u32)
     dt = p.region.value_dtype
     return (bits if dt == u32 else k.bitcast(bits, dt)), timed_out
+
+
+def poll_pairs_all(k, arena_ptr, arena, name, items, tag, *, bound=DEFAULT_POLL_BOUND,
+                   scope="device"):
+    """Poll several elements of pairs region `name` at once: `items` = [(base, offset,
+    mask)], a lane's elements base + offset (base an i32 value, the same value object for
+    elements that share it; offset a Python int; mask None: always). A round loads every
+    element (relaxed, 64-bit), all before any is checked; rounds repeat until every active
+    element of the wave carries `tag` in one round, or `bound` rounds have run. Returns
+    ([value in the region's dtype], the last round's; timed_out: uniform i1). Why not one
+    poll_pair an element: each poll waits for its own word, so n elements published
+    together cost n round trips after they land; here one. Why whole rounds: a round is a
+    load and a compare an element, where reloading only the stale ones costs a mask, a
+    select and bit bookkeeping each. Why bases: one 64-bit pointer a base and the offsets
+    as immediates (an i32 index an element made LLVM hold a 64-bit address each across the
+    loop: ptxas spilled the front's post jobs)."""
+    p = _placement(arena, name, (TaggedPairs,), "poll")
+    if not items:
+        raise ValueError(f"poll of {name!r}: no elements")
+    want = k.cast(tag, u32)
+    bases = {}
+    for base, _, _ in items:
+        if id(base) not in bases:
+            bases[id(base)] = k.ptr_add(arena_ptr, k.cast(base, i64) * PAIR_BYTES +
+                                        arena[name].data_offset)
+    where = [((bases[id(base)], offset), m) for base, offset, m in items]
+    values = [k.lane_var(k.const(0, u32)) for _ in where]
+    stale = k.lane_var(k.const(0, u32))
+
+    def round_():
+        words = [k.load(ptr, index, u64, order="relaxed", scope=scope, mask=m)
+                 for (ptr, index), m in where]
+        late = None
+        for v, w, (_, m) in zip(values, words, where):
+            v.set(k.cast(w & VALUE_MASK, u32))
+            old = k.cast(w >> 32, u32).ne(want)
+            old = old if m is None else old & m
+            late = old if late is None else late | old
+        stale.set(k.cast(late, u32))
+
+    round_()
+    rounds = k.uniform_var(1, u32, name="poll_rounds")
+    given_up = k.uniform_var(0, u32, name="poll_given_up")
+    any_stale = lambda: k.ballot(stale.get().ne(0)).ne(0)  # noqa: E731
+    with k.while_(lambda: any_stale() & (rounds.get() < bound) & given_up.get().eq(0)):
+        given_up.set(k.cast(k.poll_pause(), u32))
+        round_()
+        rounds.set(rounds.get() + 1)
+    timed_out = any_stale()
+    dt = p.region.value_dtype
+    return [v.get() if dt == u32 else k.bitcast(v.get(), dt) for v in values], timed_out
 
 
 def store_data(k, arena_ptr, arena, name, index, value, *, mask=None, flat=False):
@@ -214,6 +267,16 @@ class Mailbox:
         self.env.fail(timed_out, f"pairs {name!r}")
         return v
 
+    def wait_all(self, name, items):
+        """The values of pairs elements [(base, offset, mask)] (poll_pairs_all) once each
+        carries this launch's tag, polled together: one round trip once they have landed."""
+        values, timed_out = poll_pairs_all(
+            self.k, self.env.arena, self.arena, name,
+            [(b, o, self._mask(m)) for b, o, m in items], self.env.tag,
+            bound=self.env.poll_bound, scope=self.scope)
+        self.env.fail(timed_out, f"pairs {name!r}")
+        return values
+
     # -- bulk and plain data -----------------------------------------------------------
     def store(self, name, index, value, *, mask=None):
         store_data(self.k, self.env.arena, self.arena, name, index, value, mask=self._mask(mask),
@@ -250,5 +313,5 @@ class Mailbox:
         self.env.fail(timed_out, f"the counter of bulk {name!r}")
 
 
-__all__ = ["Mailbox", "publish_pair", "poll_pair", "store_data", "load_data", "release_bulk",
+__all__ = ["Mailbox", "publish_pair", "poll_pair", "poll_pairs_all", "store_data", "load_data", "release_bulk",
            "acquire_bulk", "region_base", "counter_base", "pack_pair", "DEFAULT_POLL_BOUND"]

@@ -856,6 +856,12 @@ class KernelBuilder:
         self.uses.add("poll")
         return op.results
 
+    def poll_pause(self) -> Value:
+        """The back-off of a polling loop written in the DSL (op poll_pause): call it once a
+        round; stop polling where it returns true (the interpreter giving the wait up)."""
+        self.uses.add("poll")
+        return self._emit("poll_pause", (), (VType(i1, 1, True),), {}).results[0]
+
     # ------------------------------------------------------------------ cross-lane
     def _lane_value(self, v, what):
         if not isinstance(v, Value) or v.dtype.bits not in (32, 64) or v.n != 1:

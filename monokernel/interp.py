@@ -751,8 +751,19 @@ class Wave:
                               "grid_dep_wait: with pdl the earlier launch may still be running; "
                               "only Ptr(constant=True) buffers may be read before the wait")
 
-    def op_grid_dep_launch(self, op):
-        """No effect here: the interpreter runs one launch at a time."""
+    def op_poll_pause(self, op):
+        """A DSL polling loop's round ends: other waves run, and this one counts as polling
+        what it has seen (the scheduler's stall check); true once the run gives it up."""
+        return self._poll_pause(op)
+
+    def _poll_pause(self, op):
+        if not self.force_timeout:
+            self.wait_addr = "a polling loop (poll_pause)"
+            self.seen_writes = self.run.mem.writes
+            yield "poll"
+        self.wait_addr = None
+        self.put(op.results[0], np.bool_(self.force_timeout))
+        self.force_timeout = False
 
     def op_grid_dep_wait(self, op):
         self.dep_waited = True

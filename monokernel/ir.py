@@ -143,6 +143,12 @@ OPCODES: dict[str, str] = {
                      "barrier's) completing when attrs.waves waves of the CTA have reached it; "
                      "attrs.arrive: this wave counts itself and goes on, else it waits for the "
                      "completion (an ordering of warps, no memory fence: sm_90a)",
+    "poll_pause": "the back-off between the rounds of a polling loop the kernel writes itself "
+                  "(poll has its own): the wave gives up its issue slots for a moment "
+                  "(sm_90a: nanosleep, AMD: s_sleep); -> uniform i1, true where the interpreter "
+                  "gives the wait up (run with on_stall 'timeout' when every wave only polls "
+                  "memory nothing will change), false on hardware. The interpreter lets other "
+                  "waves run there and counts the wave as polling (its stall report)",
     "poll": "load (relaxed, attrs.scope) until the field (x >> shift) & mask <pred> expected holds "
             "on every active lane, at most attrs.bound times; -> (value, timed_out)",
     # cross-lane

@@ -176,6 +176,12 @@ class FrontPlan:
     splits: int
     cache_pages: int
     chip: str | None = None  # interp only: whose bf16 MMA a wave64 runs (default gfx950's)
+    # front_part as tagged pairs (launch tunable tagged_parts): each partial sum published
+    # as its own (value, tag) word, no fence and no job flag; the post jobs poll the words
+    # themselves, all of a thread's at once (Mailbox.wait_all). Why: the flag form puts a
+    # release fence and a barrier in every projection job and two round trips (the flag,
+    # then the data) in front of the tail; this one round trip once the data lands
+    tagged_parts: bool = False
 
     @property
     def hidden(self): return self.config.hidden
@@ -231,7 +237,7 @@ class FrontPlan:
 
 def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
          cache_pages: int | None = None, splits: int | None = None,
-         chip: str | None = None) -> FrontPlan:
+         chip: str | None = None, tagged_parts: bool = False) -> FrontPlan:
     t = spec.target_info
     if grid is None:
         grid = INTERP_GRID if spec.target == "interp" else t.num_ctas
@@ -244,7 +250,7 @@ def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
                                                    None if spec.target == "interp" else t.lds_bytes)
     return FrontPlan(cfg, spec.rows, spec.kv, spec.target, fp8, grid, waves, S,
                      cache_pages if cache_pages is not None else 4 * spec.rows,
-                     chip if spec.target == "interp" else None).check()
+                     chip if spec.target == "interp" else None, bool(tagged_parts)).check()
 
 
 # --------------------------------------------------------------------------- DSL helpers
@@ -544,7 +550,10 @@ class FrontProj(Stage):
 
     def regions(self):
         p = self.p
-        return [PlainBuffer("front_part", f32, (p.splits, p.rows, p.n_out)),
+        shape = (p.splits, p.rows, p.n_out)
+        if p.tagged_parts:
+            return [TaggedPairs("front_part", shape, f32)]
+        return [PlainBuffer("front_part", f32, shape),
                 TaggedPairs("front_done", (p.tiles * p.splits,), u32)]
 
     def buffers(self):
@@ -566,7 +575,7 @@ class FrontProj(Stage):
         t, s = divmod(j, p.splits)
         return [Use("front_part", (s * p.rows + r) * p.n_out + t * TILE_N,
                     (s * p.rows + r) * p.n_out + (t + 1) * TILE_N) for r in range(p.rows)] + \
-            [Use("front_done", j, j + 1)]
+            ([] if p.tagged_parts else [Use("front_done", j, j + 1)])
 
     def tiling(self, lanes: int):
         """The MMA tile's facts for this plan on `lanes`-lane waves (stages/mma_tile.py)."""
@@ -612,7 +621,7 @@ class FrontProj(Stage):
             return finish
 
         def emit(m, r, v, mask):  # front_part[s, r, m ..]
-            io.store("front_part", (s * R + r) * p.n_out + m, v, mask=mask)
+            self._store_part(k, io, (s * R + r) * p.n_out + m, v, mask)
 
         mma_tile.project(k, T, w=a.qkv_a_w, w_stride=H, w_dtype=p.fp8, scale=a.qkv_a_scale,
                          scale_stride=H // BLOCK, row0=t * TILE_N, k0=k0, kb0=s * (KC // BLOCK),
@@ -640,7 +649,7 @@ class FrontProj(Stage):
             return k.cast(x8, f32) * k.cast(g8, f32)
 
         def emit(m, r, v, mask):  # front_part[s, r, m]
-            io.store("front_part", (s * R + r) * p.n_out + m, v, mask=mask)
+            self._store_part(k, io, (s * R + r) * p.n_out + m, v, mask)
 
         wgmma_proj.project(k, T, w=a.qkv_a_w, w_stride=H, scale=a.qkv_a_scale,
                            scale_stride=H // BLOCK, row0=t * TILE_N, k0=k0,
@@ -655,8 +664,21 @@ class FrontProj(Stage):
                            tma_issued=io.env.lds_prefetched if self.lds_prefetch() else None)
         self._publish(k, job, io)
 
+    def _store_part(self, k, io, index, v, mask):
+        """Partial sums v (a scalar or a run) at front_part[index ..]: plain stores, or with
+        FrontPlan.tagged_parts each one a tagged pair (its own relaxed 64-bit store)."""
+        if not self.p.tagged_parts:
+            io.store("front_part", index, v, mask=mask)
+            return
+        for i in range(v.n):
+            io.publish("front_part", index + i if i else index, v[i] if v.n > 1 else v,
+                       mask=mask)
+
     def _publish(self, k, job, io):
         io.env.phase(1)  # wave 0's blocks are summed and its partial sums stored
+        if self.p.tagged_parts:  # every word carries its tag: no fence, no flag
+            io.env.phase(2)
+            return
         # publish: every wave's stores, then the CTA's release, then this job's flag (one
         # tagged pair per job: no counter that hundreds of jobs would contend for)
         k.fence("release", "cta")
@@ -719,7 +741,7 @@ class _Post(Stage):
 
     def reads(self, r):
         p = self.p
-        return [Use("front_done", *self.flags())] + \
+        return ([] if p.tagged_parts else [Use("front_done", *self.flags())]) + \
             [Use("front_part", (s * p.rows + r) * p.n_out + self.lo,
                  (s * p.rows + r) * p.n_out + self.hi) for s in range(p.splits)]
 
@@ -754,20 +776,33 @@ class _Post(Stage):
         return [k.cast(k.load(g_ptr, e, bf16, POST_VEC, mask=m), f32)
                 for e, m in self.pieces(k, count)]
 
-    def reduce_row(self, k, io, a, r, lds, slot, lo, hi, more_loads=None):
+    def reduce_row(self, k, io, a, r, lds, slot, lo, hi, more=None):
         """(this thread's [(e, f32x4 y[e:e+4], mask)] over columns [lo, hi) of front_part,
         rs(x_r), more), y = rs * (part[0] + part[1] + ... + part[S-1]) (e counts from lo).
-        `more_loads()` issues the caller's other loads of front_part right after these and
-        before any sum waits for them (one round trip for all); `more` is what it returned."""
+        `more(read)`: the caller's other reads of front_part, each `read(index, n, mask)`,
+        issued with these before any sum waits for them (one round trip for all); `more`
+        is what it returned, each read's value (f32 vectors of n) in its place."""
         p = self.p
         rs = _row_rs(k, p, a, r, lds, slot)  # inputs only: before the wait
         io.env.phase(0)  # the row's 1/rms(x)
-        self.wait_projection(k, io)
-        io.env.phase(1)  # every projection job's partial sums are visible
-        parts = [(e, m, [io.load("front_part", (s * p.rows + r) * p.n_out + lo + e, POST_VEC,
-                                 mask=m) for s in range(p.splits)])
-                 for e, m in self.pieces(k, hi - lo)]
-        more = more_loads() if more_loads else None
+        S = p.splits
+        if p.tagged_parts:
+            specs = []
+            extra = more((lambda i, n, m: specs.append((i, n, m)) or len(specs) - 1)) \
+                if more else None
+            got = self._poll_parts(k, io, r, lo, hi, specs)
+            io.env.phase(1)  # every partial sum this thread reads is in
+            pieces = self.pieces(k, hi - lo)
+            parts = [(e, m, got[j * S:(j + 1) * S]) for j, (e, m) in enumerate(pieces)]
+            tail = got[len(parts) * S:]
+            more = [tail[j] for j in extra] if more else None
+        else:
+            self.wait_projection(k, io)
+            io.env.phase(1)  # every projection job's partial sums are visible
+            parts = [(e, m, [io.load("front_part", (s * p.rows + r) * p.n_out + lo + e,
+                                     POST_VEC, mask=m) for s in range(S)])
+                     for e, m in self.pieces(k, hi - lo)]
+            more = more(lambda i, n, m: io.load("front_part", i, n, mask=m)) if more else None
         out = []
         for e, m, vs in parts:
             y = vs[0]
@@ -775,6 +810,25 @@ class _Post(Stage):
                 y = y + v
             out.append((e, y * rs, m))
         return out, rs, more
+
+    def _poll_parts(self, k, io, r, lo, hi, more):
+        """FrontPlan.tagged_parts: row r's partial sums over columns [lo, hi) (reduce_row's
+        pieces, each split's) and the reads `more` [(index, n, mask)], every word polled
+        together (Mailbox.wait_all), as f32 vectors: the pieces' from one base (the row's
+        and this thread's first column), their splits and pieces as constant offsets."""
+        p = self.p
+        per = k.W * k.L * POST_VEC  # (pieces(): the columns of one piece of every thread)
+        base = r * p.n_out + _tid(k) * POST_VEC
+        reads = [(base, s * p.rows * p.n_out + lo + e0, POST_VEC, m)
+                 for e0, (_, m) in zip(range(0, hi - lo, per), self.pieces(k, hi - lo))
+                 for s in range(p.splits)] + [(i, 0, n, m) for i, n, m in more]
+        words = io.wait_all("front_part", [(b, o + j, m) for b, o, n, m in reads
+                                           for j in range(n)])
+        out, at = [], 0
+        for *_, n, _ in reads:
+            out.append(k.vec(*words[at:at + n]) if n > 1 else words[at])
+            at += n
+        return out
 
     def norm(self, k, ys, gs, lds, slot, count):
         """RMSNorm of the f32x4 pieces `ys` (masked-off pieces are zeros) times the weight
@@ -873,11 +927,11 @@ class FrontKV(_Post):
         freq = _rope_freq(k, p, tid)
         sn, cs_ = _sincos(k, pos, freq)
 
-        def rope_loads():
-            return [io.load("front_part", (s * p.rows + job) * p.n_out + p.q_lora + p.kv_lora +
-                            tid * 2, 2, mask=mr) for s in range(p.splits)]
+        def rope_reads(read):
+            return [read((s * p.rows + job) * p.n_out + p.q_lora + p.kv_lora + tid * 2, 2, mr)
+                    for s in range(p.splits)]
         ys, rs, rope_parts = self.reduce_row(k, io, a, job, lds, 0, p.q_lora,
-                                             p.q_lora + p.kv_lora, more_loads=rope_loads)
+                                             p.q_lora + p.kv_lora, more=rope_reads)
         cs = self.norm(k, ys, gs, lds, 1, p.kv_lora)
         y2 = rope_parts[0]
         for v in rope_parts[1:]:
@@ -1092,11 +1146,11 @@ def front_stages(p: FrontPlan, *, release=True, acquire=True, straight=False) ->
 def front_launch(spec, **kw) -> FrontLaunch:
     """The front launch of a BuildSpec. Keywords: grid, waves, fp8 (override the target's
     format, e.g. e4m3fnuz in the interpreter), cache_pages, splits, chip (the interpreter's
-    wave64 MMA: "gfx950" or "gfx942") (plan()); release /
+    wave64 MMA: "gfx950" or "gfx942"), tagged_parts (FrontPlan.tagged_parts) (plan()); release /
     acquire (front_stages' broken variants); the rest go to Launch (poll_bound,
     launch_index, launches_per_step, cost)."""
-    pk = {n: kw.pop(n) for n in ("grid", "waves", "fp8", "cache_pages", "splits", "chip")
-          if n in kw}
+    pk = {n: kw.pop(n) for n in ("grid", "waves", "fp8", "cache_pages", "splits", "chip",
+                                 "tagged_parts") if n in kw}
     sk = {n: kw.pop(n) for n in ("release", "acquire") if n in kw}
     t = spec.target_info
     nvidia = spec.target != "interp" and t.vendor == "nvidia"
@@ -1194,5 +1248,6 @@ from .kinds import Kind, register  # noqa: E402
 register(Kind("front", "the layer's front: RMSNorm(x) -> FP8 q_a|kv_a projection split over K "
               "(bulk mailbox, reduced in fixed order) -> RMSNorm(q_a) = qr, RMSNorm(c) and rope "
               "-> MLA cache token", front_launch, _kind_inputs,
-              # waves a CTA (sm_90a: with it the grid is one CTA an SM, the index kinds' shape)
-              launch_tunables=("waves",)))
+              # waves a CTA (sm_90a: with it the grid is one CTA an SM, the index kinds' shape);
+              # tagged_parts (FrontPlan.tagged_parts)
+              launch_tunables=("waves", "tagged_parts")))

@@ -228,7 +228,7 @@ def index_launch(spec, **kw) -> IndexLaunch:
     finishing each row after two exchanged digits) None: with TAIL_FINISH_ON_NVIDIA (on), on
     where fine_digits is, the chip is sm_90a and the rows are TAIL_FINISH_MIN_ROWS or more."""
     from .front import FrontQ, front_stages, plan as front_plan
-    fk = {n: kw.pop(n) for n in ("splits", "cache_pages") if n in kw}
+    fk = {n: kw.pop(n) for n in ("splits", "cache_pages", "tagged_parts") if n in kw}
     digits = kw.pop("select_digits", None)
     lean = kw.pop("lean_lists", None)
     finish = kw.pop("finish_max", None)
@@ -387,7 +387,8 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
                                               "lean_lists", "finish_max", "tail_finish",
                                               "tail_min_keys", "cta_publish",
                                               "fold_first_digits", "lean_spans",
-                                              "fine_digits", "row_parts", "group_max")))
+                                              "fine_digits", "row_parts", "group_max",
+                                              "tagged_parts")))
 register(Kind("index_scoring", "the indexer from h and qr: index projections (q heads, key "
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from monokernel import numerics
+from monokernel import interp, numerics
 from monokernel.link import LaunchFailed
 from monokernel.types import bf16
 from spec import BuildSpec
@@ -86,6 +86,12 @@ def check_fp8_cache(p, got, ref):
     assert (err <= 2.0 ** -4 * np.abs(ref["kv_c"]) + np.repeat(s, F.BLOCK, 1) * 2.0 ** -9).all()
 
 
+def _part_values(res):
+    """front_part's values (the pairs' values with FrontPlan.tagged_parts)."""
+    part = res.regions["front_part"]
+    return getattr(part, "values", part)
+
+
 def check_front(L, inp, res):
     """Every stage against the chained float64 references, and the model's math."""
     p = L.plan
@@ -94,7 +100,7 @@ def check_front(L, inp, res):
     # the references agree with the model's math computed directly (h, then W h)
     np.testing.assert_allclose(ref["q_a"], model["q_a"], rtol=1e-12, atol=1e-10)
     np.testing.assert_allclose(ref["kv_a"], model["kv_a"], rtol=1e-12, atol=1e-10)
-    part = res.regions["front_part"]
+    part = _part_values(res)
     rel = np.abs(part - ref["front_part"]).max() / np.abs(ref["front_part"]).max()
     assert rel <= F.FrontProj.rel_tol, rel
     bf16_close(numerics.to_f64(res.outputs["qr"], bf16), model["qr"], "qr")
@@ -559,3 +565,51 @@ def test_post_jobs_lead_where_the_grid_holds_every_job():
     assert np.array_equal(res.outputs["qr"], ref.outputs["qr"])
     assert np.array_equal(res.outputs["kv_cache"], ref.outputs["kv_cache"])
     assert [st.jobs()[0].lead for st in launch(8, "fp8", "glm5", "sm_90a").stages[1:]] == [True, True]
+
+
+TAGGED_CASES = [(2, "relaxed", 64), (8, "random", 32), (4, "relaxed", 32)]
+
+
+@pytest.mark.parametrize("rows,mode,wave", TAGGED_CASES,
+                         ids=[f"r{c[0]}-{c[1]}-w{c[2]}" for c in TAGGED_CASES])
+def test_tagged_partial_sums_give_the_same_bits(rows, mode, wave):
+    """FrontPlan.tagged_parts (launch.tagged_parts=1): every partial sum its own tagged pair,
+    polled by the post jobs with no flag and no fence. Two steps on one never-reset arena:
+    the second step's post jobs find the first step's words (its tag) under the relaxed
+    mode's late visibility and must wait them out; each step within the float64 checks and
+    bit for bit the flag form's (partial sums, qr, cache)."""
+    outs = {}
+    for tagged in (False, True):
+        L = launch(rows, "fp8", tagged_parts=tagged)
+        arena = L.new_arena()
+        for step in (0, 1):
+            inp = inputs(L, seed=60 + rows + step)
+            res = L.run_interp(fresh(inp), arena=arena, step=step, mode=mode, seed=7 + step,
+                               wave_size=wave)
+            check_front(L, inp, res)
+        outs[tagged] = (res.outputs["qr"], res.outputs["kv_cache"],
+                        _part_values(res).view(np.uint32))
+    assert "front_done" not in L.arena.names
+    for a, b in zip(outs[False], outs[True]):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["inorder", "relaxed"])
+def test_tagged_partial_sums_never_published_stall_or_time_out_naming_the_wait(mode,
+                                                                               monkeypatch):
+    """FrontPlan.tagged_parts with the first partial sums never published: the post jobs'
+    polling loop (poll_pause a round) is a stall the interpreter reports, and with timeouts
+    the launch fails naming the front_part wait, never hangs or reads stale words."""
+    held = 16  # front_part elements [0, held) (split 0, row 0) stay unpublished
+    store = F.FrontProj._store_part
+
+    def lossy(self, k, io, index, v, mask):
+        keep = index >= held
+        return store(self, k, io, index, v, keep if mask is None else mask & keep)
+    monkeypatch.setattr(F.FrontProj, "_store_part", lossy)
+    L = launch(2, "fp8", tagged_parts=True, poll_bound=64)
+    inp = inputs(L, seed=5)
+    with pytest.raises(interp.Stall, match="poll_pause"):
+        L.run_interp(fresh(inp), step=0, mode=mode, seed=1)
+    with pytest.raises(LaunchFailed, match="pairs 'front_part'"):
+        L.run_interp(fresh(inp), step=0, mode=mode, seed=1, on_stall="timeout")

@@ -659,10 +659,12 @@ def apply_tunes(launch, tunes):
 # group_max = 1 / 0, IndexPlan.group_max (sm_90a: the scoring also writes each row's 16-key
 # group maxima, score_gmax, and the fused index's sel_h1 skips the groups below its
 # threshold; on by default in the fused index on sm_90a at rows 8), index and index_scoring;
-# select_hist: the maxima an input beside the first digits (SelectConfig.group_skip)
+# select_hist: the maxima an input beside the first digits (SelectConfig.group_skip);
+# tagged_parts = 1 / 0, FrontPlan.tagged_parts (the front's partial sums as tagged pairs that
+# its post jobs poll, no job flags), front and index
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
                    "tail_finish", "tail_per_slice", "tail_min_keys", "cta_publish", "fold_first_digits",
-                   "lean_spans", "fine_digits", "row_parts", "group_max")
+                   "lean_spans", "fine_digits", "row_parts", "group_max", "tagged_parts")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
 # lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay);

@@ -770,6 +770,10 @@ class Emitter:
                                                       op.attrs["nbytes"],
                                                       op.attrs.get("line", False)), None, None)
 
+    def op_poll_pause(self, op):
+        self.h.backoff(self)
+        self.alias(op.results[0], "false")
+
     def op_grid_dep_launch(self, op):
         self.h.grid_dep_launch(self)
 
