@@ -112,7 +112,7 @@ def poll_pair(k, arena_ptr, arena, name, index, tag, *, bound=DEFAULT_POLL_BOUND
 
 
 def poll_pairs_all(k, arena_ptr, arena, name, items, tag, *, bound=DEFAULT_POLL_BOUND,
-                   scope="device"):
+                   scope="device", probe=False):
     """Poll several elements of pairs region `name` at once: `items` = [(base, offset,
     mask)], a lane's elements base + offset (base an i32 value, the same value object for
     elements that share it; offset a Python int; mask None: always). A round loads every
@@ -124,7 +124,8 @@ def poll_pairs_all(k, arena_ptr, arena, name, items, tag, *, bound=DEFAULT_POLL_
     load and a compare an element, where reloading only the stale ones costs a mask, a
     select and bit bookkeeping each. Why bases: one 64-bit pointer a base and the offsets
     as immediates (an i32 index an element made LLVM hold a 64-bit address each across the
-    loop: ptxas spilled the front's post jobs)."""
+    loop: ptxas spilled the front's post jobs). `probe`: the last element is first polled
+    alone (the poll op, its own back-off), so a long wait loads one word a round."""
     p = _placement(arena, name, (TaggedPairs,), "poll")
     if not items:
         raise ValueError(f"poll of {name!r}: no elements")
@@ -135,6 +136,10 @@ def poll_pairs_all(k, arena_ptr, arena, name, items, tag, *, bound=DEFAULT_POLL_
             bases[id(base)] = k.ptr_add(arena_ptr, k.cast(base, i64) * PAIR_BYTES +
                                         arena[name].data_offset)
     where = [((bases[id(base)], offset), m) for base, offset, m in items]
+    if probe:
+        (ptr, index), m = where[-1]
+        _, probe_out = k.poll(ptr, index, want, shift=32, bits=32, dt=u64, scope=scope,
+                              bound=bound, mask=m)
     values = [k.lane_var(k.const(0, u32)) for _ in where]
     stale = k.lane_var(k.const(0, u32))
 
@@ -157,7 +162,7 @@ def poll_pairs_all(k, arena_ptr, arena, name, items, tag, *, bound=DEFAULT_POLL_
         given_up.set(k.cast(k.poll_pause(), u32))
         round_()
         rounds.set(rounds.get() + 1)
-    timed_out = any_stale()
+    timed_out = any_stale() | probe_out if probe else any_stale()
     dt = p.region.value_dtype
     return [v.get() if dt == u32 else k.bitcast(v.get(), dt) for v in values], timed_out
 
@@ -267,13 +272,14 @@ class Mailbox:
         self.env.fail(timed_out, f"pairs {name!r}")
         return v
 
-    def wait_all(self, name, items):
-        """The values of pairs elements [(base, offset, mask)] (poll_pairs_all) once each
-        carries this launch's tag, polled together: one round trip once they have landed."""
+    def wait_all(self, name, items, *, probe=False):
+        """The values of pairs elements [(base, offset, mask)] (poll_pairs_all, `probe`
+        its) once each carries this launch's tag, polled together: one round trip once they
+        have landed."""
         values, timed_out = poll_pairs_all(
             self.k, self.env.arena, self.arena, name,
             [(b, o, self._mask(m)) for b, o, m in items], self.env.tag,
-            bound=self.env.poll_bound, scope=self.scope)
+            bound=self.env.poll_bound, scope=self.scope, probe=probe)
         self.env.fail(timed_out, f"pairs {name!r}")
         return values
 

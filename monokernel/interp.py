@@ -861,24 +861,25 @@ class Wave:
         shift = np.uint64(op.attrs["shift"])
         pred = self._CMP[op.attrs["pred"]]
         mem = self.run.mem
-        b, idx = mem.locate(addr if mask is None else addr[mask] if mask.any() else addr[:1], nb,
+        if mask is not None and not mask.any():  # no lane polls: nothing is read
+            yield from self._memory_point()
+            self.put(op.results[0], np.zeros((addr.shape[0], nb), np.uint8).view(dt.np))
+            self.put(op.results[1], np.bool_(False))
+            return
+        b, idx = mem.locate(addr if mask is None else addr[mask], nb,
                             f"CTA {self.cta} wave {self.wave} poll")
         self._dep_check(b, "poll", write=False)
         polls = 0
         yield from self._memory_point()
         while True:
-            if mask is not None and not mask.any():
-                raw = np.zeros((addr.shape[0], nb), np.uint8)
-                ok = True
-            else:
-                got = mem.atomic_load(b, idx)
-                raw = np.zeros((addr.shape[0], nb), np.uint8)
-                raw[slice(None) if mask is None else mask] = got
-                x = raw.view(dt.np).astype(np.uint64)[:, 0]
-                field = (x >> shift) & fieldmask
-                exp = np.broadcast_to(expected[:, 0], field.shape)
-                good = pred(field, exp)
-                ok = bool(good.all() if mask is None else good[mask].all())
+            got = mem.atomic_load(b, idx)
+            raw = np.zeros((addr.shape[0], nb), np.uint8)
+            raw[slice(None) if mask is None else mask] = got
+            x = raw.view(dt.np).astype(np.uint64)[:, 0]
+            field = (x >> shift) & fieldmask
+            exp = np.broadcast_to(expected[:, 0], field.shape)
+            good = pred(field, exp)
+            ok = bool(good.all() if mask is None else good[mask].all())
             polls += 1
             timed_out = not ok and (polls >= op.attrs["bound"] or self.force_timeout)
             if ok or timed_out:

@@ -163,6 +163,9 @@ def k_splits(cfg, tiles: int, grid: int, rows: int = 8, lds_bytes: int | None = 
     return fill[0] if fill else divs[-1]
 
 
+TAGGED_BATCH, TAGGED_PROBE = 1, 2  # FrontPlan.tagged_parts' forms
+
+
 @dataclass(frozen=True)
 class FrontPlan:
     """Every number the front's stages use, from the build spec."""
@@ -180,8 +183,11 @@ class FrontPlan:
     # as its own (value, tag) word, no fence and no job flag; the post jobs poll the words
     # themselves, all of a thread's at once (Mailbox.wait_all). Why: the flag form puts a
     # release fence and a barrier in every projection job and two round trips (the flag,
-    # then the data) in front of the tail; this one round trip once the data lands
-    tagged_parts: bool = False
+    # then the data) in front of the tail; this one round trip once the data lands.
+    # 0: the flags; 1 (TAGGED_BATCH): every round loads all of a thread's words; 2
+    # (TAGGED_PROBE): a thread first polls one of its words alone (the poll op), then the
+    # rounds: the long wait for the projection costs one word a round of L2 traffic, not all
+    tagged_parts: int = 0
 
     @property
     def hidden(self): return self.config.hidden
@@ -225,6 +231,10 @@ class FrontPlan:
                              f"number of {BLOCK}-blocks")
         if c.kv_lora_rank % BLOCK:
             raise ValueError(f"front: kv_lora_rank {c.kv_lora_rank} is not a multiple of {BLOCK}")
+        if self.tagged_parts not in (0, TAGGED_BATCH, TAGGED_PROBE):
+            raise ValueError(f"front: tagged_parts {self.tagged_parts}; 0 (flags), "
+                             f"{TAGGED_BATCH} (batched rounds) or {TAGGED_PROBE} (a probe, then "
+                             "the rounds)")
         if c.qk_rope // 2 > 32 or c.qk_rope % 2:
             raise ValueError(f"front: qk_rope {c.qk_rope}: rope pairs must fit one warp (<= 64 dims)")
         if self.token_bytes % (8 if self.kv == "bf16" else 4):
@@ -237,7 +247,7 @@ class FrontPlan:
 
 def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
          cache_pages: int | None = None, splits: int | None = None,
-         chip: str | None = None, tagged_parts: bool = False) -> FrontPlan:
+         chip: str | None = None, tagged_parts: int = 0) -> FrontPlan:
     t = spec.target_info
     if grid is None:
         grid = INTERP_GRID if spec.target == "interp" else t.num_ctas
@@ -250,7 +260,7 @@ def plan(spec, *, grid: int | None = None, waves: int | None = None, fp8=None,
                                                    None if spec.target == "interp" else t.lds_bytes)
     return FrontPlan(cfg, spec.rows, spec.kv, spec.target, fp8, grid, waves, S,
                      cache_pages if cache_pages is not None else 4 * spec.rows,
-                     chip if spec.target == "interp" else None, bool(tagged_parts)).check()
+                     chip if spec.target == "interp" else None, int(tagged_parts)).check()
 
 
 # --------------------------------------------------------------------------- DSL helpers
@@ -823,7 +833,8 @@ class _Post(Stage):
                  for e0, (_, m) in zip(range(0, hi - lo, per), self.pieces(k, hi - lo))
                  for s in range(p.splits)] + [(i, 0, n, m) for i, n, m in more]
         words = io.wait_all("front_part", [(b, o + j, m) for b, o, n, m in reads
-                                           for j in range(n)])
+                                           for j in range(n)],
+                            probe=p.tagged_parts == TAGGED_PROBE)
         out, at = [], 0
         for *_, n, _ in reads:
             out.append(k.vec(*words[at:at + n]) if n > 1 else words[at])

@@ -567,19 +567,20 @@ def test_post_jobs_lead_where_the_grid_holds_every_job():
     assert [st.jobs()[0].lead for st in launch(8, "fp8", "glm5", "sm_90a").stages[1:]] == [True, True]
 
 
-TAGGED_CASES = [(2, "relaxed", 64), (8, "random", 32), (4, "relaxed", 32)]
+TAGGED_CASES = [(2, "relaxed", 64, 1), (8, "random", 32, 1), (4, "relaxed", 32, 2)]
 
 
-@pytest.mark.parametrize("rows,mode,wave", TAGGED_CASES,
-                         ids=[f"r{c[0]}-{c[1]}-w{c[2]}" for c in TAGGED_CASES])
-def test_tagged_partial_sums_give_the_same_bits(rows, mode, wave):
+@pytest.mark.parametrize("rows,mode,wave,form", TAGGED_CASES,
+                         ids=[f"r{c[0]}-{c[1]}-w{c[2]}-form{c[3]}" for c in TAGGED_CASES])
+def test_tagged_partial_sums_give_the_same_bits(rows, mode, wave, form):
     """FrontPlan.tagged_parts (launch.tagged_parts=1): every partial sum its own tagged pair,
     polled by the post jobs with no flag and no fence. Two steps on one never-reset arena:
     the second step's post jobs find the first step's words (its tag) under the relaxed
     mode's late visibility and must wait them out; each step within the float64 checks and
-    bit for bit the flag form's (partial sums, qr, cache)."""
+    bit for bit the flag form's (partial sums, qr, cache). Forms: 1 batched rounds, 2 a
+    probe of one word first."""
     outs = {}
-    for tagged in (False, True):
+    for tagged in (0, form):
         L = launch(rows, "fp8", tagged_parts=tagged)
         arena = L.new_arena()
         for step in (0, 1):
@@ -590,12 +591,17 @@ def test_tagged_partial_sums_give_the_same_bits(rows, mode, wave):
         outs[tagged] = (res.outputs["qr"], res.outputs["kv_cache"],
                         _part_values(res).view(np.uint32))
     assert "front_done" not in L.arena.names
-    for a, b in zip(outs[False], outs[True]):
+    for a, b in zip(outs[0], outs[form]):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("mode", ["inorder", "relaxed"])
-def test_tagged_partial_sums_never_published_stall_or_time_out_naming_the_wait(mode,
+def test_tagged_parts_form_is_checked():
+    with pytest.raises(ValueError, match="tagged_parts 3"):
+        launch(2, "fp8", tagged_parts=3)
+
+
+@pytest.mark.parametrize("mode,form", [("inorder", 1), ("relaxed", 2)])
+def test_tagged_partial_sums_never_published_stall_or_time_out_naming_the_wait(mode, form,
                                                                                monkeypatch):
     """FrontPlan.tagged_parts with the first partial sums never published: the post jobs'
     polling loop (poll_pause a round) is a stall the interpreter reports, and with timeouts
@@ -607,9 +613,9 @@ def test_tagged_partial_sums_never_published_stall_or_time_out_naming_the_wait(m
         keep = index >= held
         return store(self, k, io, index, v, keep if mask is None else mask & keep)
     monkeypatch.setattr(F.FrontProj, "_store_part", lossy)
-    L = launch(2, "fp8", tagged_parts=True, poll_bound=64)
+    L = launch(2, "fp8", tagged_parts=form, poll_bound=64)
     inp = inputs(L, seed=5)
-    with pytest.raises(interp.Stall, match="poll_pause"):
+    with pytest.raises(interp.Stall, match="polls memory that nothing will change"):
         L.run_interp(fresh(inp), step=0, mode=mode, seed=1)
     with pytest.raises(LaunchFailed, match="pairs 'front_part'"):
         L.run_interp(fresh(inp), step=0, mode=mode, seed=1, on_stall="timeout")
