@@ -23,8 +23,8 @@ OUT=$LOGS step vs_front 150 $TL --kind front --rows 2,4,8 --versus $TG \
 OUT=$LOGS step vs_pdl 80 $TL --kind front --rows 8 --tune launch.pdl=1 --versus $TG \
     --also launch.tagged_parts=2 --rounds 3; pack
 OUT=$LOGS step timeline 60 $TL --kind front --rows 8 --tune $TG --timeline; pack
-OUT=$LOGS step vs_index 150 $TL --kind index --rows 8 --pos 524287 --workload W1 \
+OUT=$LOGS step vs_index 110 $TL --kind index --rows 8 --pos 524287 --workload W1 \
     --versus $TG --also launch.tagged_parts=2 --rounds 2; pack
-OUT=$LOGS step check_index 90 python3 -m tools.check_layer --kind index --config glm5 \
+OUT=$LOGS step check_index 60 python3 -m tools.check_layer --kind index --config glm5 \
     --rows 8 --kv fp8 --backend cuda --tune $TG; pack
 rm -rf "$LOGS/d_flag" "$LOGS/d_tag"; pack; rm -rf "$LOGS"
