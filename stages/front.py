@@ -183,7 +183,10 @@ class FrontPlan:
     # as its own (value, tag) word, no fence and no job flag; the post jobs poll the words
     # themselves, all of a thread's at once (Mailbox.wait_all). Why: the flag form puts a
     # release fence and a barrier in every projection job and two round trips (the flag,
-    # then the data) in front of the tail; this one round trip once the data lands.
+    # then the data) in front of the tail; this one round trip once the data lands. Exact
+    # but much SLOWER on an H100 (bench/NOTES.md v54, same process: front r8 11.27 ->
+    # 16.95 us, form 2 15.42; r2 1.18 / 1.11; the fused index r8 unchanged): the polling
+    # rounds' loads compete with the weight stream and the stores they wait for. Off.
     # 0: the flags; 1 (TAGGED_BATCH): every round loads all of a thread's words; 2
     # (TAGGED_PROBE): a thread first polls one of its words alone (the poll op), then the
     # rounds: the long wait for the projection costs one word a round of L2 traffic, not all
