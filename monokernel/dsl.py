@@ -858,7 +858,10 @@ class KernelBuilder:
 
     def poll_pause(self) -> Value:
         """The back-off of a polling loop written in the DSL (op poll_pause): call it once a
-        round; stop polling where it returns true (the interpreter giving the wait up)."""
+        round, after a round's loads found the memory not ready and before the next round
+        (the interpreter counts the wave as polling what it has seen: a pause before the
+        first look would be a stall); stop polling where it returns true (the interpreter
+        giving the wait up)."""
         self.uses.add("poll")
         return self._emit("poll_pause", (), (VType(i1, 1, True),), {}).results[0]
 

@@ -765,6 +765,9 @@ class Wave:
         self.put(op.results[0], np.bool_(self.force_timeout))
         self.force_timeout = False
 
+    def op_grid_dep_launch(self, op):
+        """No effect here: the interpreter runs one launch at a time."""
+
     def op_grid_dep_wait(self, op):
         self.dep_waited = True
 

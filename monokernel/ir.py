@@ -144,7 +144,8 @@ OPCODES: dict[str, str] = {
                      "attrs.arrive: this wave counts itself and goes on, else it waits for the "
                      "completion (an ordering of warps, no memory fence: sm_90a)",
     "poll_pause": "the back-off between the rounds of a polling loop the kernel writes itself "
-                  "(poll has its own): the wave gives up its issue slots for a moment "
+                  "(poll has its own), after a round found the memory not ready and before "
+                  "the next: the wave gives up its issue slots for a moment "
                   "(sm_90a: nanosleep, AMD: s_sleep); -> uniform i1, true where the interpreter "
                   "gives the wait up (run with on_stall 'timeout' when every wave only polls "
                   "memory nothing will change), false on hardware. The interpreter lets other "

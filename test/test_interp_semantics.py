@@ -36,6 +36,55 @@ def test_bounded_poll_times_out_when_asked():
     assert out.tolist() == [1, 1]
 
 
+def test_every_ir_op_has_an_interpreter_rule_and_an_llvm_lowering():
+    """The IR's opcode table, the interpreter (the living definition) and the LLVM emitter
+    name the same ops: an op added to one and dropped from another fails here, not in the
+    first kernel that uses it."""
+    from monokernel import ir
+    from monokernel.backend.llvm_common import Emitter
+    rules = {n[3:] for n in dir(interp.Wave) if n.startswith("op_")}
+    lowered = {n[3:] for n in dir(Emitter) if n.startswith("op_")}
+    assert rules == set(ir.OPCODES), sorted(rules ^ set(ir.OPCODES))
+    assert set(ir.OPCODES) <= lowered, sorted(set(ir.OPCODES) - lowered)
+
+
+def test_a_poll_with_no_active_lane_reads_nothing():
+    """A masked-off poll issues no load: its address may lie outside every buffer."""
+    def body(k):
+        a = k.args
+        got, timed_out = k.poll(a.box, 1 << 20, 1, bits=32, mask=k.lane_id() < 0)
+        k.store(a.out, 0, k.cast(timed_out, u32), mask=k.lane_id().eq(0))
+    kern = build_kernel("masked_poll", body, abi=WAIT_ABI, target="interp")
+    out = np.full(1, 7, np.uint32)
+    interp.run(kern, dict(box=np.zeros(1, np.uint64), out=out), grid=1)
+    assert out.tolist() == [0]
+
+
+def test_a_dsl_polling_loop_yields_and_stalls_at_poll_pause():
+    """poll_pause: a loop of plain relaxed loads that waits for a word nothing will write
+    is reported as a stall (never a livelock to max_steps), and with on_stall "timeout"
+    poll_pause returns true so the loop can give up."""
+    def body(k):  # look, then (a round found the word stale) pause and look again
+        a = k.args
+        seen = k.lane_var(k.load(a.box, k.cta_id(), u64, order="relaxed"))
+        given_up = k.uniform_var(0, u32)
+        with k.while_(lambda: k.ballot(seen.get().ne(1)).ne(0) & given_up.get().eq(0)):
+            given_up.set(k.cast(k.poll_pause(), u32))
+            seen.set(k.load(a.box, k.cta_id(), u64, order="relaxed"))
+        k.store(a.out, k.cta_id(), given_up.get(), mask=k.lane_id().eq(0))
+    kern = build_kernel("spin", body, abi=WAIT_ABI, target="interp")
+    for mode in ("inorder", "relaxed"):
+        with pytest.raises(Stall, match="poll_pause"):
+            interp.run(kern, dict(box=np.zeros(2, np.uint64), out=np.zeros(2, np.uint32)),
+                       grid=2, mode=mode)
+    out = np.zeros(2, np.uint32)
+    interp.run(kern, dict(box=np.zeros(2, np.uint64), out=out), grid=2, on_stall="timeout")
+    assert out.tolist() == [1, 1]
+    out = np.zeros(2, np.uint32)
+    interp.run(kern, dict(box=np.ones(2, np.uint64), out=out), grid=2)
+    assert out.tolist() == [0, 0]
+
+
 def test_barrier_skipped_by_one_wave_is_a_stall():
     def body(k):
         with k.if_(k.wave_id().eq(0)):
