@@ -801,8 +801,11 @@ class _Post(Stage):
         S = p.splits
         if p.tagged_parts:
             specs = []
-            extra = more((lambda i, n, m: specs.append((i, n, m)) or len(specs) - 1)) \
-                if more else None
+
+            def record(i, n, m):  # a `more` read, polled with the pieces: its place
+                specs.append((i, n, m))
+                return len(specs) - 1
+            extra = more(record) if more else None
             got = self._poll_parts(k, io, r, lo, hi, specs)
             io.env.phase(1)  # every partial sum this thread reads is in
             pieces = self.pieces(k, hi - lo)
