@@ -963,7 +963,9 @@ class IndexScore(Stage):
             raise ValueError(f"ix_score: l2_ahead {ahead!r}; steps (0: off)")
         if warm is None or not ahead:
             return lambda t: None
-        pages = lambda t: (lambda p: p if isinstance(p, list) else [p])(locate(t))  # noqa: E731
+        def pages(t):  # locate's page, or pages (two-page steps), as a list
+            found = locate(t)
+            return found if isinstance(found, list) else [found]
         for s in range(depth, depth + ahead):
             warm(pages(k.const(s, i32)))
         held = [k.lane_var(p) for p in pages(k.const(depth + ahead, i32))]

@@ -37,7 +37,8 @@ from .index_tiling import HEAD_DIM, LANE_BYTES, VECTOR_BYTES, KeyTiling
 from .index_plan import PAGE_BYTES, PAGE_ROWS
 
 KEY_WORDS = HEAD_DIM // 4  # 4-byte words of a cached indexer key
-WARPGROUP_WARPS = 4
+WARPGROUP_WARPS = 4  # warps of a wgmma warpgroup (128 threads)
+WARPGROUP_SHIFT = WARPGROUP_WARPS.bit_length() - 1
 # a warp's share of a page's prefetch (IndexScore.l2_ahead): 2112 bytes, a 16-byte multiple
 WARP_PAGE_BYTES = PAGE_BYTES // WARPGROUP_WARPS
 # IndexPlan.group_max's swaps: the lanes holding one row's scores of a warp's 16 keys differ
@@ -60,7 +61,8 @@ class WgmmaGroup:
         self.btrow = g[6]
         self.key_lo, self.nblocks, self.P = st._key_steps(k, g, self.at.m)
         w = k.wave_id()
-        self.wg, self.ww, self.nwg = w >> 2, w & 3, k.W // 4
+        self.wg, self.ww = w >> WARPGROUP_SHIFT, w & (WARPGROUP_WARPS - 1)
+        self.nwg = k.W // WARPGROUP_WARPS
         self.lane = _lane(k)
         self.g8, self.t4 = self.lane >> 2, self.lane & 3
         self.kf = st._wg_lane_key(self.ww, self.g8, self.t4)
@@ -538,7 +540,7 @@ class WgmmaGroup:
         self.held_narrow = (k.lane_var(k.const(-math.inf, f32)), k.lane_var(k.const(0, i32)),
                             k.lane_var(k.const(0, i32)), k.lane_var(k.const(0, i32)))
         self.pipeline(self.my_n, self.locate, self.load, self.compute,
-                     depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch, narrow=True)
+                      depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch, narrow=True)
         self._narrow_gmax_flush()
         self.held_narrow = None
 
@@ -611,8 +613,8 @@ class WgmmaGroup:
             return self._narrow_gmax_deferred()
         if st.narrow_pages == 1:
             return self.pipeline(self.my_n, self.locate, self.load, self.compute,
-                                depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch,
-                                narrow=True)
+                                 depth=st.narrow_ring_depth, prefetch=st.narrow_prefetch,
+                                 narrow=True)
         if st.async_keys:
             raise ValueError("ix_score: async_keys takes the one-page steps of groups of "
                              "fewer pairs; this build takes two pages a step (pages_per_step 2)")
@@ -624,9 +626,9 @@ class WgmmaGroup:
                              "of groups of fewer pairs; this build takes two pages a step "
                              "(pages_per_step 2)")
         self.pipeline((self.my_n + 1) >> 1,
-                     lambda t: [self.locate(2 * t), self.locate(2 * t + 1)],
-                     lambda t, pg: self.load(2 * t, pg[0]) + self.load(2 * t + 1, pg[1]),
-                     self.compute_two)
+                      lambda t: [self.locate(2 * t), self.locate(2 * t + 1)],
+                      lambda t, pg: self.load(2 * t, pg[0]) + self.load(2 * t + 1, pg[1]),
+                      self.compute_two)
 
     # -- keys through TMA into LDS slots (IndexScore.tma_keys) -------------------------------
     SLOT_BYTES = -(-PAGE_BYTES // SW128_ATOM_BYTES) * SW128_ATOM_BYTES  # a page, 1024-aligned

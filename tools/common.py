@@ -660,8 +660,8 @@ def apply_tunes(launch, tunes):
 # group maxima, score_gmax, and the fused index's sel_h1 skips the groups below its
 # threshold; on by default in the fused index on sm_90a at rows 8), index and index_scoring;
 # select_hist: the maxima an input beside the first digits (SelectConfig.group_skip);
-# tagged_parts = 1 / 0, FrontPlan.tagged_parts (the front's partial sums as tagged pairs that
-# its post jobs poll, no job flags), front and index
+# tagged_parts = 0 / 1 / 2, FrontPlan.tagged_parts (the front's partial sums as tagged pairs
+# that its post jobs poll, no job flags; 2: a probe word first), front and index
 LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
                    "tail_finish", "tail_per_slice", "tail_min_keys", "cta_publish", "fold_first_digits",
                    "lean_spans", "fine_digits", "row_parts", "group_max", "tagged_parts")
