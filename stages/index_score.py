@@ -127,7 +127,7 @@ class IndexScore(Stage):
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
-                "defer_narrow_gmax", "l2_ahead")
+                "defer_narrow_gmax", "l2_ahead", "turn_split")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -203,6 +203,16 @@ class IndexScore(Stage):
     # timeline's cycle accounts (v10) show the two in step: each waits ~1000 clocks for a
     # ~600-clock chain and runs its epilogue while the other runs its own.
     turns = False
+    # With turns, the all-pairs chain of the bf16 head sum in three turns a step: its first
+    # `turn_split` K chunks, the rest, then the head-sum wgmmas; warpgroup 1 starts every
+    # all-pairs loop one turn late (and 0 ends it with an idle one), so the tensor cores see
+    # 0's head sum between 1's two chain parts and 1's between 0's (FA3's ping-pong with the
+    # head sum inside it). Why: with one turn a chain, a warpgroup's head sum queues behind
+    # the other's whole chain (the tensor pipe takes wgmmas in issue order), so each step's
+    # epilogue still waits for both chains; with the split, the other's first part runs
+    # while this one packs its accumulators (the relu-bf16 cvts), and the head sum goes next.
+    # None: one turn a chain (`turns` alone).
+    turn_split = None
     # Hopper, four warpgroups a CTA (waves=16): two page streams, each page's row pairs
     # split over a warpgroup pair (N = 128 at 8 rows: 64 accumulator registers, not 128),
     # for more warps to hide the epilogue's latencies. Off: prepared, not yet timed.

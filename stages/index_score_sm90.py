@@ -78,6 +78,7 @@ class WgmmaGroup:
         self.mma_sum = st.bf16_head_sum
         # chains of several pairs sum on the tensor cores (`sums`): only builds of 2+ pairs
         self.mma_chains = self.mma_sum and p.pairs > 1
+        self.split = self._turn_split()
         # IndexPlan.group_max on the all-pairs chain: the lane's two rows' maxima of the
         # step, carried to the next step's chain (`_wide_gmax_deferred`); None: swapped and
         # stored at once
@@ -86,6 +87,26 @@ class WgmmaGroup:
         # last chain, its row, whether the row is the group's (1 / 0) and the chain's first
         # key, held for the swaps after the next chain's issue; None: swapped at once
         self.held_narrow = None
+
+    def _turn_split(self):
+        """IndexScore.turn_split, checked: the all-pairs chain's K chunks in its first turn,
+        or None. (Builds without an all-pairs head-sum chain, rows 2, have nothing to split.)"""
+        split, st = self.st.turn_split, self.st
+        if split is None:
+            return None
+        chunks = self.T.chunks
+        if isinstance(split, bool) or not isinstance(split, int) or not 1 <= split < chunks:
+            raise ValueError(f"ix_score: turn_split {split!r}; the K chunks of a chain's first "
+                             f"turn, 1 .. {chunks - 1}")
+        if not st.turns:
+            raise ValueError("ix_score: turn_split takes turns (ix_score.turns=1)")
+        if not self.turns:
+            raise ValueError(f"ix_score: turn_split takes two warpgroups a CTA taking turns; "
+                             f"this build has {self.k.W} waves")
+        if st.head_sum_on_sync or not self.mma_sum:
+            raise ValueError("ix_score: turn_split takes the head sum on wgmma (head_sum mma, "
+                             "sum_mma wgmma): its third turn")
+        return split if self.mma_chains else None
 
     # -- a step's parts --------------------------------------------------------------------
     def warp_key(self, h, base=None):
@@ -237,26 +258,31 @@ class WgmmaGroup:
         if self.turns:
             self.k.named_barrier(self.other, self.k.W, arrive=True)
 
-    def issue(self, atom, A, ra, descs="descs"):
+    def issue(self, atom, A, ra, descs="descs", split=None):
         """One wgmma per MMA chunk, B = the staged query columns from row ra on (`descs`:
         the stage's staging in the tiling's K order, or "descs_ss" in key-byte order, for A
-        read from keys in shared memory as they lie in the cache), committed as one group;
-        the result is pending until a wgmma_wait retires the group."""
+        read from keys in shared memory as they lie in the cache), committed as one group
+        (`split`: chunks [0, split) and the rest as two groups, each its own turn); the
+        result is pending until a wgmma_wait retires the group."""
         k, st = self.k, self.st
         off = st._b_rows_offset(k, ra)
-        self.turn_begin()
-        k.wgmma_fence()
-        acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
-        for c in range(self.T.chunks):
-            acc = k.wgmma(atom, A[c], k.const(self.stage[descs][c], u64) + off, acc)
-        k.wgmma_commit()
-        self.turn_end()
+        cuts = [0, self.T.chunks] if split is None else [0, split, self.T.chunks]
+        acc = None
+        for lo, hi in zip(cuts, cuts[1:]):
+            self.turn_begin()
+            k.wgmma_fence()
+            if acc is None:
+                acc = k.vec(*[k.const(0.0, f32)] * atom.c_slots)
+            for c in range(lo, hi):
+                acc = k.wgmma(atom, A[c], k.const(self.stage[descs][c], u64) + off, acc)
+            k.wgmma_commit()
+            self.turn_end()
         return acc
 
-    def chain(self, atom, A, ra, descs="descs", under=None):
+    def chain(self, atom, A, ra, descs="descs", under=None, split=None):
         """`issue`, then `under()` (work that needs no result of this chain: the deferred
         group maxima's swaps and stores, hidden while the tensor cores run), then the wait."""
-        acc = self.issue(atom, A, ra, descs)
+        acc = self.issue(atom, A, ra, descs, split)
         if under is not None:
             under()
         self.k.wgmma_wait(0)
@@ -336,6 +362,8 @@ class WgmmaGroup:
         d0 = k.const(self.stage["sum_desc"], u64) + k.cast(ra * (p.heads_pad // ck * lbo_units), u64)
         per_run, naccs = self._sum_accumulators(sa.k, len(A2))
         ds = [k.vec(*[k.const(0.0, f32)] * sa.c_slots) for _ in range(naccs)]
+        if self.split is not None:  # the step's third turn (IndexScore.turn_split)
+            self.turn_begin()
         for c, a2 in enumerate(A2):
             j = (c // per_run) % naccs
             if c < naccs * per_run and c % per_run == 0:
@@ -344,6 +372,8 @@ class WgmmaGroup:
                 k.wgmma_fence()
             ds[j] = k.wgmma(sa, a2, d0 + c * (sa.k // ck) * lbo_units, ds[j])
         k.wgmma_commit()
+        if self.split is not None:
+            self.turn_end()
         k.wgmma_wait(0)
         return self._added(ds, sa.c_slots)
 
@@ -501,6 +531,23 @@ class WgmmaGroup:
         wait, two warps a scheduler): under the chain that latency is hidden. The carried
         maxima come from selects (not registers a wgmma wrote, which would draw ptxas's
         injected wait, C7517); the last step's follow the loop."""
+        k = self.k
+        held, stores = self._held_group_maxima()
+
+        def compute(t, cur):
+            acc = self.chain(self.wide, self.operands(cur), self.gi,
+                             under=lambda: stores(t - 1, t > 0))
+            self.held_gmax = held
+            self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
+            self.held_gmax = None
+
+        self.pipeline(self.my_n, self.locate, self.load, compute)
+        stores(self.my_n - 1)
+
+    def _held_group_maxima(self):
+        """(held, stores) of the all-pairs chain's maxima a step behind: the lane's two rows'
+        maxima carried (lane variables `store_scores` sets through held_gmax), and
+        stores(t, mask) swapping and storing them as step t's."""
         st, k = self.st, self.k
         cols = sorted({col for _, col in st._sum_slots()})
         nrows = self.wide.n // self.p.heads_pad
@@ -515,16 +562,7 @@ class WgmmaGroup:
                 rows.append((n, in_group, None))
             self._group_max(rows, [v.get() for v in held], self.step_key(t),
                             HEAD_SUM_GROUP_BITS, mask)
-
-        def compute(t, cur):
-            acc = self.chain(self.wide, self.operands(cur), self.gi,
-                             under=lambda: stores(t - 1, t > 0))
-            self.held_gmax = held
-            self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
-            self.held_gmax = None
-
-        self.pipeline(self.my_n, self.locate, self.load, compute)
-        stores(self.my_n - 1)
+        return held, stores
 
     def _narrow_gmax_deferred(self):
         """The one-pair chains (IndexPlan.group_max) with their maxima's swaps and store a
@@ -914,8 +952,7 @@ class WgmmaGroup:
         def taking_turns(comp, chains):
             def idle():
                 for _ in k.range(chains):
-                    self.turn_begin()
-                    self.turn_end()
+                    self.idle_turn()
             self.pipeline(self.my_n, self.locate, self.load, comp, self.n_all, idle)
 
         with k.if_(self.n_all > 0):
@@ -924,9 +961,45 @@ class WgmmaGroup:
             else:
                 with k.if_else(self.P.eq(p.pairs)) as (all_pairs, fewer):
                     with all_pairs:
-                        taking_turns(self.compute_wide, 1)
+                        if self.split is None:
+                            taking_turns(self.compute_wide, 1)
+                        else:
+                            self._wide_split_turns(taking_turns)
                     with fewer:
                         taking_turns(self.compute, self.P)
+
+    def idle_turn(self):
+        """A turn taken with nothing issued (both warpgroups take the same turns)."""
+        self.turn_begin()
+        self.turn_end()
+
+    def _wide_split_turns(self, taking_turns):
+        """The all-pairs loop in three turns a step (IndexScore.turn_split): the chain's two
+        parts, then the head sum. Warpgroup 1 takes one idle turn first and 0 one last, so
+        the turns run 0: part 1 (t), 1: head sum (t - 1), 0: part 2 (t), 1: part 1 (t), 0:
+        head sum (t), 1: part 2 (t), ...: each warpgroup's head sum reaches the tensor cores
+        between the other's two parts, while the other's first part covers its relu-bf16
+        packing. With IndexPlan.group_max the maxima's swaps and stores go a step behind,
+        under the chain's second part (`_wide_gmax_deferred`'s reason)."""
+        k = self.k
+        with k.if_(self.wg.eq(1)):
+            self.idle_turn()
+        held, stores = self._held_group_maxima() if self.p.group_max else (None, None)
+
+        def compute(t, cur):
+            under = None if stores is None else (lambda: stores(t - 1, t > 0))
+            acc = self.chain(self.wide, self.operands(cur), self.gi, under=under,
+                             split=self.split)
+            self.held_gmax = held
+            self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
+            self.held_gmax = None
+
+        taking_turns(compute, 3)
+        with k.if_(self.wg.eq(0)):
+            self.idle_turn()
+        if stores is not None:
+            with k.if_(self.my_n > 0):
+                stores(self.my_n - 1)
 
     def _run_ss(self):
         """SS paths: all the plan's pairs split over the warpgroups (where they split),

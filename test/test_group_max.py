@@ -19,7 +19,7 @@ from stages.index_plan import PAGE as PAGE_KEYS
 POISON = np.float32(np.nan)
 
 
-def _launch(rows, tunes=(), group_max=True):
+def _launch(rows, tunes=(), group_max=True, **launch_kw):
     from spec import BuildSpec
     from stages import kinds
     from tools import common
@@ -27,14 +27,14 @@ def _launch(rows, tunes=(), group_max=True):
     kind = kinds.kind("index")
     # (the fused index's selection then skips groups too: it needs the spans loop)
     L = common.apply_tunes(kind.launch(spec, chip="sm_90a", group_max=group_max,
-                                       lean_spans=True), list(tunes))
+                                       lean_spans=True, **launch_kw), list(tunes))
     return kind, spec, L
 
 
 def _run(rows, workload, tunes=(), mode="relaxed", group_max=True, pos=2049, edit=None,
-         seed=11):
+         seed=11, **launch_kw):
     from tools import common
-    kind, spec, L = _launch(rows, tunes, group_max)
+    kind, spec, L = _launch(rows, tunes, group_max, **launch_kw)
     inp, _ = common.workload_inputs(kind, L, spec, np.random.default_rng(rows), pos, workload)
     if edit is not None:
         edit(inp)
@@ -424,3 +424,18 @@ def test_the_fused_index_finishes_by_the_tail_where_the_switch_says(monkeypatch)
                                 [("launch", "tail_finish", "0")])):
         assert not L.select_cfg.tail_finish
     assert index.launch(two, chip="sm_90a", tail_finish=True).select_cfg.tail_finish
+
+
+@pytest.mark.parametrize("workload", ["W1", "W2"])
+def test_split_turns_keep_the_maxima_and_the_top_k(workload):
+    """IndexScore.turn_split in the fused index at rows 8 (the all-pairs chain's maxima
+    swapped and stored a step behind, under the chain's second turn; W2: one-pair groups
+    beside the shared pages' all-pairs path): the same maxima and scores, bit for bit, as
+    the default pipeline, and the top-k exact (`_run` asserts it). Two warpgroups a CTA
+    (tiny's fused index takes one by default), both runs."""
+    runs = [_run(8, workload, tunes=tunes, waves=8)[2] for tunes in (
+        [("ix_score", "turns", "1"), ("ix_score", "turn_split", "1")], [])]
+    for region in ("score_gmax", "scores"):
+        np.testing.assert_array_equal(np.asarray(runs[0].regions[region]).view(np.uint32),
+                                      np.asarray(runs[1].regions[region]).view(np.uint32))
+    assert np.isfinite(np.asarray(runs[0].regions["score_gmax"], np.float32)).any()

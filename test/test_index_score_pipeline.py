@@ -549,6 +549,55 @@ def test_warpgroup_turns_give_the_same_bits(rows, requests, mode):
     _same_bits_on_and_off(build, "turns", requests, mode, 4, 23 + rows, built)
 
 
+SPLIT_TURN_CASES = [
+    (8, [(8, 700)], "random", 1),                # the all-pairs chain every step
+    (8, [(3, 900), (4, 300), (1, 64)], "inorder", 2),  # and groups of fewer pairs between
+    (4, [(4, 64)], "relaxed", 3),                # one page: warpgroup 1 idles its 3 turns
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,split", _cases(
+    SPLIT_TURN_CASES, [f"r{c[0]}-{c[2]}-split{c[3]}" for c in SPLIT_TURN_CASES],
+    slow=("r8-inorder-split2",)))
+def test_split_turns_give_the_same_bits(rows, requests, mode, split):
+    """IndexScore.turn_split (the all-pairs chain in two turns, the head sum in a third,
+    warpgroup 1 a turn behind): bit-identical to one turn a chain, within the float64
+    checks; the interpreter's barrier accounting proves the shifted turns balanced (a
+    missing idle turn deadlocks or leaves an arrival behind). Three turns a step: the
+    kernel holds more named-barrier ops than with one."""
+    counts = {}
+
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=3,
+                                 waves=8)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        st.turns = True
+        return L, st
+
+    def built(L, on):
+        counts[on] = sum(op.opcode == "named_barrier" for op in L.kernel("interp", 32).walk())
+    _same_bits_on_and_off(build, "turn_split", requests, mode, 4, 29 + rows, built,
+                          value=split, off=None)
+    assert counts[True] > counts[False] > 0, counts
+
+
+@pytest.mark.parametrize("attrs,match", [
+    (dict(turn_split=1), "turn_split takes turns"),
+    (dict(turns=True, turn_split=4), "turn_split 4; the K chunks of a chain's first turn, 1 .. 3"),
+    (dict(turns=True, turn_split=0), "turn_split 0"),
+    (dict(turns=True, turn_split=1, sum_mma="sync"), "turn_split takes the head sum on wgmma"),
+])
+def test_bad_turn_splits_are_refused(attrs, match):
+    L = index_scoring_launch(BuildSpec.make("tiny", rows=8, target="interp"), chip="sm_90a",
+                             capacity=CAP, cache_pages=PAGES, waves=8)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    for a, v in attrs.items():
+        setattr(st, a, v)
+    with pytest.raises(ValueError, match=match):
+        L.kernel("interp", 32)
+
+
 def test_turns_refuse_the_other_pipelines():
     spec = BuildSpec.make("tiny", rows=8, target="interp")
     L = index_scoring_launch(spec, chip="sm_90a", capacity=CAP, cache_pages=PAGES, waves=8)
