@@ -201,7 +201,9 @@ class IndexScore(Stage):
     # and 2: a warpgroup waits for its turn, issues its chain, hands the turn over, then
     # waits for its chain and runs its epilogue while the other's chain runs). Without it the
     # timeline's cycle accounts (v10) show the two in step: each waits ~1000 clocks for a
-    # ~600-clock chain and runs its epilogue while the other runs its own.
+    # ~600-clock chain and runs its epilogue while the other runs its own. Measured: no gain
+    # with the FMA epilogue (v10), slower with the bf16 head sum (v55, H200, index_scoring
+    # 512K r8 W1 / W2 1.038 / 1.052): off
     turns = False
     # With turns, the all-pairs chain of the bf16 head sum in three turns a step: its first
     # `turn_split` K chunks, the rest, then the head-sum wgmmas; warpgroup 1 starts every
@@ -211,7 +213,11 @@ class IndexScore(Stage):
     # the other's whole chain (the tensor pipe takes wgmmas in issue order), so each step's
     # epilogue still waits for both chains; with the split, the other's first part runs
     # while this one packs its accumulators (the relu-bf16 cvts), and the head sum goes next.
-    # None: one turn a chain (`turns` alone).
+    # Measured SLOWER on an H200 (bench/NOTES.md v55, same process, index_scoring 512K): r8
+    # W1 / W2 1.058 / 1.056 at 1, 1.104 / 1.107 at 2; r4 1.12-1.16. The cycle accounts: the
+    # chain's wait 794 -> 973 clocks a step, the epilogue 904 -> 1128: the epilogue beside
+    # the other's chain is no faster than beside the other's epilogue (v15's probe: ALU work
+    # beside a chain costs about half again). None (the default): one turn a chain (`turns`).
     turn_split = None
     # Hopper, four warpgroups a CTA (waves=16): two page streams, each page's row pairs
     # split over a warpgroup pair (N = 128 at 8 rows: 64 accumulator registers, not 128),
