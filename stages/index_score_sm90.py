@@ -46,6 +46,8 @@ WARP_PAGE_BYTES = PAGE_BYTES // WARPGROUP_WARPS
 # bits 2, 3, 4; a one-pair chain after its quad butterfly (key g + 8 (t >> 1 & 1), row
 # t & 1: `_wg_lane_key`): bits 1 .. 4
 HEAD_SUM_GROUP_BITS = (4, 8, 16)
+# IndexScore.turn_split: the turns of an all-pairs step (the chain's two parts, the head sum)
+SPLIT_STEP_TURNS = 3
 BUTTERFLY_GROUP_BITS = (2, 4, 8, 16)
 
 
@@ -531,18 +533,21 @@ class WgmmaGroup:
         wait, two warps a scheduler): under the chain that latency is hidden. The carried
         maxima come from selects (not registers a wgmma wrote, which would draw ptxas's
         injected wait, C7517); the last step's follow the loop."""
-        k = self.k
         held, stores = self._held_group_maxima()
+        self.pipeline(self.my_n, self.locate, self.load, self._wide_step(held, stores))
+        stores(self.my_n - 1)
 
+    def _wide_step(self, held=None, stores=None, split=None):
+        """compute(t, cur) of an all-pairs step whose group maxima (`_held_group_maxima`'s
+        held, stores; None: none carried) go a step behind: step t's chain issued (`split`:
+        in two turns), step t - 1's maxima stored under it, then its wait and head sums."""
         def compute(t, cur):
-            acc = self.chain(self.wide, self.operands(cur), self.gi,
-                             under=lambda: stores(t - 1, t > 0))
+            under = None if stores is None else (lambda: stores(t - 1, t > 0))
+            acc = self.chain(self.wide, self.operands(cur), self.gi, under=under, split=split)
             self.held_gmax = held
             self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
             self.held_gmax = None
-
-        self.pipeline(self.my_n, self.locate, self.load, compute)
-        stores(self.my_n - 1)
+        return compute
 
     def _held_group_maxima(self):
         """(held, stores) of the all-pairs chain's maxima a step behind: the lane's two rows'
@@ -985,16 +990,7 @@ class WgmmaGroup:
         with k.if_(self.wg.eq(1)):
             self.idle_turn()
         held, stores = self._held_group_maxima() if self.p.group_max else (None, None)
-
-        def compute(t, cur):
-            under = None if stores is None else (lambda: stores(t - 1, t > 0))
-            acc = self.chain(self.wide, self.operands(cur), self.gi, under=under,
-                             split=self.split)
-            self.held_gmax = held
-            self.sums(acc, self.wide, self.wide_maps, 0, self.step_key(t), cur)
-            self.held_gmax = None
-
-        taking_turns(compute, 3)
+        taking_turns(self._wide_step(held, stores, self.split), SPLIT_STEP_TURNS)
         with k.if_(self.wg.eq(0)):
             self.idle_turn()
         if stores is not None:
