@@ -38,7 +38,6 @@ VARIANT_TESTS = {
         "test_sel_h1_skipping_groups_lists_what_the_spans_loop_lists",  # group_skip
         "test_one_pair_chains_maxima_a_chain_behind_are_the_same_bits",  # defer_narrow_gmax
         "test_the_fused_tail_by_key_count_selects_what_the_rounds_select",  # tail_min_keys
-        "test_split_turns_keep_the_maxima_and_the_top_k",  # turn_split
     ),
     "test_index_score_pipeline.py": (
         "test_keys_in_shared_memory_score_as_the_register_path",  # ss_keys

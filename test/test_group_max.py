@@ -426,6 +426,9 @@ def test_the_fused_index_finishes_by_the_tail_where_the_switch_says(monkeypatch)
     assert index.launch(two, chip="sm_90a", tail_finish=True).select_cfg.tail_finish
 
 
+@pytest.mark.slow  # (an alternative measured slower and kept off: its default-run case is
+# test_index_score_pipeline's test_split_turns_give_the_same_bits; this one, ~18 s a case,
+# adds the fused index's maxima a step behind)
 @pytest.mark.parametrize("workload", ["W1", "W2"])
 def test_split_turns_keep_the_maxima_and_the_top_k(workload):
     """IndexScore.turn_split in the fused index at rows 8 (the all-pairs chain's maxima
