@@ -319,5 +319,6 @@ class Mailbox:
         self.env.fail(timed_out, f"the counter of bulk {name!r}")
 
 
-__all__ = ["Mailbox", "publish_pair", "poll_pair", "poll_pairs_all", "store_data", "load_data", "release_bulk",
-           "acquire_bulk", "region_base", "counter_base", "pack_pair", "DEFAULT_POLL_BOUND"]
+__all__ = ["Mailbox", "publish_pair", "poll_pair", "poll_pairs_all", "store_data", "load_data",
+           "release_bulk", "acquire_bulk", "region_base", "counter_base", "pack_pair",
+           "DEFAULT_POLL_BOUND"]

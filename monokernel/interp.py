@@ -754,9 +754,6 @@ class Wave:
     def op_poll_pause(self, op):
         """A DSL polling loop's round ends: other waves run, and this one counts as polling
         what it has seen (the scheduler's stall check); true once the run gives it up."""
-        return self._poll_pause(op)
-
-    def _poll_pause(self, op):
         if not self.force_timeout:
             self.wait_addr = "a polling loop (poll_pause)"
             self.seen_writes = self.run.mem.writes
