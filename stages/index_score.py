@@ -105,6 +105,8 @@ ALT_SLOTS = 3
 # a row of a no-swizzle core matrix: 16 contiguous K bytes (PTX ISA, matrix descriptors)
 CORE_ROW_BYTES = 16
 WORD_BYTES = u32.bits // 8  # LDS staging words
+# words of a 16-byte access (a vector load or store): a core-matrix row is one
+ROW_WORDS = CORE_ROW_BYTES // WORD_BYTES
 # IndexScore.share_pages / fixup_ballot where the chip is sm_90a (measured there: the
 # class's comments); AMD keeps both off
 SHARE_PAGES_ON_NVIDIA = True
@@ -117,6 +119,26 @@ CACHED_NEW_KEYS_ON_NVIDIA = True
 NB_FIRST_ON_NVIDIA = True
 
 
+def _record_parts(sources, piece_words):
+    """The stores of a staged record split into independent parts: `sources[b][r]` lists
+    the record words of store r into layout b; two stores share a part when they read a
+    word of the same `piece_words` load. Returns [[(b, r, words)]] in first-store order."""
+    parent = {}
+
+    def root(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+    stores = [(b, r, src) for b, rows in enumerate(sources) for r, src in enumerate(rows)]
+    for i, (_, _, src) in enumerate(stores):
+        for w in src:
+            parent[root(("store", i))] = root(("piece", w // piece_words))
+    parts = {}
+    for i, st in enumerate(stores):
+        parts.setdefault(root(("store", i)), []).append(st)
+    return list(parts.values())
+
+
 class IndexScore(Stage):
     """Scores of every visible cached key (module doc)."""
     name = "ix_score"
@@ -127,7 +149,7 @@ class IndexScore(Stage):
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
-                "defer_narrow_gmax", "l2_ahead", "turn_split")
+                "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -144,6 +166,11 @@ class IndexScore(Stage):
     # Hopper pipelines: ss_keys, pipeline_min_pairs, alternate_one_pair)
     HEAD_SUMS = ("auto", "fma", "mma")
     head_sum = "auto"
+    # Hopper: the queries' staging into wgmma B after their wait, a (head, row) record a
+    # thread by 16-byte loads (`_query_records`); off: a 4-byte load a B word, a thread a
+    # column (`_query_words`), which the H100's cycle accounts put at ~9000 clocks on every
+    # job's critical path (bench/NOTES.md v56)
+    query_records = True
     # the first-digit count of the stored scores adds once a distinct digit a wave
     # (KernelBuilder.count grouped: match.any, sm_90a only; a wave's scores share one or two
     # first digits). Measured SLOWER on the H200 (bench/NOTES.md v18, same call:
@@ -1215,30 +1242,20 @@ class IndexScore(Stage):
         p, T = self.p, self.t
         at = T.atom
         R, H, HP = p.rows, p.heads, p.heads_pad
-        ncol = (R + 1) * HP
-        cb = ncol // 8 * WGMMA_B_SBO  # bytes a chunk: 8 columns (a core matrix pair) a SBO
         tid = _tid(k)
         Tn = k.W * k.L
-        descs = {}
+        cb = (R + 1) * HP // 8 * WGMMA_B_SBO  # bytes a chunk: 8 columns (a core matrix pair) a SBO
         # the RS path's K order is the tiling's permutation (its A fragments); the SS path's
         # keys sit in shared memory in head-byte order, so its B copy is in that order too
-        for name, perm in [("ix_qstage", T.perm)] + ([("ix_qstage_ss", range(HD))]
-                                                      if self.ss_keys or self.tma_keys else []):
-            qs = k.lds(name, u32, T.chunks * cb // 4)
-            off = k.lds_offset(name)
-            for c in range(T.chunks):
-                for kk4 in range(8):
-                    wsrc = perm[c * 32 + 4 * kk4] // 4
-                    for n0 in range(0, ncol, Tn):
-                        nn = n0 + tid
-                        row, head = nn / HP, nn % HP
-                        m = (nn < ncol) & (row < R) & (head < H)
-                        v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW
-                                    + wsrc, mask=m)
-                        boff = c * cb + (nn >> 3) * WGMMA_B_SBO + (kk4 >> 2) * WGMMA_B_LBO + \
-                            (nn & 7) * CORE_ROW_BYTES + (kk4 & 3) * 4
-                        k.store(qs, boff >> 2, v, mask=nn < ncol)
-            descs[name] = [at.smem_descriptor(off + c * cb) for c in range(T.chunks)]
+        layouts = [("ix_qstage", T.perm)] + ([("ix_qstage_ss", range(HD))]
+                                             if self.ss_keys or self.tma_keys else [])
+        bufs = [(k.lds(name, u32, T.chunks * cb // 4), perm) for name, perm in layouts]
+        if self.query_records:
+            self._query_records(k, io, bufs, cb)
+        else:
+            self._query_words(k, io, bufs, cb)
+        descs = {name: [at.smem_descriptor(k.lds_offset(name) + c * cb) for c in range(T.chunks)]
+                 for name, _ in layouts}
         # weights: wl[(row * 4 + t) * NH + jj] = w[row, head of thread t's jj-th column]
         NH = HP // 4
         heads_t = self._wg_heads()
@@ -1259,6 +1276,83 @@ class IndexScore(Stage):
         if self.bf16_head_sum:
             out["sum_desc"], out["sum_lds"] = self._stage_sum_weights(k, io)
         return out
+
+    def _query_words(self, k, io, bufs, cb):
+        """The staging's word-by-word form (`query_records` off): a thread a B column, one
+        4-byte load a K word. Every warp's load touches 32 records 144 bytes apart (a sector
+        each for 4 bytes) and every CTA reads the whole ix_qb that way: ~9000 clocks before
+        the key loop on an H100 (bench/NOTES.md v56)."""
+        p, T = self.p, self.t
+        R, H, HP = p.rows, p.heads, p.heads_pad
+        ncol = (R + 1) * HP
+        tid = _tid(k)
+        Tn = k.W * k.L
+        for qs, perm in bufs:
+            for c in range(T.chunks):
+                for kk4 in range(8):
+                    wsrc = perm[c * 32 + 4 * kk4] // 4
+                    for n0 in range(0, ncol, Tn):
+                        nn = n0 + tid
+                        row, head = nn / HP, nn % HP
+                        m = (nn < ncol) & (row < R) & (head < H)
+                        v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW
+                                    + wsrc, mask=m)
+                        boff = c * cb + (nn >> 3) * WGMMA_B_SBO + (kk4 >> 2) * WGMMA_B_LBO + \
+                            (nn & 7) * CORE_ROW_BYTES + (kk4 & 3) * 4
+                        k.store(qs, boff >> 2, v, mask=nn < ncol)
+
+    def _query_records(self, k, io, bufs, cb):
+        """The queries into wgmma B, a (head, row) record a thread: its KEY_WORDS words by
+        16-byte loads (a sector each, where the word-by-word form spends one a 4-byte word),
+        then each core-matrix row of its B column (ROW_WORDS consecutive K words of one MMA
+        chunk) assembled from them in registers and stored at once; the columns no record
+        fills (row R's, the padding heads') get zeros. The same bits as `_query_words`.
+        A record goes in parts (`_record_parts`) so that fewer of its words are live at
+        once: the rows-8 fused index spilled holding all 32."""
+        p, T = self.p, self.t
+        R, H, HP = p.rows, p.heads, p.heads_pad
+        tid = _tid(k)
+        Tn = k.W * k.L
+        recs = H * R
+        chunk_words = T.atom.k // WORD_BYTES  # an MMA chunk's K words (K fp8 bytes)
+        # core-matrix rows a column holds: (chunk c, K words ROW_WORDS * j ..) at its bytes
+        rows = [(c, j, c * cb + j * WGMMA_B_LBO) for c in range(T.chunks)
+                for j in range(chunk_words // ROW_WORDS)]
+        # each row's record words, per layout (perm: K byte -> record byte)
+        sources = [[[perm[WORD_BYTES * (c * chunk_words + j * ROW_WORDS + e)] // WORD_BYTES
+                     for e in range(ROW_WORDS)] for c, j, _ in rows] for _, perm in bufs]
+
+        def column_bytes(nn):  # the first core-matrix row of B column nn
+            return (nn >> 3) * WGMMA_B_SBO + (nn & 7) * CORE_ROW_BYTES
+
+        for part in _record_parts(sources, ROW_WORDS):
+            for r0 in range(0, recs, Tn):
+                rec = r0 + tid
+                m = rec < recs
+                at = k.min(rec, recs - 1)  # record head * R + row, B column row * HP + head
+                words = {}
+                for q in sorted({w // ROW_WORDS for (_, _, src) in part for w in src}):
+                    v = io.load("ix_qb", at * QW + q * ROW_WORDS, ROW_WORDS, mask=m)
+                    words.update({q * ROW_WORDS + e: k.extract(v, e) for e in range(ROW_WORDS)})
+                col = column_bytes((at % R) * HP + at / R)
+                for b, r, src in part:
+                    k.store(bufs[b][0], (col + rows[r][2]) // WORD_BYTES,
+                            k.vec(*[words[w] for w in src]), mask=m)
+        # the blank columns: row R's HP, then each row's HP - H padding heads
+        pad = HP - H
+        blank = HP + R * pad
+        zeros = k.vec(*[k.const(0, u32)] * ROW_WORDS)
+        items = blank * len(rows)
+        for i0 in range(0, items, Tn):
+            i = k.min(i0 + tid, items - 1)
+            b, r = i / len(rows), i % len(rows)
+            nn = k.select(b < HP, R * HP + b,
+                          ((b - HP) / max(pad, 1)) * HP + H + (b - HP) % max(pad, 1))
+            off = (r / (chunk_words // ROW_WORDS)) * cb + \
+                (r % (chunk_words // ROW_WORDS)) * WGMMA_B_LBO
+            for qs, _ in bufs:
+                k.store(qs, (column_bytes(nn) + off) // WORD_BYTES, zeros,
+                        mask=(i0 + tid) < items)
 
     def _stage_sum_weights(self, k, io):
         """The head-sum wgmma's B (`head_sum` "mma"): K = (R + 1) x HP (row, head) by N = 8

@@ -30,7 +30,7 @@ from spec.catalogue import TINY
 from stages.index import index_scoring_launch
 from stages.index_ref import make_inputs
 from stages.index_plan import DEPTH
-from stages.index_score import ALT_SLOTS, IndexScore
+from stages.index_score import ALT_SLOTS, IndexScore, _record_parts
 
 from conftest import INDEX_JOB_LOOP_SPILL_BYTES, check_job_loop_spills, ptxas_report
 from test_index import SENTINEL, _rel, _run, check_launch  # noqa: F401  (shared checks)
@@ -1098,3 +1098,50 @@ def test_l2_ahead_is_checked():
         next(s for s in L.stages if isinstance(s, IndexScore)).l2_ahead = bad
         with pytest.raises(ValueError, match=f"l2_ahead {bad!r}"):
             L.kernel("interp", 32)
+
+
+E4M3_NAN_BYTE = 0x7F  # S.1111.111: e4m3fn's NaN
+
+QUERY_RECORD_CASES = [
+    (8, [(8, 700)], "random", {}),                                   # R + 1 = 9 columns a head
+    (2, [(1, 1500), (1, 63)], "inorder", {}),                       # one pair, odd groups
+    (4, [(2, 1500), (1, 130), (1, 63)], "relaxed", dict(tma_keys=True)),  # both B layouts
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,extra", _cases(
+    QUERY_RECORD_CASES, [f"r{c[0]}-{c[2]}" + "".join(f"-{a}" for a in c[3])
+                         for c in QUERY_RECORD_CASES]))
+def test_query_records_give_the_same_bits(rows, requests, mode, extra, monkeypatch):
+    """IndexScore.query_records (the queries staged into wgmma B a (head, row) record a
+    thread, by 16-byte loads, each core-matrix row assembled in registers; the blank
+    columns zeroed apart): bit-identical to the word-by-word staging and within the float64
+    checks, tiny's padding heads and the odd groups' zero row included, and with tma_keys the
+    key-byte-order copy staged from the same loads. LDS starts as e4m3 NaNs here (on
+    hardware it holds an earlier job's bytes): a blank column left unwritten makes its
+    products NaN, which the head sum's zero weights do not cancel."""
+    monkeypatch.setattr(interp, "LDS_POISON", E4M3_NAN_BYTE)
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        st = next(s for s in L.stages if isinstance(s, IndexScore))
+        assert st.p.heads < st.p.heads_pad  # tiny: the padding heads' columns are blank
+        for attr, v in extra.items():
+            setattr(st, attr, v)
+        return L, st
+    _same_bits_on_and_off(build, "query_records", requests, mode, 7, 41 + rows)
+
+
+def test_record_parts_split_stores_by_shared_loads():
+    """_record_parts: stores reading words of a common 16-byte load share a part (the
+    tiling's permutation puts words j, j + 8, j + 16, j + 24 in one B row, so a record's
+    rows fall in two parts); a layout in record order adds no part; a store reading every
+    load makes one part."""
+    perm_words = [(w % 4) * 8 + w // 4 for w in range(32)]  # B word -> record word
+    rows = [perm_words[4 * r:4 * r + 4] for r in range(8)]
+    parts = _record_parts([rows], 4)
+    assert [[r for _, r, _ in part] for part in parts] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    ordered = [list(range(4 * r, 4 * r + 4)) for r in range(8)]
+    assert len(_record_parts([rows, ordered], 4)) == 2
+    assert len(_record_parts([ordered], 4)) == 8
+    assert len(_record_parts([rows + [[0, 4, 8, 12]]], 4)) == 1

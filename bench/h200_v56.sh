@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# v56: where the short contexts' scoring time goes (index_scoring r8 W2 at 128K: 27.3 us from
+# the queries' end against r4's 15.1, DeepGEMM's 19.6 for the whole kernel), and the
+# selection's fixed part (select_hist r8 64K 15.1 us against 512K 19.9).
+#   PART=a: timelines of index_scoring r8 / r4 at 128K W2, r8 128K W1, r8 256K W2;
+#           select_hist r8 at 64K and 512K
+#   PART=b: the queries staged a record a thread by 16-byte loads (ix_score.query_records,
+#           the new default) against the word-by-word form (=0): digests equal, A/Bs of
+#           index_scoring r8 / r4 / r2 (128K W2, 512K W1 / W2), the fused index r8 512K,
+#           top-k exact through the fused index, a timeline of the new default
+source "$(dirname "$0")/steps.sh"
+TAIL=${TAIL:-24}
+packed_logs "v56${PART:-a}"
+TL="python3 -m tools.time_layers --config glm5 --backend cuda --reps 5"
+if [ "${PART:-a}" = a ]; then
+OUT=$LOGS step tl_r8_128k_w2 80 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 --timeline; pack
+OUT=$LOGS step tl_r4_128k_w2 80 $TL --kind index_scoring --rows 4 --pos 131071 --workload W2 --timeline; pack
+OUT=$LOGS step tl_r8_128k_w1 80 $TL --kind index_scoring --rows 8 --pos 131071 --workload W1 --timeline; pack
+OUT=$LOGS step tl_r8_256k_w2 80 $TL --kind index_scoring --rows 8 --pos 262143 --workload W2 --timeline; pack
+OUT=$LOGS step tl_sel_64k 80 $TL --kind select_hist --rows 8 --pos 65535 --timeline; pack
+OUT=$LOGS step tl_sel_512k 80 $TL --kind select_hist --rows 8 --pos 524287 --timeline; pack
+else
+OLD=ix_score.query_records=0
+OUT=$LOGS step check 120 bash -c "python3 -m tools.check_layer --kind index_scoring \
+    --config glm5 --rows 2,4,8 --kv fp8 --backend cuda --dump $LOGS/d_new && python3 -m \
+    tools.check_layer --kind index_scoring --config glm5 --rows 2,4,8 --kv fp8 --backend cuda \
+    --tune $OLD --dump $LOGS/d_old && python3 -m tools.check_layer --compare $LOGS/d_new \
+    $LOGS/d_old"; pack
+rm -rf "$LOGS/d_new" "$LOGS/d_old"
+OUT=$LOGS step vs_r8 150 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
+    --workload W1,W2 --versus $OLD --rounds 2; pack
+OUT=$LOGS step vs_r42 150 $TL --kind index_scoring --rows 4,2 --pos 131071,524287 \
+    --workload W2 --versus $OLD --rounds 2; pack
+OUT=$LOGS step vs_index 120 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \
+    --versus $OLD --rounds 2; pack
+OUT=$LOGS step topk 100 python3 -m tools.check_topk --through index --config glm5 \
+    --pos 131071,524287 --rows 8 --workload W1,W2 --backend cuda; pack
+OUT=$LOGS step tl_new 60 $TL --kind index_scoring --rows 8 --pos 131071 --workload W1 \
+    --timeline; pack
+fi
+rm -rf "$LOGS"
