@@ -7,7 +7,8 @@
 #   PART=b: the queries staged a record a thread by 16-byte loads (ix_score.query_records,
 #           the new default) against the word-by-word form (=0): digests equal, A/Bs of
 #           index_scoring r8 / r4 / r2 (128K W2, 512K W1 / W2), the fused index r8 512K,
-#           top-k exact through the fused index, a timeline of the new default
+#           top-k exact through the fused index, a timeline of the new default; C: the
+#           first 4 pages of each entry asked of the L2 before the queries' wait (warm_first)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-24}
 packed_logs "v56${PART:-a}"
@@ -27,8 +28,8 @@ OUT=$LOGS step check 120 bash -c "python3 -m tools.check_layer --kind index_scor
     --tune $OLD --dump $LOGS/d_old && python3 -m tools.check_layer --compare $LOGS/d_new \
     $LOGS/d_old"; pack
 rm -rf "$LOGS/d_new" "$LOGS/d_old"
-OUT=$LOGS step vs_r8 150 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
-    --workload W1,W2 --versus $OLD --rounds 2; pack
+OUT=$LOGS step vs_r8 240 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
+    --workload W1,W2 --versus $OLD --also ix_score.warm_first=4 --rounds 2; pack
 OUT=$LOGS step vs_r42 150 $TL --kind index_scoring --rows 4,2 --pos 131071,524287 \
     --workload W2 --versus $OLD --rounds 2; pack
 OUT=$LOGS step vs_index 120 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \

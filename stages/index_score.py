@@ -83,7 +83,7 @@ from layouts.scores import (FIRST_DIGIT_BINS, GROUP_KEYS, GROUP_MAX_REGION, REFI
 from monokernel.atoms.base import DESC_SHIFT, desc_units
 from monokernel.atoms.nvidia import WGMMA_B_LBO, WGMMA_B_SBO, wgmma_bf16, wgmma_e4m3
 from monokernel.ir import TMA_SWIZZLE_128B, TensorMap
-from monokernel.types import bf16, f32, i32, u8, u16, u32, u64
+from monokernel.types import bf16, f32, i32, i64, u8, u16, u32, u64
 
 from .base import Buffer, Job, Stage, Use
 from .cycles import CycleTally
@@ -149,7 +149,8 @@ class IndexScore(Stage):
                 "defer_stores", "sum_mma", "grouped_hist", "narrow_depth", "narrow_prefetch",
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
-                "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records")
+                "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records",
+                "warm_first")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -291,6 +292,12 @@ class IndexScore(Stage):
     # 2 steps, 1.093 / 1.098 at 4; r2 1.040 / 1.039, 1.096 / 1.092): the loop is not waiting
     # on DRAM latency. 0: off, a tunable (--tune ix_score.l2_ahead=N)
     l2_ahead = 0
+    # Hopper: before the queries' wait (a job waits ~6 us for them in index_scoring, v55),
+    # the first warm_first pages of each entry the job scores are asked of the L2 (a bulk
+    # prefetch a page from wave 0, the block-table entry loaded for it), so the first steps'
+    # ring loads and `locate`s find them there instead of in DRAM. 0: off (unmeasured), a
+    # tunable (--tune ix_score.warm_first=N, N <= a wave's lanes)
+    warm_first = 0
     # When a step's ring slot is refilled (`_pipeline`): "off" (default) before the step
     # computes, so step t + depth's loads are in flight during step t's chain; "narrow" (the
     # one-page steps of groups of fewer pairs) or "all" (every register pipeline) after it,
@@ -593,6 +600,31 @@ class IndexScore(Stage):
             for q in range(self.PW // 4):
                 k.store(tab, li * self.PW + 4 * q, k.vec(*vals[4 * q:4 * q + 4]), mask=valid)
 
+    def _warm_first_pages(self, k, io, tab, counters):
+        """IndexScore.warm_first: each scored entry's first pages asked of the L2 by wave 0,
+        a lane a page (its block-table entry, then one bulk prefetch of the page's keys and
+        scales). With share_pages the entries scored are known once the divergence counts
+        are final (a barrier), so the job's mask is taken here rather than after the
+        queries' staging."""
+        n = self.warm_first
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= k.L:
+            raise ValueError(f"ix_score: warm_first {n!r}; pages an entry, 0 .. {k.L}")
+        p, a = self.p, io.args
+        if self.share_pages:
+            if k.W > 1:
+                k.barrier()
+            self._entries_scored = entries_scored(self, k, tab, counters)
+        lane = _lane(k)
+        first = k.wave_id().eq(0)
+
+        def warm(gi, g):
+            key_lo, pages, _ = self._key_steps(k, g, PAGE)
+            m = first & (lane < k.min(pages, n))
+            page = k.load(a.block_table, g[6] * p.max_pages + (key_lo >> PAGE_SHIFT) +
+                          k.min(lane, n - 1), i32, mask=m)
+            k.prefetch_l2(a.index_cache, k.cast(page, i64) * PAGE_BYTES, PAGE_BYTES, mask=m)
+        for_entries(self, k, tab, warm, counters)
+
     def _row(self, k, tab, gi):
         out = []
         for q in range(self.PW // 4):
@@ -616,6 +648,8 @@ class IndexScore(Stage):
             if k.W > 1:
                 k.barrier()  # the plan, for every thread (its counters: after the next one)
             count_divergent(self, k, io, tab, counters)
+        if self.warm_first and p.wgmma:
+            self._warm_first_pages(k, io, tab, counters)
         if self.nb_first:
             io.acquire("ix_nb")
         wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads

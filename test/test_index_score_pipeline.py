@@ -1145,3 +1145,49 @@ def test_record_parts_split_stores_by_shared_loads():
     assert len(_record_parts([rows, ordered], 4)) == 2
     assert len(_record_parts([ordered], 4)) == 8
     assert len(_record_parts([rows + [[0, 4, 8, 12]]], 4)) == 1
+
+
+WARM_FIRST_CASES = [
+    (8, [(8, 1500)], "random", 4),                                # the all-pairs chain
+    (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", 2),  # W2: shared pages
+    (2, [(1, 1500), (1, 63)], "inorder", 32),                     # more than a group's pages
+]
+
+
+@pytest.mark.parametrize("rows,requests,mode,pages", WARM_FIRST_CASES,
+                         ids=[f"r{c[0]}-{c[2]}-warm{c[3]}" for c in WARM_FIRST_CASES])
+def test_warm_first_asks_for_the_first_pages_read(rows, requests, mode, pages):
+    """IndexScore.warm_first: before the queries' wait each scored entry's first pages are
+    asked of the L2. Bit-identical to the kernel without it (a hint changes no value), every
+    warmed page asked for whole and read by some row, and every row's first page among
+    them (the first page a job scores of each entry is warmed)."""
+    def build():
+        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
+                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        return L, next(s for s in L.stages if isinstance(s, IndexScore))
+    _same_bits_on_and_off(build, "warm_first", requests, mode, 9, 67 + rows, value=pages,
+                          off=0)
+    L, st = build()
+    st.warm_first = pages
+    inp = make_inputs(st.p, np.random.default_rng(67 + rows), requests, cache_pages=PAGES)
+    seen = {}
+    L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
+                 step=0, mode=mode, seed=9, prefetched=seen)
+    assert set(seen) == {"index_cache"}, set(seen)
+    per_page = seen["index_cache"].reshape(PAGES, -1)
+    warmed = set(np.flatnonzero(per_page.any(axis=1)).tolist())
+    assert (per_page[sorted(warmed)] > 0).all(), "a warmed page asked for in part"
+    pos, bt = inp["positions"], inp["block_table"]
+    read = {int(bt[r, i]) for r in range(rows) for i in range(int(pos[r]) // 64 + 1)}
+    assert warmed <= read, sorted(warmed - read)
+    assert {int(bt[r, 0]) for r in range(rows)} <= warmed
+
+
+@pytest.mark.parametrize("pages", [-1, 33, True, 2.0])
+def test_bad_warm_first_is_refused(pages):
+    L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
+                             capacity=CAP, cache_pages=PAGES)
+    st = next(s for s in L.stages if isinstance(s, IndexScore))
+    st.warm_first = pages
+    with pytest.raises(ValueError, match=f"warm_first {pages!r}; pages an entry, 0 .. 32"):
+        L.kernel("interp", 32)
