@@ -384,7 +384,7 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "the key cache append, the scores of every visible key with first-digit "
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
-                                              "lean_lists", "finish_max", "tail_finish",
+                                              "k_splits", "lean_lists", "finish_max", "tail_finish",
                                               "tail_min_keys", "cta_publish",
                                               "fold_first_digits", "lean_spans",
                                               "fine_digits", "row_parts", "group_max",
@@ -393,5 +393,5 @@ register(Kind("index_scoring", "the indexer from h and qr: index projections (q 
               "LayerNorm, rope, Hadamard, FP8), the key cache append, and the scores of every "
               "visible key with first-digit histograms (index = front + this)",
               index_scoring_launch, _kind_inputs, launch_tunables=("waves", "q_splits",
-                                                                   "fine_digits",
+                                                                   "k_splits", "fine_digits",
                                                                    "group_max")))

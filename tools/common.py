@@ -643,7 +643,8 @@ def apply_tunes(launch, tunes):
 # takes it): waves = N waves a CTA; select_digits = the selection's radix plan, bits from the
 # top joined by "-" (e.g. 6-9-9-8; stages.select.SelectConfig.digits); q_splits = the index
 # q projection's split of q_lora (stages.index_plan.proj_splits; a value that does not divide
-# its 128-blocks or does not fit the loads is an error naming it); lean_lists = 1 / 0, the
+# its 128-blocks or does not fit the loads is an error naming it); k_splits = the index key
+# projection's split of hidden (its W_k / W_w jobs; the same rule); lean_lists = 1 / 0, the
 # select kinds' SelectConfig.lean_lists (every pass of the selection must agree on it)
 # tail_finish = 1 / 0, the select kinds' SelectConfig.tail_finish (sel_out finishes a row
 # after two exchanged digits); tail_per_slice = N, the select kinds' SelectConfig.
@@ -662,7 +663,7 @@ def apply_tunes(launch, tunes):
 # select_hist: the maxima an input beside the first digits (SelectConfig.group_skip);
 # tagged_parts = 0 / 1 / 2, FrontPlan.tagged_parts (the front's partial sums as tagged pairs
 # that its post jobs poll, no job flags; 2: a probe word first), front and index
-LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "lean_lists", "finish_max",
+LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "k_splits", "lean_lists", "finish_max",
                    "tail_finish", "tail_per_slice", "tail_min_keys", "cta_publish", "fold_first_digits",
                    "lean_spans", "fine_digits", "row_parts", "group_max", "tagged_parts")
 # --tune launch.ATTR=VALUE set on the built Launch of any kind (how it is linked, not what it
