@@ -1284,12 +1284,11 @@ class IndexScore(Stage):
         layouts = [("ix_qstage", T.perm)] + ([("ix_qstage_ss", range(HD))]
                                              if self.ss_keys or self.tma_keys else [])
         bufs = [(k.lds(name, u32, T.chunks * cb // 4), perm) for name, perm in layouts]
-        if self.query_records:
-            self._query_records(k, io, bufs, cb)
-        else:
+        # query_records: the weights' loads issue before the queries' and their stores after
+        # them, so the staging waits for one round of loads, not three
+        if not self.query_records:
             self._query_words(k, io, bufs, cb)
-        descs = {name: [at.smem_descriptor(k.lds_offset(name) + c * cb) for c in range(T.chunks)]
-                 for name, _ in layouts}
+        stores = []  # the weights' (buffer, index, value, mask)
         # weights: wl[(row * 4 + t) * NH + jj] = w[row, head of thread t's jj-th column]
         NH = HP // 4
         heads_t = self._wg_heads()
@@ -1305,11 +1304,20 @@ class IndexScore(Stage):
             v = self._head_weight(k, io, k.min(row, R - 1), k.min(head, H - 1), mask=mm)
             if self.bf16_head_sum:  # the one-pair chains' FMAs take bf16 weights too
                 v = k.cast(k.cast(v, bf16), f32)
-            k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
-        out = dict(wl=wl, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"), NH=NH)
+            stores.append((wl, k.min(i, R * 4 * NH - 1), v, m))
+            if not self.query_records:
+                k.store(*stores.pop()[:3], mask=m)
+        out = dict(wl=wl, NH=NH)
         if self.bf16_head_sum:
-            out["sum_desc"], out["sum_lds"] = self._stage_sum_weights(k, io)
-        return out
+            out["sum_desc"], out["sum_lds"], words = self._stage_sum_weights(k, io)
+            stores += words
+        if self.query_records:
+            self._query_records(k, io, bufs, cb)
+        for buf, index, value, mask in stores:
+            k.store(buf, index, value, mask=mask)
+        descs = {name: [at.smem_descriptor(k.lds_offset(name) + c * cb) for c in range(T.chunks)]
+                 for name, _ in layouts}
+        return dict(out, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"))
 
     def _query_words(self, k, io, bufs, cb):
         """The staging's word-by-word form (`query_records` off): a thread a B column, one
@@ -1394,7 +1402,9 @@ class IndexScore(Stage):
         SUM_ATOM's LBO (the 8 x 8 core matrices of successive K back to back, one column block):
         byte (kk // CK) * LBO + n * CORE_ROW_BYTES + (kk % CK) * 2, CK = SUM_CORE_K. A chain
         starting at row ra reads it from K = ra x HP on, so D's column n is row n's sum.
-        Returns the descriptor of K = 0 and the words (sum_mma "sync" loads its fragments)."""
+        Returns the descriptor of K = 0, the words (sum_mma "sync" loads its fragments) and
+        the stores left to make ((buffer, index, value, mask): with query_records, after the
+        queries' loads; else none, made here)."""
         p, at = self.p, self.SUM_ATOM
         R, H, HP = p.rows, p.heads, p.heads_pad
         ck, lbo_words = self.SUM_CORE_K, at.b_smem.lbo // WORD_BYTES
@@ -1403,6 +1413,7 @@ class IndexScore(Stage):
         tid = _tid(k)
         Tn = k.W * k.L
         ws = k.lds("ix_wsum", u32, words)
+        stores = []
         wpr = CORE_ROW_BYTES // WORD_BYTES  # words a core-matrix row (CK bf16 of K)
         for i0 in range(0, words, Tn):
             wd = i0 + tid
@@ -1416,8 +1427,10 @@ class IndexScore(Stage):
                 h = h0 + d
                 v = self._head_weight(k, io, k.min(row, R - 1), k.min(h, H - 1), mask=on & (h < H))
                 half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
-            k.store(ws, k.min(wd, words - 1), half[0] | (half[1] << BF16_SHIFT), mask=m)
-        return at.smem_descriptor(k.lds_offset("ix_wsum")), ws
+            stores.append((ws, k.min(wd, words - 1), half[0] | (half[1] << BF16_SHIFT), m))
+            if not self.query_records:
+                k.store(*stores.pop()[:3], mask=m)
+        return at.smem_descriptor(k.lds_offset("ix_wsum")), ws, stores
 
     def _sum_slots(self):
         """[(key half hk, column offset)] of the head-sum D's slots: slot i of lane (warp w,
