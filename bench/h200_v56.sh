@@ -23,6 +23,20 @@ OUT=$LOGS step tl_r8_128k_w1 80 $TL --kind index_scoring --rows 8 --pos 131071 -
 OUT=$LOGS step tl_r8_256k_w2 80 $TL --kind index_scoring --rows 8 --pos 262143 --workload W2 --timeline; pack
 OUT=$LOGS step tl_sel_64k 80 $TL --kind select_hist --rows 8 --pos 65535 --timeline; pack
 OUT=$LOGS step tl_sel_512k 80 $TL --kind select_hist --rows 8 --pos 524287 --timeline; pack
+elif [ "${PART}" = d ]; then  # c trimmed again (the device time left: ~380 s)
+OLD=ix_score.query_records=0
+OUT=$LOGS step vs_512k 90 $TL --kind index_scoring --rows 8 --pos 524287 --workload W1 \
+    --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 1; pack
+OUT=$LOGS step vs_128k 50 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 \
+    --versus $OLD --rounds 2; pack
+OUT=$LOGS step check 60 bash -c "python3 -m tools.check_layer --kind index_scoring \
+    --config glm5 --rows 8 --kv fp8 --backend cuda --dump $LOGS/d_new && python3 -m \
+    tools.check_layer --kind index_scoring --config glm5 --rows 8 --kv fp8 --backend cuda \
+    --tune $OLD --dump $LOGS/d_old && python3 -m tools.check_layer --compare $LOGS/d_new \
+    $LOGS/d_old"; pack
+rm -rf "$LOGS/d_new" "$LOGS/d_old"
+OUT=$LOGS step topk 45 python3 -m tools.check_topk --through index --config glm5 \
+    --pos 524287 --rows 8 --workload W1 --backend cuda; pack
 elif [ "${PART}" = c ]; then
 OLD=ix_score.query_records=0
 OUT=$LOGS step check 90 bash -c "python3 -m tools.check_layer --kind index_scoring \
