@@ -37,6 +37,8 @@ OUT=$LOGS step check 60 bash -c "python3 -m tools.check_layer --kind index_scori
 rm -rf "$LOGS/d_new" "$LOGS/d_old"
 OUT=$LOGS step topk 45 python3 -m tools.check_topk --through index --config glm5 \
     --pos 524287 --rows 8 --workload W1 --backend cuda; pack
+OUT=$LOGS step tl_new 40 $TL --kind index_scoring --rows 8 --pos 131071 --workload W1 \
+    --timeline --jobs-csv $LOGS/jobs_128k_w1.csv; pack
 elif [ "${PART}" = c ]; then
 OLD=ix_score.query_records=0
 OUT=$LOGS step check 90 bash -c "python3 -m tools.check_layer --kind index_scoring \
