@@ -87,7 +87,7 @@ from .types import i32, u8, u32, u64
 LINK_ARGS = ("arena", "sched", "err", "tag")
 TIMELINE_ARG = "timeline"  # the optional per-entry timestamp buffer (link(timeline=True))
 PHASE_SLOTS = 4  # marks a job may stamp between its start and end (JobEnv.phase)
-TALLY_SLOTS = 4  # cycle accounts a job may sum over its waves (JobEnv.tally)
+TALLY_SLOTS = 5  # cycle accounts a job may sum over its waves (JobEnv.tally)
 # u64 a table entry: start, end, the phase marks, then the tallies
 TIMELINE_WORDS = 2 + PHASE_SLOTS + TALLY_SLOTS
 TALLY_WORD0 = 2 + PHASE_SLOTS

@@ -434,10 +434,13 @@ class IndexScore(Stage):
                                                    self.tma_keys) else 1
         return self.pages_per_step
     TURN_BARRIERS = (1, 2)  # named barrier of warpgroup 0 / 1 (0 is the CTA barrier's)
-    # a timeline build's cycle accounts of the key loop (stages/cycles.py), per wave: from a
-    # step's start to its loads issued, to its chain's results in (issue + wait), the
-    # epilogue (relu, weights, lane swaps, store, count), and the steps run
-    TALLIES = ("loads", "chain", "epilogue", "steps")
+    # a timeline build's cycle accounts from the queries' wait (phase 0) to the key loop's
+    # end (phase 1), per wave (stages/cycles.py): every clock in one part, so they add up to
+    # the stretch (v56 found 5 us of it in no part): the LDS zeroing and the queries'
+    # staging; the rest outside the steps' work (groups' setup, the loads' issue, the loop's
+    # own); the chains (issue + wait for their results); the epilogues (relu, weights, lane
+    # swaps, store, count); and the steps run (a count)
+    TALLIES = ("staging", "rest", "chain", "epilogue", "steps")
 
     def __init__(self, p: IndexPlan):
         self.p = p
@@ -656,6 +659,7 @@ class IndexScore(Stage):
         if not self.nb_first:
             io.acquire("ix_nb")
         io.env.phase(0)  # the q heads and the new keys are in
+        self._cyc = CycleTally(k, io.env, self.TALLIES)
         nh = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 0
         for i0 in range(0, nh, T):
             k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
@@ -671,7 +675,7 @@ class IndexScore(Stage):
             stage = self._stage_queries(k, io) if p.wgmma else None
             if k.W > 1:
                 k.barrier()
-        self._cyc = CycleTally(k, io.env, self.TALLIES)
+        self._cyc.mark("staging")
         self._turns_open(k)
         group = self._group_wgmma if p.wgmma else self._group_mfma
         self._entries_scored = None
@@ -681,6 +685,7 @@ class IndexScore(Stage):
         self._turns_close(k)
         if k.W > 1:
             k.barrier()
+        self._cyc.mark("rest")
         io.env.phase(1)  # every key of the job is scored
         self._cyc.flush()
         if not cached:
@@ -1004,13 +1009,13 @@ class IndexScore(Stage):
             page = next_page(t, d)
             for v, x in zip(ring[d], load(t + depth, page)):
                 v.set(x)
-            self._cyc.mark("loads")
+            self._cyc.mark("rest")
 
         for t0 in k.range(0, my_n if n_all is None else n_all, depth):
             for d in range(depth):
                 cur = [v.get() for v in ring[d]]
                 t = t0 + d
-                self._cyc.start()
+                self._cyc.mark("rest")
                 if not late:
                     refill(t, d)
                 warm_step(t)
@@ -1082,12 +1087,12 @@ class IndexScore(Stage):
         for t0 in k.range(0, my_n, depth):
             for d in range(depth):
                 t = t0 + d
-                self._cyc.start()
+                self._cyc.mark("rest")
                 k.async_wait(depth - 1)
                 cur = read(slot_of(t))
                 page = next_page(t, d)
                 issue(t + depth, page, slot_of(t + depth))
-                self._cyc.mark("loads")
+                self._cyc.mark("rest")
                 with k.if_(t < my_n):
                     compute(t, cur)
                     self._cyc.count("steps")

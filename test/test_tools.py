@@ -309,10 +309,12 @@ def test_phase_marks_land_between_a_jobs_start_and_end_in_order():
 
 def test_scoring_cycle_tallies_count_its_steps_and_only_in_timeline_kernels():
     """The scoring's cycle accounts (stages/cycles.py, JobEnv.tally): in a timeline kernel
-    every wave adds its loop's parts into its job's tallies (the steps part counts the key
-    steps it ran: a warpgroup's 64-key pages, summed over the job's 4 waves); time_layers'
-    stage table names them; a kernel without a timeline reads no cycle counter; a tally index
-    out of range is an error naming it."""
+    every wave adds its stretch's parts (the queries' wait to the key loop's end) into its
+    job's tallies (the steps part counts the key steps it ran: a warpgroup's 64-key pages,
+    summed over the job's 4 waves); the clock parts add up to the stretch (each wave's
+    phase 1 minus phase 0 up to the clock reads' own spacing); time_layers' stage table
+    names them; a kernel without a timeline reads no cycle counter; a tally index out of
+    range is an error naming it."""
     from stages.index import index_scoring_launch
     from stages.index_ref import make_inputs as ix_inputs
     from stages.index_score import IndexScore
@@ -329,13 +331,16 @@ def test_scoring_cycle_tallies_count_its_steps_and_only_in_timeline_kernels():
     pages = -(-keys // 64)
     assert sum(r.tallies[steps] for r in recs) == pages * 4  # each page once, 4 waves a page
     assert all(r.tallies[i] > 0 for r in recs for i in range(steps))
+    for r in recs:  # every clock of phase 0 .. 1 in a part (phases: wave 0's clock)
+        span = (r.phases[1] - r.phases[0]) * L.waves
+        assert 0.9 * span <= sum(r.tallies[:steps]) <= 1.1 * span, (r.tallies, r.phases)
     rows = time_layers.stage_rows(L.timeline(ts), 1.0, "ticks", [s.name for s in L.stages],
                                   L.waves, {st.name: IndexScore.TALLIES})
     row = next(r for r in rows if r["stage"] == st.name)
-    assert row[time_layers.TALLY_COLUMN].startswith("loads ") and "steps " in \
+    assert row[time_layers.TALLY_COLUMN].startswith("staging ") and "steps " in \
         row[time_layers.TALLY_COLUMN]
     from stages.cycles import CycleTally
-    with pytest.raises(ValueError, match="no part 'nope'; the parts are loads, chain"):
+    with pytest.raises(ValueError, match="no part 'nope'; the parts are staging, rest, chain"):
         CycleTally(None, type("Env", (), {"timing": False})(), IndexScore.TALLIES).mark("nope")
     plain = L.kernel("interp", 32)
     assert not any(op.opcode == "cycles" for op in plain.walk())
