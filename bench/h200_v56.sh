@@ -4,8 +4,9 @@
 # selection's fixed part (select_hist r8 64K 15.1 us against 512K 19.9).
 #   PART=a: timelines of index_scoring r8 / r4 at 128K W2, r8 128K W1, r8 256K W2;
 #           select_hist r8 at 64K and 512K
-#   PART=c: b trimmed to the device time left (rows 8 only): digests equal, index_scoring
-#           512K W1 / 128K W2 A/B/C/D, the fused index 512K W1, top-k, the new timeline
+#   PART=d: b trimmed to ~380 s of device time (rows 8): index_scoring 512K W1 A/B/C/D,
+#           128K W2 A/B, digests equal, top-k through the fused index, the new timeline with
+#           its jobs (not run in v56: no machine could be started)
 #   PART=b: the queries staged a record a thread by 16-byte loads (ix_score.query_records,
 #           the new default) against the word-by-word form (=0): digests equal, A/Bs of
 #           index_scoring r8 / r4 / r2 (128K W2, 512K W1 / W2), the fused index r8 512K,
@@ -23,7 +24,7 @@ OUT=$LOGS step tl_r8_128k_w1 80 $TL --kind index_scoring --rows 8 --pos 131071 -
 OUT=$LOGS step tl_r8_256k_w2 80 $TL --kind index_scoring --rows 8 --pos 262143 --workload W2 --timeline; pack
 OUT=$LOGS step tl_sel_64k 80 $TL --kind select_hist --rows 8 --pos 65535 --timeline; pack
 OUT=$LOGS step tl_sel_512k 80 $TL --kind select_hist --rows 8 --pos 524287 --timeline; pack
-elif [ "${PART}" = d ]; then  # c trimmed again (the device time left: ~380 s)
+elif [ "${PART}" = d ]; then
 OLD=ix_score.query_records=0
 OUT=$LOGS step vs_512k 90 $TL --kind index_scoring --rows 8 --pos 524287 --workload W1 \
     --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 1; pack
@@ -39,24 +40,6 @@ OUT=$LOGS step topk 45 python3 -m tools.check_topk --through index --config glm5
     --pos 524287 --rows 8 --workload W1 --backend cuda; pack
 OUT=$LOGS step tl_new 40 $TL --kind index_scoring --rows 8 --pos 131071 --workload W1 \
     --timeline --jobs-csv $LOGS/jobs_128k_w1.csv; pack
-elif [ "${PART}" = c ]; then
-OLD=ix_score.query_records=0
-OUT=$LOGS step check 90 bash -c "python3 -m tools.check_layer --kind index_scoring \
-    --config glm5 --rows 8 --kv fp8 --backend cuda --dump $LOGS/d_new && python3 -m \
-    tools.check_layer --kind index_scoring --config glm5 --rows 8 --kv fp8 --backend cuda \
-    --tune $OLD --dump $LOGS/d_old && python3 -m tools.check_layer --compare $LOGS/d_new \
-    $LOGS/d_old"; pack
-rm -rf "$LOGS/d_new" "$LOGS/d_old"
-OUT=$LOGS step vs_512k 100 $TL --kind index_scoring --rows 8 --pos 524287 --workload W1 \
-    --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 2; pack
-OUT=$LOGS step vs_128k 80 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 \
-    --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 2; pack
-OUT=$LOGS step vs_index 60 $TL --kind index --rows 8 --pos 524287 --workload W1 \
-    --versus $OLD --rounds 2; pack
-OUT=$LOGS step topk 60 python3 -m tools.check_topk --through index --config glm5 \
-    --pos 524287 --rows 8 --workload W1 --backend cuda; pack
-OUT=$LOGS step tl_new 40 $TL --kind index_scoring --rows 8 --pos 131071 --workload W1 \
-    --timeline; pack
 else
 OLD=ix_score.query_records=0
 OUT=$LOGS step check 120 bash -c "python3 -m tools.check_layer --kind index_scoring \

@@ -1049,6 +1049,29 @@ def test_tma_keys_are_checked():
 
 # ------------------------------------------------ key pages warmed in the L2 ahead of the ring
 
+def _pages_warmed(build, attr, value, rows, requests, mode, rng_seed):
+    """Run `build()`'s launch with its IndexScore's `attr` = value and check its L2
+    prefetches: every byte in the index cache (the interpreter faults on a range outside its
+    buffer), every page asked for whole (four warps' quarters: a page offset in words, or a
+    warp's share misplaced, leaves bytes unasked or asks another page's), every page one some
+    row reads. Returns (launch, stage, warmed pages, read pages, block table)."""
+    L, st = build()
+    setattr(st, attr, value)
+    inp = make_inputs(st.p, np.random.default_rng(rng_seed), requests, cache_pages=PAGES)
+    seen = {}
+    L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
+                 step=0, mode=mode, seed=9, prefetched=seen)
+    assert set(seen) == {"index_cache"}, set(seen)
+    per_page = seen["index_cache"].reshape(PAGES, -1)
+    warmed = np.flatnonzero(per_page.any(axis=1))
+    assert (per_page[warmed] > 0).all(), "a warmed page asked for in part"
+    pos, bt = inp["positions"], inp["block_table"]
+    read = {int(bt[r, i]) for r in range(rows) for i in range(int(pos[r]) // 64 + 1)}
+    warmed = set(warmed.tolist())
+    assert warmed <= read, sorted(warmed - read)
+    return L, st, warmed, read, bt
+
+
 L2_AHEAD_CASES = [
     (8, [(8, 1500)], "random", 2),                        # the all-pairs chain
     (8, [(2, 700), (2, 700), (2, 700), (2, 65)], "relaxed", 3),  # W2: one-pair chains
@@ -1071,19 +1094,8 @@ def test_l2_ahead_warms_the_pages_the_loops_read(rows, requests, mode, ahead):
                                  chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
         return L, next(s for s in L.stages if isinstance(s, IndexScore))
     _same_bits_on_and_off(build, "l2_ahead", requests, mode, 9, 61 + rows, value=ahead, off=0)
-    L, st = build()
-    st.l2_ahead = ahead
-    inp = make_inputs(st.p, np.random.default_rng(61 + rows), requests, cache_pages=PAGES)
-    seen = {}
-    L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
-                 step=0, mode=mode, seed=9, prefetched=seen)
-    assert set(seen) == {"index_cache"}, set(seen)
-    per_page = seen["index_cache"].reshape(PAGES, -1)
-    warmed = np.flatnonzero(per_page.any(axis=1))
-    assert (per_page[warmed] > 0).all(), "a warmed page asked for in part"
-    pos, bt = inp["positions"], inp["block_table"]
-    read = {int(bt[r, i]) for r in range(rows) for i in range(int(pos[r]) // 64 + 1)}
-    assert set(warmed.tolist()) <= read, sorted(set(warmed.tolist()) - read)
+    L, st, warmed, read, _ = _pages_warmed(build, "l2_ahead", ahead, rows, requests, mode,
+                                           61 + rows)
     # a loop a (scoring job, request, warpgroup): its first DEPTH steps are loaded unwarmed
     loops = st.p.score_jobs * len(requests) * (L.waves // 4)
     pages_per_step = 2 if rows == 2 else 1
@@ -1167,19 +1179,8 @@ def test_warm_first_asks_for_the_first_pages_read(rows, requests, mode, pages):
         return L, next(s for s in L.stages if isinstance(s, IndexScore))
     _same_bits_on_and_off(build, "warm_first", requests, mode, 9, 67 + rows, value=pages,
                           off=0)
-    L, st = build()
-    st.warm_first = pages
-    inp = make_inputs(st.p, np.random.default_rng(67 + rows), requests, cache_pages=PAGES)
-    seen = {}
-    L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
-                 step=0, mode=mode, seed=9, prefetched=seen)
-    assert set(seen) == {"index_cache"}, set(seen)
-    per_page = seen["index_cache"].reshape(PAGES, -1)
-    warmed = set(np.flatnonzero(per_page.any(axis=1)).tolist())
-    assert (per_page[sorted(warmed)] > 0).all(), "a warmed page asked for in part"
-    pos, bt = inp["positions"], inp["block_table"]
-    read = {int(bt[r, i]) for r in range(rows) for i in range(int(pos[r]) // 64 + 1)}
-    assert warmed <= read, sorted(warmed - read)
+    *_, warmed, _, bt = _pages_warmed(build, "warm_first", pages, rows, requests, mode,
+                                      67 + rows)
     assert {int(bt[r, 0]) for r in range(rows)} <= warmed
 
 
