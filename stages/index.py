@@ -384,8 +384,8 @@ register(Kind("index", "the MoE layer's front and its own indexer (so far): the 
               "the key cache append, the scores of every visible key with first-digit "
               "histograms, and their exact top-k (topk slots, topk_diag)", index_launch,
               _index_inputs, launch_tunables=("waves", "select_digits", "q_splits",
-                                              "k_splits", "lean_lists", "finish_max", "tail_finish",
-                                              "tail_min_keys", "cta_publish",
+                                              "k_splits", "lean_lists", "finish_max",
+                                              "tail_finish", "tail_min_keys", "cta_publish",
                                               "fold_first_digits", "lean_spans",
                                               "fine_digits", "row_parts", "group_max",
                                               "tagged_parts")))

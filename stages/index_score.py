@@ -1283,7 +1283,7 @@ class IndexScore(Stage):
         R, H, HP = p.rows, p.heads, p.heads_pad
         tid = _tid(k)
         Tn = k.W * k.L
-        cb = (R + 1) * HP // 8 * WGMMA_B_SBO  # bytes a chunk: 8 columns (a core matrix pair) a SBO
+        cb = (R + 1) * HP // 8 * WGMMA_B_SBO  # bytes a chunk: a SBO a core matrix's 8 columns
         # the RS path's K order is the tiling's permutation (its A fragments); the SS path's
         # keys sit in shared memory in head-byte order, so its B copy is in that order too
         layouts = [("ix_qstage", T.perm)] + ([("ix_qstage_ss", range(HD))]
@@ -1309,9 +1309,10 @@ class IndexScore(Stage):
             v = self._head_weight(k, io, k.min(row, R - 1), k.min(head, H - 1), mask=mm)
             if self.bf16_head_sum:  # the one-pair chains' FMAs take bf16 weights too
                 v = k.cast(k.cast(v, bf16), f32)
-            stores.append((wl, k.min(i, R * 4 * NH - 1), v, m))
-            if not self.query_records:
-                k.store(*stores.pop()[:3], mask=m)
+            if self.query_records:
+                stores.append((wl, k.min(i, R * 4 * NH - 1), v, m))
+            else:
+                k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
         out = dict(wl=wl, NH=NH)
         if self.bf16_head_sum:
             out["sum_desc"], out["sum_lds"], words = self._stage_sum_weights(k, io)
@@ -1320,8 +1321,8 @@ class IndexScore(Stage):
             self._query_records(k, io, bufs, cb)
         for buf, index, value, mask in stores:
             k.store(buf, index, value, mask=mask)
-        descs = {name: [at.smem_descriptor(k.lds_offset(name) + c * cb) for c in range(T.chunks)]
-                 for name, _ in layouts}
+        descs = {name: [at.smem_descriptor(k.lds_offset(name) + c * cb)
+                        for c in range(T.chunks)] for name, _ in layouts}
         return dict(out, descs=descs["ix_qstage"], descs_ss=descs.get("ix_qstage_ss"))
 
     def _query_words(self, k, io, bufs, cb):
@@ -1380,23 +1381,24 @@ class IndexScore(Stage):
                 words = {}
                 for q in sorted({w // ROW_WORDS for (_, _, src) in part for w in src}):
                     v = io.load("ix_qb", at * QW + q * ROW_WORDS, ROW_WORDS, mask=m)
-                    words.update({q * ROW_WORDS + e: k.extract(v, e) for e in range(ROW_WORDS)})
+                    for e in range(ROW_WORDS):
+                        words[q * ROW_WORDS + e] = k.extract(v, e)
                 col = column_bytes((at % R) * HP + at / R)
                 for b, r, src in part:
                     k.store(bufs[b][0], (col + rows[r][2]) // WORD_BYTES,
                             k.vec(*[words[w] for w in src]), mask=m)
         # the blank columns: row R's HP, then each row's HP - H padding heads
         pad = HP - H
-        blank = HP + R * pad
         zeros = k.vec(*[k.const(0, u32)] * ROW_WORDS)
-        items = blank * len(rows)
+        items = (HP + R * pad) * len(rows)
+        per_chunk = chunk_words // ROW_WORDS
         for i0 in range(0, items, Tn):
             i = k.min(i0 + tid, items - 1)
             b, r = i / len(rows), i % len(rows)
-            nn = k.select(b < HP, R * HP + b,
-                          ((b - HP) / max(pad, 1)) * HP + H + (b - HP) % max(pad, 1))
-            off = (r / (chunk_words // ROW_WORDS)) * cb + \
-                (r % (chunk_words // ROW_WORDS)) * WGMMA_B_LBO
+            nn = R * HP + b
+            if pad:
+                nn = k.select(b < HP, nn, ((b - HP) / pad) * HP + H + (b - HP) % pad)
+            off = (r / per_chunk) * cb + (r % per_chunk) * WGMMA_B_LBO
             for qs, _ in bufs:
                 k.store(qs, (column_bytes(nn) + off) // WORD_BYTES, zeros,
                         mask=(i0 + tid) < items)
@@ -1432,9 +1434,12 @@ class IndexScore(Stage):
                 h = h0 + d
                 v = self._head_weight(k, io, k.min(row, R - 1), k.min(h, H - 1), mask=on & (h < H))
                 half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
-            stores.append((ws, k.min(wd, words - 1), half[0] | (half[1] << BF16_SHIFT), m))
-            if not self.query_records:
-                k.store(*stores.pop()[:3], mask=m)
+            at_word = k.min(wd, words - 1)
+            word = half[0] | (half[1] << BF16_SHIFT)
+            if self.query_records:
+                stores.append((ws, at_word, word, m))
+            else:
+                k.store(ws, at_word, word, mask=m)
         return at.smem_descriptor(k.lds_offset("ix_wsum")), ws, stores
 
     def _sum_slots(self):
