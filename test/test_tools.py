@@ -503,6 +503,27 @@ def test_tune_launch_q_splits_sets_the_index_q_projection_split():
         common.launch_for(kinds.kind("select"), spec, common.tune_list("launch.q_splits=2"))
 
 
+def test_tune_launch_k_splits_sets_the_index_key_projection_split():
+    """--tune launch.k_splits=N (index, index_scoring): the plan's hidden split and its key
+    jobs follow it (each split's partial sums are test_index_proj's, its CASES' k_splits); a
+    split that is not whole 128-blocks is an error naming it; a kind without an index
+    projection does not take it."""
+    from spec import BuildSpec
+    from stages import kinds
+    from tools import common
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    for name in ("index", "index_scoring"):
+        base = kinds.kind(name).launch(spec).plan
+        L = common.launch_for(kinds.kind(name), spec, common.tune_list("launch.k_splits=2"))
+        assert base.k_splits != 2 and L.plan.k_splits == 2
+        assert L.plan.kchunk * 2 == L.plan.hidden
+        assert L.plan.proj_jobs == base.q_jobs + 2
+        with pytest.raises(ValueError, match="/ 3 splits must be whole"):
+            common.launch_for(kinds.kind(name), spec, common.tune_list("launch.k_splits=3"))
+    with pytest.raises(ValueError, match="kind select builds that part"):
+        common.launch_for(kinds.kind("select"), spec, common.tune_list("launch.k_splits=2"))
+
+
 def test_select_digits_per_kind_and_target_and_from_tune():
     """The selection's radix plan: the select kinds take SELECT_KIND_DIGITS off AMD (measured
     on the H200; SELECT_KIND_DIGITS_WIDE for rows of many slices; select_hist on sm_90a at
