@@ -12,7 +12,8 @@
 #           index_scoring r8 / r4 / r2 (128K W2, 512K W1 / W2), the fused index r8 512K,
 #           top-k exact through the fused index, a timeline of the new default; C: the
 #           first 4 pages of each entry asked of the L2 before the queries' wait (warm_first); D: the key
-#           projection in 48 jobs of one block (launch.k_splits=48, the default 24 of 2)
+#           projection in 48 jobs of one block (launch.k_splits=48, the default 24 of 2); E:
+#           W2's runs' tails to the split's last jobs (ix_score.tails_last=1)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-24}
 packed_logs "v56${PART:-a}"
@@ -28,8 +29,8 @@ elif [ "${PART}" = d ]; then
 OLD=ix_score.query_records=0
 OUT=$LOGS step vs_512k 90 $TL --kind index_scoring --rows 8 --pos 524287 --workload W1 \
     --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 1; pack
-OUT=$LOGS step vs_128k 50 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 \
-    --versus $OLD --rounds 2; pack
+OUT=$LOGS step vs_128k 70 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 \
+    --versus $OLD --also ix_score.tails_last=1 --rounds 2; pack
 OUT=$LOGS step check 60 bash -c "python3 -m tools.check_layer --kind index_scoring \
     --config glm5 --rows 8 --kv fp8 --backend cuda --dump $LOGS/d_new && python3 -m \
     tools.check_layer --kind index_scoring --config glm5 --rows 8 --kv fp8 --backend cuda \
@@ -50,7 +51,7 @@ OUT=$LOGS step check 120 bash -c "python3 -m tools.check_layer --kind index_scor
 rm -rf "$LOGS/d_new" "$LOGS/d_old"
 OUT=$LOGS step vs_r8 240 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
     --workload W1,W2 --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 \
-    --rounds 2; pack
+    --also ix_score.tails_last=1 --rounds 2; pack
 OUT=$LOGS step vs_r42 150 $TL --kind index_scoring --rows 4,2 --pos 131071,524287 \
     --workload W2 --versus $OLD --rounds 2; pack
 OUT=$LOGS step vs_index 120 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \

@@ -315,22 +315,27 @@ def score_entries(p: IndexPlan, positions, block_table, share: bool = False) -> 
 
 
 def score_runs(p: IndexPlan, positions, block_table, share: bool = False,
-               tail_rows: bool = False) -> list:
+               tail_rows: bool = False, tails_last: bool = False) -> list:
     """The run map: per scoring job j, [(first row, rows, first segment, end segment)] it
     scores (the kernel's formula; `share`: with the super entries, score_entries, split by
     index_share's cost model: segment_cost a segment, tail_cost after a run's own entry, by
-    its rows with `tail_rows`, IndexScore.tail_rows). A row's
+    its rows with `tail_rows`, IndexScore.tail_rows; `tails_last`: the super entries first
+    in the split's order, IndexScore.tails_last). A row's
     scores are at scores[r, 0 .. pos[r]], its histograms at score_hist[r, 0 .. pos[r] // S]."""
     from .index_share import segment_cost, tail_cost
     J = p.score_jobs
-    cost, prefix, C = [], [], 0
     entries = score_entries(p, positions, block_table, share)
     n_own = len(groups_of(positions, block_table))
-    for e, (f, n, s0, s1) in enumerate(entries):
+    cost, prefix, C = [None] * len(entries), [None] * len(entries), 0
+    order = list(range(len(entries)))
+    if share and tails_last:
+        order = order[n_own:] + order[:n_own]
+    for e in order:
+        f, n, s0, s1 = entries[e]
         pairs = (n + 1) // 2
         seg = segment_cost(p, pairs, pairs == p.pairs) if share else pairs
-        prefix.append(C)
-        cost.append((s1 - s0, seg))
+        prefix[e] = C
+        cost[e] = (s1 - s0, seg)
         C += (s1 - s0) * seg + (tail_cost(p, e < n_own, n, tail_rows) if share else 0)
     runs = []
     for j in range(J):

@@ -150,7 +150,7 @@ class IndexScore(Stage):
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
                 "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records",
-                "warm_first")
+                "warm_first", "tails_last")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -376,6 +376,15 @@ class IndexScore(Stage):
     # rows (index_share.RUN_TAIL_FIXED / RUN_TAIL_ROW, fitted to v33's clocks: bench/NOTES.md
     # v34) instead of RUN_TAIL_COST a run: off until timed
     tail_rows = False
+    # share_pages' split with the super entries first in its cost order and the runs' own
+    # entries (their last segments, new keys and histogram flushes: the tails) after them, so
+    # the tails go to the split's last jobs. Why: the first jobs are those the schedule puts
+    # behind an ix_q / ix_key job on their CTA (index_scoring r8: jobs 0-5 and 21-47), which
+    # start when the queries are in rather than waiting for them, and W2's job holding the 4
+    # runs' tails ended last (H100, r8 128K W2: ix_score[2], 27.4 us against a 25.1 median,
+    # 5.6 us after W1's last end; bench/NOTES.md v56). W1 (no super entry) is unchanged. Off
+    # until timed (--tune ix_score.tails_last=1)
+    tails_last = False
     # The launch's new keys as the key loop reads them from the cache, no fix-up: every key
     # load follows the job's acquire of ix_nb (the head weights need it), and ix_key stores
     # the new keys to the cache before that release, so no slot is read while it is being

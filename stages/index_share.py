@@ -215,6 +215,9 @@ def plan_shared(st, k, io, job, tab, counters):
         cost = k.select(e_act, e_segs * seg_cost + tail, zero)
         pre = _scan(k, cost, 2 * R) - cost
         C = k.wave_sum(cost)
+        if st.tails_last:  # the super entries first in the split's order, the own after
+            own_cost = k.wave_sum(k.select(own, cost, zero))
+            pre = k.select(own, pre + (C - own_cost), pre - own_cost)
         den = seg_cost * J  # the tail lies past the last segment: its job holds that one
         lo = e_lo + k.min((k.max(job * C - pre * J, 0) + den - 1) / den, e_segs)
         hi = e_lo + k.min((k.max((job + 1) * C - pre * J, 0) + den - 1) / den, e_segs)

@@ -71,7 +71,7 @@ def _run_counting(L, inp, mode):
     return res, seen
 
 
-def expected_issues(p, pos, bt, share, tail_rows=False):
+def expected_issues(p, pos, bt, share, tail_rows=False, tails_last=False):
     """The e4m3 wgmma issues (warp issues by N) the plan implies, from the host model
     (score_runs): a step is a 64-key page; a group of all the plan's pairs runs one chain
     of N = 2 x pairs x HP, a smaller one a chain a pair; a super entry whose pages diverge
@@ -88,7 +88,7 @@ def expected_issues(p, pos, bt, share, tail_rows=False):
             out[2 * pairs * p.heads_pad] += steps * ISSUES_A_STEP
         else:
             out[2 * p.heads_pad] += pairs * steps * ISSUES_A_STEP
-    for mine in score_runs(p, pos, bt, share, tail_rows):
+    for mine in score_runs(p, pos, bt, share, tail_rows, tails_last):
         for f, n, lo, hi in mine:
             key_hi = min(hi * p.segment, int(pos[f]) + n)  # a super entry: below its rows
             steps = -(-(key_hi - lo * p.segment) // PAGE)
@@ -148,18 +148,21 @@ def _unrelated(p, rng, rows):
                                               (4, "diverged", "random")])
 def test_the_wgmmas_are_those_the_host_plan_implies(rows, layout, mode):
     """Exact wgmma counts by N against the host model, sharing on and off (and with the
-    tails costed by their rows): the kernel's plan, its page comparison and its fallback
-    are the host's; every run within the checks."""
+    tails costed by their rows, or split after the super entries): the kernel's plan, its
+    page comparison and its fallback are the host's; every run within the checks."""
     make = {"w2": _w2, "diverged": _diverged, "unrelated": _unrelated}[layout]
-    for share, tail_rows in ((True, False), (True, True), (False, False)):
+    for share, tail_rows, last in ((True, False, False), (True, True, False),
+                                   (True, False, True), (False, False, False)):
         L, st = _scoring(rows, "sm_90a", share, tail_rows)
+        st.tails_last = last
         p = L.plan
         rng = np.random.default_rng([rows, len(layout)])
         req, lay = make(p, rng, rows)
         inp = make_inputs(p, rng, req, cache_pages=PAGES, layout=lay)
         res, seen = _run_counting(L, inp, mode)
         check_launch(L, inp, res)
-        assert seen == expected_issues(p, *lay, share, tail_rows), (share, tail_rows, seen)
+        assert seen == expected_issues(p, *lay, share, tail_rows, last), \
+            (share, tail_rows, last, seen)
 
 
 @pytest.mark.parametrize("chip,rows,layout,mode", [("gfx950", 8, "w2", "relaxed"),
@@ -272,6 +275,46 @@ def test_the_tails_by_rows_leave_the_tail_jobs_the_work_v33_measured_they_need()
         segs = [sum(hi - lo for f, n, lo, hi in mine) for mine in runs]
         assert segs[-1] == w1_tail and max(segs) == 4, (by_rows, segs[-4:])
         _check_balanced(p, *w1, runs, by_rows)
+
+
+def test_tails_last_gives_the_runs_tails_to_the_last_jobs():
+    """IndexScore.tails_last at 512K keys, rows 8, sm_90a: W2's 4 runs' own entries (their
+    tails) go to the split's last jobs, none to the first 48 (the schedule's late starters
+    are among them, bench/NOTES.md v56), within the model's balance; W1 (no super entry)
+    splits as without it."""
+    from spec import BuildSpec
+    from stages.index import index_scoring_launch
+    p = index_scoring_launch(BuildSpec.make("glm5", rows=8, target="sm_90a")).plan
+    cap = replace(p, cache_pages=p.max_pages + 4)
+    last = p.capacity - 1
+    w2 = request_layout(cap, np.random.default_rng(2), [(2, last - 1)] * 4, shared=True)
+    w1 = request_layout(cap, np.random.default_rng(2), [(8, last - 7)], shared=True)
+    runs = score_runs(p, *w2, share=True, tails_last=True)
+    holders = [j for j, mine in enumerate(runs) for f, n, lo, hi in mine if n == 2]
+    assert holders and min(holders) >= p.score_jobs - 4, holders
+    assert all(n == 8 for mine in runs[:48] for f, n, lo, hi in mine)
+    _check_balanced(p, *w2, runs)
+    assert score_runs(p, *w1, share=True, tails_last=True) == score_runs(p, *w1, share=True)
+
+
+@pytest.mark.parametrize("rows,layout,mode", [(8, "w2", "relaxed"), (4, "diverged", "random")])
+def test_tails_last_gives_the_same_bits(rows, layout, mode):
+    """The split's order changes which job scores what, never a score: scores and
+    first-digit histograms bit-identical with tails_last on and off."""
+    make = {"w2": _w2, "diverged": _diverged}[layout]
+    out = {}
+    for last in (True, False):
+        L, st = _scoring(rows, "sm_90a", True)
+        st.tails_last = last
+        rng = np.random.default_rng([rows, 11])
+        req, lay = make(L.plan, rng, rows)
+        inp = make_inputs(L.plan, rng, req, cache_pages=PAGES, layout=lay)
+        res = _run(L, inp, mode=mode, seed=4)
+        check_launch(L, inp, res)
+        out[last] = (res.regions["scores"].view(np.uint32).copy(),
+                     res.regions["score_hist"].copy())
+    assert np.array_equal(out[True][0], out[False][0])
+    assert np.array_equal(out[True][1], out[False][1])
 
 
 def test_the_fused_index_selects_exactly_through_shared_pages():
