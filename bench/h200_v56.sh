@@ -5,15 +5,16 @@
 #   PART=a: timelines of index_scoring r8 / r4 at 128K W2, r8 128K W1, r8 256K W2;
 #           select_hist r8 at 64K and 512K
 #   PART=d: b trimmed to ~380 s of device time (rows 8): index_scoring 512K W1 A/B/C/D,
-#           128K W2 A/B, digests equal, top-k through the fused index, the new timeline with
+#           128K W2 A/B/E, digests equal, top-k through the fused index, the new timeline with
 #           its jobs (not run in v56: no machine could be started)
 #   PART=b: the queries staged a record a thread by 16-byte loads (ix_score.query_records,
 #           the new default) against the word-by-word form (=0): digests equal, A/Bs of
 #           index_scoring r8 / r4 / r2 (128K W2, 512K W1 / W2), the fused index r8 512K,
-#           top-k exact through the fused index, a timeline of the new default; C: the
-#           first 4 pages of each entry asked of the L2 before the queries' wait (warm_first); D: the key
-#           projection in 48 jobs of one block (launch.k_splits=48, the default 24 of 2); E:
-#           W2's runs' tails to the split's last jobs (ix_score.tails_last=1)
+#           top-k exact through the fused index, a timeline of the new default; beside
+#           them C: the first 4 pages of each entry asked of the L2 before the queries' wait
+#           (ix_score.warm_first=4), D: the key projection in 48 jobs of one block
+#           (launch.k_splits=48; the default 24 of 2), E: W2's runs' tails to the split's
+#           last jobs (ix_score.tails_last=1)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-24}
 packed_logs "v56${PART:-a}"
