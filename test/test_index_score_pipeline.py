@@ -1118,12 +1118,13 @@ QUERY_RECORD_CASES = [
     (8, [(8, 700)], "random", {}),                                   # R + 1 = 9 columns a head
     (2, [(1, 1500), (1, 63)], "inorder", {}),                       # one pair, odd groups
     (4, [(2, 1500), (1, 130), (1, 63)], "relaxed", dict(tma_keys=True)),  # both B layouts
+    (8, [(8, 300)], "inorder", dict(cfg=TINY32)),  # GLM's 32 heads: no padding, 2 rounds
 ]
 
 
 @pytest.mark.parametrize("rows,requests,mode,extra", _cases(
-    QUERY_RECORD_CASES, [f"r{c[0]}-{c[2]}" + "".join(f"-{a}" for a in c[3])
-                         for c in QUERY_RECORD_CASES]))
+    QUERY_RECORD_CASES, [f"r{c[0]}-{c[2]}" + "".join(f"-{a}" for a in c[3] if a != "cfg")
+                         + ("-32heads" if "cfg" in c[3] else "") for c in QUERY_RECORD_CASES]))
 def test_query_records_give_the_same_bits(rows, requests, mode, extra, monkeypatch):
     """IndexScore.query_records (the queries staged into wgmma B a (head, row) record a
     thread, by 16-byte loads, each core-matrix row assembled in registers; the blank
@@ -1133,11 +1134,18 @@ def test_query_records_give_the_same_bits(rows, requests, mode, extra, monkeypat
     hardware it holds an earlier job's bytes): a blank column left unwritten makes its
     products NaN, which the head sum's zero weights do not cancel."""
     monkeypatch.setattr(interp, "LDS_POISON", E4M3_NAN_BYTE)
+    extra = dict(extra)
+    cfg = extra.pop("cfg", "tiny")
+
     def build():
-        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
-                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2)
+        spec = BuildSpec.make(cfg, rows=rows, target="interp",
+                              **({} if isinstance(cfg, str) else {"tp": 1}))
+        L = index_scoring_launch(spec, chip="sm_90a", capacity=CAP, cache_pages=PAGES,
+                                 score_jobs=2)
         st = next(s for s in L.stages if isinstance(s, IndexScore))
-        assert st.p.heads < st.p.heads_pad  # tiny: the padding heads' columns are blank
+        # tiny pads its 4 heads (blank columns); 32 heads x 8 rows take the 128 threads twice
+        assert (st.p.heads < st.p.heads_pad) == (cfg == "tiny"), (st.p.heads, st.p.heads_pad)
+        assert cfg == "tiny" or st.p.heads * rows > L.waves * 32
         for attr, v in extra.items():
             setattr(st, attr, v)
         return L, st
