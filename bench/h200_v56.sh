@@ -32,24 +32,14 @@ OUT=$LOGS step vs_512k 90 $TL --kind index_scoring --rows 8 --pos 524287 --workl
     --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 1; pack
 OUT=$LOGS step vs_128k 70 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 \
     --versus $OLD --also ix_score.tails_last=1 --rounds 2; pack
-OUT=$LOGS step check 60 bash -c "python3 -m tools.check_layer --kind index_scoring \
-    --config glm5 --rows 8 --kv fp8 --backend cuda --dump $LOGS/d_new && python3 -m \
-    tools.check_layer --kind index_scoring --config glm5 --rows 8 --kv fp8 --backend cuda \
-    --tune $OLD --dump $LOGS/d_old && python3 -m tools.check_layer --compare $LOGS/d_new \
-    $LOGS/d_old"; pack
-rm -rf "$LOGS/d_new" "$LOGS/d_old"
+same_digests check 60 index_scoring 8 $OLD
 OUT=$LOGS step topk 45 python3 -m tools.check_topk --through index --config glm5 \
     --pos 524287 --rows 8 --workload W1 --backend cuda; pack
 OUT=$LOGS step tl_new 40 $TL --kind index_scoring --rows 8 --pos 131071 --workload W1 \
     --timeline --jobs-csv $LOGS/jobs_128k_w1.csv; pack
 else
 OLD=ix_score.query_records=0
-OUT=$LOGS step check 120 bash -c "python3 -m tools.check_layer --kind index_scoring \
-    --config glm5 --rows 2,4,8 --kv fp8 --backend cuda --dump $LOGS/d_new && python3 -m \
-    tools.check_layer --kind index_scoring --config glm5 --rows 2,4,8 --kv fp8 --backend cuda \
-    --tune $OLD --dump $LOGS/d_old && python3 -m tools.check_layer --compare $LOGS/d_new \
-    $LOGS/d_old"; pack
-rm -rf "$LOGS/d_new" "$LOGS/d_old"
+same_digests check 120 index_scoring 2,4,8 $OLD
 OUT=$LOGS step vs_r8 240 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
     --workload W1,W2 --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 \
     --also ix_score.tails_last=1 --rounds 2; pack

@@ -21,3 +21,14 @@ packed_logs() {
     mkdir -p "$LOGS"
 }
 pack() { tar czf "$PACKED" -C "$LOGS" . ; }
+# same_digests NAME SECONDS KIND ROWS TUNE: check_layer's digests of KIND (glm5, fp8, cuda) at
+# ROWS with the defaults and with --tune TUNE, compared (the step fails on any difference)
+same_digests() {
+    local name=$1 secs=$2 kind=$3 rows=$4 tune=$5
+    local cl="python3 -m tools.check_layer --kind $kind --config glm5 --rows $rows --kv fp8"
+    OUT=$LOGS step "$name" "$secs" bash -c "$cl --backend cuda --dump $LOGS/d_a && $cl \
+        --backend cuda --tune $tune --dump $LOGS/d_b && python3 -m tools.check_layer \
+        --compare $LOGS/d_a $LOGS/d_b"
+    pack
+    rm -rf "$LOGS/d_a" "$LOGS/d_b"
+}

@@ -24,13 +24,8 @@ class CycleTally:
             self.sums = [k.uniform_var(k.const(0, u64), u64) for _ in self.names]
             self.last = k.uniform_var(k.cycles(), u64)
 
-    def start(self):
-        """Start a part here (the clocks since the last mark count nowhere)."""
-        if self.on:
-            self.last.set(self.k.cycles())
-
     def mark(self, name: str):
-        """Add the clocks since the last mark (or start) to part `name`."""
+        """Add the clocks since the last mark (or the tally's creation) to part `name`."""
         part = self._part(name)
         if self.on:
             now = self.k.cycles()

@@ -622,6 +622,7 @@ class IndexScore(Stage):
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= k.L:
             raise ValueError(f"ix_score: warm_first {n!r}; pages an entry, 0 .. {k.L}")
         p, a = self.p, io.args
+        self._entries_scored = None
         if self.share_pages:
             if k.W > 1:
                 k.barrier()
@@ -687,9 +688,10 @@ class IndexScore(Stage):
         self._cyc.mark("staging")
         self._turns_open(k)
         group = self._group_wgmma if p.wgmma else self._group_mfma
-        self._entries_scored = None
-        if self.share_pages and p.wgmma:  # (the divergence counters are final: the barrier
-            self._entries_scored = entries_scored(self, k, tab, counters)  # above)
+        if not (self.warm_first and p.wgmma):  # (else _warm_first_pages took the mask)
+            self._entries_scored = None
+            if self.share_pages and p.wgmma:  # (the divergence counters are final: the
+                self._entries_scored = entries_scored(self, k, tab, counters)  # barrier above)
         for_entries(self, k, tab, lambda gi, g: group(k, io, gi, g, hist, stage), counters)
         self._turns_close(k)
         if k.W > 1:
@@ -1344,18 +1346,20 @@ class IndexScore(Stage):
         ncol = (R + 1) * HP
         tid = _tid(k)
         Tn = k.W * k.L
+        chunk_words = T.atom.k // WORD_BYTES  # an MMA chunk's K words (K fp8 bytes)
         for qs, perm in bufs:
             for c in range(T.chunks):
-                for kk4 in range(8):
-                    wsrc = perm[c * 32 + 4 * kk4] // 4
+                for kk4 in range(chunk_words):
+                    wsrc = perm[WORD_BYTES * (c * chunk_words + kk4)] // WORD_BYTES
                     for n0 in range(0, ncol, Tn):
                         nn = n0 + tid
                         row, head = nn / HP, nn % HP
                         m = (nn < ncol) & (row < R) & (head < H)
                         v = io.load("ix_qb", (k.min(head, H - 1) * R + k.min(row, R - 1)) * QW
                                     + wsrc, mask=m)
-                        boff = c * cb + (nn >> 3) * WGMMA_B_SBO + (kk4 >> 2) * WGMMA_B_LBO + \
-                            (nn & 7) * CORE_ROW_BYTES + (kk4 & 3) * 4
+                        boff = c * cb + (nn >> 3) * WGMMA_B_SBO + \
+                            (kk4 // ROW_WORDS) * WGMMA_B_LBO + (nn & 7) * CORE_ROW_BYTES + \
+                            (kk4 % ROW_WORDS) * WORD_BYTES
                         k.store(qs, boff >> 2, v, mask=nn < ncol)
 
     def _query_records(self, k, io, bufs, cb):
