@@ -6,8 +6,7 @@
 #           select_hist r8 at 64K and 512K
 #   PART=d: b trimmed to ~380 s of device time (rows 8): index_scoring 512K W1 A/B/C/D,
 #           128K W2 A/B/E, digests equal, top-k through the fused index, the new timeline with
-#           its jobs (not run in v56: no machine could be started); v57 adds F: the LDS counts
-#           zeroed before the queries' wait (ix_score.zero_early=1) to the 512K A/B
+#           its jobs (not run in v56: no machine could be started)
 #   PART=b: the queries staged a record a thread by 16-byte loads (ix_score.query_records,
 #           the new default) against the word-by-word form (=0): digests equal, A/Bs of
 #           index_scoring r8 / r4 / r2 (128K W2, 512K W1 / W2), the fused index r8 512K,
@@ -30,8 +29,7 @@ OUT=$LOGS step tl_sel_512k 80 $TL --kind select_hist --rows 8 --pos 524287 --tim
 elif [ "${PART}" = d ]; then
 OLD=ix_score.query_records=0
 OUT=$LOGS step vs_512k 90 $TL --kind index_scoring --rows 8 --pos 524287 --workload W1 \
-    --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 \
-    --also ix_score.zero_early=1 --rounds 1; pack
+    --versus $OLD --also ix_score.warm_first=4 --also launch.k_splits=48 --rounds 1; pack
 OUT=$LOGS step vs_128k 70 $TL --kind index_scoring --rows 8 --pos 131071 --workload W2 \
     --versus $OLD --also ix_score.tails_last=1 --rounds 2; pack
 same_digests check 60 index_scoring 8 $OLD

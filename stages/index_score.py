@@ -150,7 +150,7 @@ class IndexScore(Stage):
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
                 "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records",
-                "warm_first", "tails_last", "zero_early")
+                "warm_first", "tails_last")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -407,12 +407,6 @@ class IndexScore(Stage):
     # fused index r8 at 512K W1, A/B in one process, two device calls (bench/NOTES.md v38):
     # 107.5 -> 106.7 us and 107.4 -> 106.0; index_scoring r8 W1 64.1 -> 63.6
     nb_first = None
-    # The job's LDS counts (segment histograms, fine digits) zeroed before the queries' wait
-    # rather than after it: nothing in them depends on the queries, and a job that starts
-    # before they are in waits ~6 us anyway (index_scoring r8, v55), while the zeroing after
-    # the wait took 346 / 733 clocks of every job's path (H100, r8 W1 128K / 512K, the
-    # cycle-account probe of bench/NOTES.md v56). Off until timed (--tune ix_score.zero_early=1)
-    zero_early = False
 
     @property
     def hist_slots(self) -> int:
@@ -657,6 +651,7 @@ class IndexScore(Stage):
         cached = self.reads_cached_new_keys
         p = self.p
         R = p.rows
+        T = k.W * k.L
         tid = _tid(k)
         tab = k.lds("ix_plan", i32, self.plan_entries * self.PW)
         hist = k.lds("ix_hist", u32, self.hist_words)
@@ -673,13 +668,17 @@ class IndexScore(Stage):
         wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads
         if not self.nb_first:
             io.acquire("ix_nb")
-        self._fine = self._fine_lds(k) if p.fine_digits else None
-        if self.zero_early:
-            self._zero_counts(k, hist, tid)
         io.env.phase(0)  # the q heads and the new keys are in
         self._cyc = CycleTally(k, io.env, self.TALLIES)
-        if not self.zero_early:
-            self._zero_counts(k, hist, tid)
+        nh = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 0
+        for i0 in range(0, nh, T):
+            k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
+        self._fine = self._fine_lds(k) if p.fine_digits else None
+        if self._fine is not None:
+            zero4 = k.vec(k.const(0, u32), 0, 0, 0)
+            for i0 in range(0, self.fine_words, 4 * T):
+                i = i0 + 4 * tid
+                k.store(self._fine, k.min(i, self.fine_words - 4), zero4, mask=i < self.fine_words)
         # the queries staged in LDS are wgmma's B: the barrier after them fences the stores
         # for the async proxy (KernelBuilder.async_proxy_lds; no other barrier needs it)
         with k.async_proxy_lds():
@@ -716,18 +715,6 @@ class IndexScore(Stage):
         with k.if_(w0 & io.ok):
             k.fence("release", "device")
         io.publish("score_done", job, k.const(1, u32), mask=w0 & _lane(k).eq(0))
-
-    def _zero_counts(self, k, hist, tid):
-        """The job's LDS counts zeroed: its segment histograms and its fine digits."""
-        T = k.W * k.L
-        nh = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 0
-        for i0 in range(0, nh, T):
-            k.store(hist, k.min(tid + i0, nh - 1), k.const(0, u32), mask=(tid + i0) < nh)
-        if self._fine is not None:
-            zero4 = k.vec(k.const(0, u32), 0, 0, 0)
-            for i0 in range(0, self.fine_words, 4 * T):
-                i = i0 + 4 * tid
-                k.store(self._fine, k.min(i, self.fine_words - 4), zero4, mask=i < self.fine_words)
 
     def _flush(self, k, io, tab, hist, counters=None):
         p = self.p

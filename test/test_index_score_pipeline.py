@@ -1192,36 +1192,6 @@ def test_warm_first_asks_for_the_first_pages_read(rows, requests, mode, pages):
     assert {int(bt[r, 0]) for r in range(rows)} <= warmed
 
 
-ZERO_EARLY_CASES = [
-    (8, [(8, 1500)], "random", False),
-    (4, [(2, 700), (1, 700), (1, 65)], "relaxed", True),  # W2's shared pages, fine digits
-]
-
-
-@pytest.mark.parametrize("rows,requests,mode,fine", ZERO_EARLY_CASES,
-                         ids=[f"r{c[0]}-{c[2]}-fine{int(c[3])}" for c in ZERO_EARLY_CASES])
-def test_zero_early_gives_the_same_counts(rows, requests, mode, fine):
-    """IndexScore.zero_early: the job's LDS counts zeroed before the queries' wait. Scores,
-    first-digit histograms and (with fine_digits) the refined counts bit-identical to the
-    zeroing after the wait, within the float64 checks; LDS starts poisoned (the
-    interpreter's), so counts the early zeroing missed or a zeroing after the first counts
-    would show."""
-    out = {}
-    for early in (True, False):
-        L = index_scoring_launch(BuildSpec.make("tiny", rows=rows, target="interp"),
-                                 chip="sm_90a", capacity=CAP, cache_pages=PAGES, score_jobs=2,
-                                 fine_digits=fine)
-        st = next(s for s in L.stages if isinstance(s, IndexScore))
-        st.zero_early = early
-        inp = make_inputs(st.p, np.random.default_rng(5 + rows), requests, cache_pages=PAGES)
-        res = _run(L, inp, mode=mode, seed=3)
-        check_launch(L, inp, res)
-        names = ["scores", "score_hist"] + (["score_fine"] if fine else [])
-        out[early] = [res.regions[n].view(np.uint32).copy() for n in names]
-    for name, on, off in zip(["scores", "score_hist", "score_fine"], out[True], out[False]):
-        assert np.array_equal(on, off), f"zero_early: {name} differ"
-
-
 @pytest.mark.parametrize("pages", [-1, 33, True, 2.0])
 def test_bad_warm_first_is_refused(pages):
     L = index_scoring_launch(BuildSpec.make("tiny", rows=4, target="interp"), chip="sm_90a",
