@@ -117,6 +117,9 @@ CACHED_NEW_KEYS_ON_NVIDIA = True
 # IndexScore.nb_first where the chip is sm_90a (measured there: the class's comment); AMD
 # keeps the q heads' wait first (its paths' ends are unmeasured)
 NB_FIRST_ON_NVIDIA = True
+# IndexScore.tails_last where the chip is sm_90a (measured there: the class's comment); AMD
+# keeps the cost order (its schedule's late starters are unmeasured)
+TAILS_LAST_ON_NVIDIA = True
 
 
 def _record_parts(sources, piece_words):
@@ -244,7 +247,6 @@ class IndexScore(Stage):
     # Measured SLOWER on an H200 (bench/NOTES.md v55, same process, index_scoring 512K): r8
     # W1 / W2 1.058 / 1.056 at 1, 1.104 / 1.107 at 2; r4 1.12-1.16. The cycle accounts: the
     # chain's wait 794 -> 973 clocks a step, the epilogue 904 -> 1128: the epilogue beside
-    # the other's chain is no faster than beside the other's epilogue (v15's probe: ALU work
     # beside a chain costs about half again). None (the default): one turn a chain (`turns`).
     turn_split = None
     # Hopper, four warpgroups a CTA (waves=16): two page streams, each page's row pairs
@@ -382,9 +384,13 @@ class IndexScore(Stage):
     # behind an ix_q / ix_key job on their CTA (index_scoring r8: jobs 0-5 and 21-47), which
     # start when the queries are in rather than waiting for them, and W2's job holding the 4
     # runs' tails ended last (H100, r8 128K W2: ix_score[2], 27.4 us against a 25.1 median,
-    # 5.6 us after W1's last end; bench/NOTES.md v56). W1 (no super entry) is unchanged. Off
-    # until timed (--tune ix_score.tails_last=1)
-    tails_last = False
+    # 5.6 us after W1's last end; bench/NOTES.md v56). W1 (no super entry) is unchanged.
+    # None: on where the chip is sm_90a (TAILS_LAST_ON_NVIDIA), off on AMD. H100, W2, A/B in
+    # one process (bench/NOTES.md v57): index_scoring r8 at 128K 35.74 -> 32.12 us (two
+    # rounds) and 36.21 -> 31.97, the fused index r8 at 128K 75.85 -> 69.90 (two rounds);
+    # elsewhere within noise: r8 256K / 512K 1.003 / 0.998, r4 128K / 256K 0.987 / 0.994,
+    # r2 1.018 / 0.998, W1 1.003, the fused index at 512K W1 / W2 1.009 / 1.007 (one round)
+    tails_last = None
     # The launch's new keys as the key loop reads them from the cache, no fix-up: every key
     # load follows the job's acquire of ix_nb (the head weights need it), and ix_key stores
     # the new keys to the cache before that release, so no slot is read while it is being
@@ -460,6 +466,8 @@ class IndexScore(Stage):
             self.fixup_ballot = nvidia and FIXUP_BALLOT_ON_NVIDIA
         if self.nb_first is None:
             self.nb_first = nvidia and NB_FIRST_ON_NVIDIA
+        if self.tails_last is None:
+            self.tails_last = nvidia and TAILS_LAST_ON_NVIDIA
 
     @property
     def reads_cached_new_keys(self) -> bool:

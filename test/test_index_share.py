@@ -297,6 +297,14 @@ def test_tails_last_gives_the_runs_tails_to_the_last_jobs():
     assert score_runs(p, *w1, share=True, tails_last=True) == score_runs(p, *w1, share=True)
 
 
+@pytest.mark.parametrize("chip,last", [("sm_90a", True), ("gfx950", False), ("gfx942", False)])
+def test_tails_last_is_on_where_it_was_measured(chip, last):
+    """tails_last's per-chip default (TAILS_LAST_ON_NVIDIA, timed on an H100 in v57: r8 128K
+    W2 0.883-0.899, the fused index 0.922; AMD keeps the cost order, unmeasured there)."""
+    L = _launch(4, chip)
+    assert next(s for s in L.stages if isinstance(s, IndexScore)).tails_last is last
+
+
 @pytest.mark.parametrize("rows,layout,mode", [(8, "w2", "relaxed"), (4, "diverged", "random")])
 def test_tails_last_gives_the_same_bits(rows, layout, mode):
     """The split's order changes which job scores what, never a score: scores and
