@@ -247,6 +247,7 @@ class IndexScore(Stage):
     # Measured SLOWER on an H200 (bench/NOTES.md v55, same process, index_scoring 512K): r8
     # W1 / W2 1.058 / 1.056 at 1, 1.104 / 1.107 at 2; r4 1.12-1.16. The cycle accounts: the
     # chain's wait 794 -> 973 clocks a step, the epilogue 904 -> 1128: the epilogue beside
+    # the other's chain is no faster than beside the other's epilogue (v15's probe: ALU work
     # beside a chain costs about half again). None (the default): one turn a chain (`turns`).
     turn_split = None
     # Hopper, four warpgroups a CTA (waves=16): two page streams, each page's row pairs
