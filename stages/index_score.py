@@ -173,7 +173,8 @@ class IndexScore(Stage):
     # Hopper: the queries' staging into wgmma B after their wait, a (head, row) record a
     # thread by 16-byte loads (`_query_records`); off: a 4-byte load a B word, a thread a
     # column (`_query_words`), which the H100's cycle accounts put at ~9000 clocks on every
-    # job's critical path (bench/NOTES.md v56)
+    # job's critical path (bench/NOTES.md v56). H100, A/B in one process (v57):
+    # index_scoring r8 512K W1 63.70 -> 60.79 us, 128K W2 38.94 -> 35.74 (two rounds)
     query_records = True
     # the first-digit count of the stored scores adds once a distinct digit a wave
     # (KernelBuilder.count grouped: match.any, sm_90a only; a wave's scores share one or two
@@ -298,8 +299,11 @@ class IndexScore(Stage):
     # Hopper: before the queries' wait (a job waits ~6 us for them in index_scoring, v55),
     # the first warm_first pages of each entry the job scores are asked of the L2 (a bulk
     # prefetch a page from wave 0, the block-table entry loaded for it), so the first steps'
-    # ring loads and `locate`s find them there instead of in DRAM. 0: off (unmeasured), a
-    # tunable (--tune ix_score.warm_first=N, N <= a wave's lanes)
+    # ring loads and `locate`s find them there instead of in DRAM. Exact, no faster (H100,
+    # index_scoring r8 512K, A/B in one process, bench/NOTES.md v57: W1 0.987 in one round,
+    # then W1 / W2 1.000 / 0.998 in two; 128K W1's timeline: every job's p0 waits for the
+    # queries ~1 us after the last q job ends, its ring's first loads not the long pole).
+    # 0: off, a tunable (--tune ix_score.warm_first=N, N <= a wave's lanes)
     warm_first = 0
     # When a step's ring slot is refilled (`_pipeline`): "off" (default) before the step
     # computes, so step t + depth's loads are in flight during step t's chain; "narrow" (the
