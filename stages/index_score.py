@@ -153,7 +153,7 @@ class IndexScore(Stage):
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
                 "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records",
-                "warm_first", "tails_last")
+                "warm_first", "tails_last", "waits_aside")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -418,6 +418,18 @@ class IndexScore(Stage):
     # fused index r8 at 512K W1, A/B in one process, two device calls (bench/NOTES.md v38):
     # 107.5 -> 106.7 us and 107.4 -> 106.0; index_scoring r8 W1 64.1 -> 63.6
     nb_first = None
+    # Hopper, the waits beside the plan: waves 1 .. W - 1 wait for the job's inputs (wave 1
+    # ix_nb, the others the q heads) while wave 0 builds the job's plan (positions, block
+    # tables: three dependent round trips), then the CTA's barrier and its agreement on a
+    # failed wait (Mailbox's contract: a wave that did not wait sees the data through the
+    # barrier after the waves that did). Why: the jobs the schedule starts behind an ix_q /
+    # ix_key job on their CTA find their inputs ready, and spent ~3.7 us from their start to
+    # the queries' wait's end (H100, index_scoring r8 128K W1: jobs 1-5 reach p0 at 14.3-14.6
+    # us from starts at 10.5-10.7, and end 29.4-30.1 against the others' 26.4-28.1;
+    # bench/NOTES.md v57), five round trips one after the other. Off until timed
+    # (--tune ix_score.waits_aside=1); only with share_pages (its barrier after the plan)
+    # and more than 2 waves (sm_90a's wgmma scoring has whole warpgroups)
+    waits_aside = False
 
     @property
     def hist_slots(self) -> int:
@@ -669,18 +681,21 @@ class IndexScore(Stage):
         tab = k.lds("ix_plan", i32, self.plan_entries * self.PW)
         hist = k.lds("ix_hist", u32, self.hist_words)
         counters = k.lds("ix_share", u32, counter_words(R)) if self.share_pages else None
+        aside = self.waits_aside and self.share_pages and k.W > 2
+        if aside:
+            with k.if_(k.wave_id().ne(0)):  # (wave 0 plans meanwhile)
+                self._wait_inputs(k, io, split=True)
         self._plan(k, io, job, tab, counters)
         if self.share_pages:  # the block tables are inputs: compared before the queries' wait
             if k.W > 1:
                 k.barrier()  # the plan, for every thread (its counters: after the next one)
+            if aside:  # a wave's failed wait, every wave's (the CTA's agreement's barriers)
+                io.env.cta_ok()
             count_divergent(self, k, io, tab, counters)
         if self.warm_first and p.wgmma:
             self._warm_first_pages(k, io, tab, counters)
-        if self.nb_first:
-            io.acquire("ix_nb")
-        wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)  # the q heads
-        if not self.nb_first:
-            io.acquire("ix_nb")
+        if not aside:
+            self._wait_inputs(k, io)
         io.env.phase(0)  # the q heads and the new keys are in
         self._cyc = CycleTally(k, io.env, self.TALLIES)
         nh = self.hist_slots * FIRST_DIGIT_BINS if self.segment_hist else 0
@@ -728,6 +743,28 @@ class IndexScore(Stage):
         with k.if_(w0 & io.ok):
             k.fence("release", "device")
         io.publish("score_done", job, k.const(1, u32), mask=w0 & _lane(k).eq(0))
+
+    def _wait_inputs(self, k, io, split=False):
+        """The job's two waits: ix_nb's counter (ix_key's release: the new keys, the head
+        weights' scales) and the q heads' pairs, in nb_first's order. `split` (waits_aside,
+        waves 1 .. W - 1 calling, W > 2): wave 1 takes ix_nb and the others the q heads,
+        both waits' round trips at once."""
+        p = self.p
+
+        def nb():
+            io.acquire("ix_nb")
+
+        def heads():
+            wait_flags(k, io, 0, p.heads, "ix_qdone", each_wave=True)
+        if split:
+            first = k.wave_id().eq(1)
+            with k.if_(first):
+                nb()
+            with k.if_(~first):
+                heads()
+            return
+        for wait in ((nb, heads) if self.nb_first else (heads, nb)):
+            wait()
 
     def _flush(self, k, io, tab, hist, counters=None):
         p = self.p

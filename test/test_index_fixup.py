@@ -18,12 +18,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from layouts.decode import decode
 from monokernel import interp
+from monokernel.link import LaunchFailed
 from monokernel.types import i32
 from stages.index_ref import make_inputs, request_layout
 from stages.index_score import IndexScore
 
-from test_index import PAGES, _launch, _run, check_launch
+from test_index import PAGES, SENTINEL, _launch, _run, check_launch
 
 # (rows, chip, requests [(rows, first position)], mode): new keys at page and segment edges,
 # several requests (rows whose new keys lie in other rows' ranges, other tables)
@@ -249,6 +251,46 @@ def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip,
         outs.append(_outputs(res))
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("waves", [8, 4])
+@pytest.mark.parametrize("requests,mode", [([(1, 0), (2, 63), (4, 2045), (1, 100)], "random"),
+                                           ([(8, 2043)], "relaxed")], ids=["mixed", "w1"])
+def test_the_waits_beside_the_plan_give_the_same_bits(requests, mode, waves):
+    """IndexScore.waits_aside (sm_90a, share_pages): waves 1 .. W - 1 wait for ix_nb and the
+    q heads while wave 0 plans, wave 0 reading the queries through the CTA's barrier after
+    them (the relaxed interpreter checks that order). Bit-identical to the waits after the
+    plan, within check_launch's checks (8 waves, and 4: one warpgroup a chain)."""
+    outs = []
+    for aside in (False, True):
+        L = _launch(8, "sm_90a", waves=waves)
+        next(s for s in L.stages if isinstance(s, IndexScore)).waits_aside = aside
+        inp = make_inputs(L.plan, np.random.default_rng(waves + 3), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=6)
+        check_launch(L, inp, res)
+        outs.append(_outputs(res))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("aside", [False, True])
+def test_a_missing_q_head_fails_the_scoring_and_writes_no_score(aside, monkeypatch):
+    """No ix_q job publishes its pair: every scoring job's wait times out, the error names
+    ix_score and the q heads' pairs, and no score is written, also with waits_aside, where
+    wave 0 never polls them itself (the CTA's agreement after the plan masks its stores)."""
+    import stages.index_proj as index_proj
+    real = index_proj.publish_done
+    monkeypatch.setattr(index_proj, "publish_done", lambda k, io, name, index: None
+                        if name == "ix_qdone" else real(k, io, name, index))
+    L = _launch(8, "sm_90a", poll_bound=64)
+    next(s for s in L.stages if isinstance(s, IndexScore)).waits_aside = aside
+    inp = make_inputs(L.plan, np.random.default_rng(4), [(8, 2043)], cache_pages=PAGES)
+    arena = L.new_arena()
+    with pytest.raises(LaunchFailed, match=r"stage 'ix_score' job \d+ .*ix_qdone") as e:
+        _run(L, inp, mode="random", seed=2, arena=arena)
+    assert e.value.stage == "ix_score"
+    scores = np.asarray(decode(L.arena, arena, "scores"))
+    assert (scores.view(np.uint32) == SENTINEL).all()
 
 
 @pytest.mark.parametrize("chip,first", [("sm_90a", True), ("gfx950", False), ("gfx942", False)])
