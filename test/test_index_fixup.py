@@ -234,6 +234,21 @@ def test_the_fused_index_selects_exactly_with_the_cached_new_keys():
     assert np.array_equal(out[0], out[1])
 
 
+def _same_bits_either_way(attr, rows, chip, requests, mode, rng_seed, seed, **launch_kw):
+    """The scoring with IndexScore's `attr` off and on, on the same inputs: each within
+    check_launch's checks, the scores and histograms bit-identical."""
+    outs = []
+    for on in (False, True):
+        L = _launch(rows, chip, **launch_kw)
+        setattr(next(s for s in L.stages if isinstance(s, IndexScore)), attr, on)
+        inp = make_inputs(L.plan, np.random.default_rng(rng_seed), requests, cache_pages=PAGES)
+        res = _run(L, inp, mode=mode, seed=seed)
+        check_launch(L, inp, res)
+        outs.append(_outputs(res))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("rows,chip,requests,mode", CASES,
                          ids=[f"r{c[0]}-{c[1]}-{c[3]}" for c in CASES])
 def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip, requests,
@@ -241,16 +256,7 @@ def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip,
     """IndexScore.nb_first (ix_nb's acquire before the q heads' wait, sm_90a's default since
     v38): the same scores and histograms, bit for bit, as the other order, within
     check_launch's checks, with the fix-up (AMD's default) and without it (sm_90a's)."""
-    outs = []
-    for first in (False, True):
-        L = _launch(rows, chip)
-        next(s for s in L.stages if isinstance(s, IndexScore)).nb_first = first
-        inp = make_inputs(L.plan, np.random.default_rng(rows + 7), requests, cache_pages=PAGES)
-        res = _run(L, inp, mode=mode, seed=5)
-        check_launch(L, inp, res)
-        outs.append(_outputs(res))
-    for a, b in zip(*outs):
-        np.testing.assert_array_equal(a, b)
+    _same_bits_either_way("nb_first", rows, chip, requests, mode, rows + 7, 5)
 
 
 @pytest.mark.parametrize("waves", [8, 4])
@@ -261,16 +267,8 @@ def test_the_waits_beside_the_plan_give_the_same_bits(requests, mode, waves):
     q heads while wave 0 plans, wave 0 reading the queries through the CTA's barrier after
     them (the relaxed interpreter checks that order). Bit-identical to the waits after the
     plan, within check_launch's checks (8 waves, and 4: one warpgroup a chain)."""
-    outs = []
-    for aside in (False, True):
-        L = _launch(8, "sm_90a", waves=waves)
-        next(s for s in L.stages if isinstance(s, IndexScore)).waits_aside = aside
-        inp = make_inputs(L.plan, np.random.default_rng(waves + 3), requests, cache_pages=PAGES)
-        res = _run(L, inp, mode=mode, seed=6)
-        check_launch(L, inp, res)
-        outs.append(_outputs(res))
-    for a, b in zip(*outs):
-        np.testing.assert_array_equal(a, b)
+    _same_bits_either_way("waits_aside", 8, "sm_90a", requests, mode, waves + 3, 6,
+                          waves=waves)
 
 
 @pytest.mark.parametrize("aside", [False, True])
