@@ -426,9 +426,12 @@ class IndexScore(Stage):
     # ix_key job on their CTA find their inputs ready, and spent ~3.7 us from their start to
     # the queries' wait's end (H100, index_scoring r8 128K W1: jobs 1-5 reach p0 at 14.3-14.6
     # us from starts at 10.5-10.7, and end 29.4-30.1 against the others' 26.4-28.1;
-    # bench/NOTES.md v57), five round trips one after the other. Off until timed
-    # (--tune ix_score.waits_aside=1); only with share_pages (its barrier after the plan)
-    # and more than 2 waves (sm_90a's wgmma scoring has whole warpgroups)
+    # bench/NOTES.md v57), five round trips one after the other. Exact (top-k through the
+    # fused index on the H200) but no gain where it counts: H200, A/B in one process (v57),
+    # index_scoring r8 128K W1 / W2 0.987 / 0.984, 512K 0.997 / 0.981, the fused index r8
+    # 512K W1 / W2 1.014 / 1.003 (two rounds). Off, a tunable (--tune ix_score.waits_aside=1);
+    # only with share_pages (its barrier after the plan) and more than 2 waves (sm_90a's
+    # wgmma scoring has whole warpgroups)
     waits_aside = False
 
     @property
