@@ -153,7 +153,7 @@ class IndexScore(Stage):
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
                 "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records",
-                "warm_first", "tails_last", "waits_aside")
+                "warm_first", "tails_last", "waits_aside", "lean_plan")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -433,6 +433,14 @@ class IndexScore(Stage):
     # only with share_pages (its barrier after the plan) and more than 2 waves (sm_90a's
     # wgmma scoring has whole warpgroups)
     waits_aside = False
+    # share_pages' plan with one round trip fewer and no empty comparison: each row's page 0
+    # loaded beside its position (the runs' page 0 then a lane swap, not a load after the
+    # runs are known), and the page comparison's loop skipped when the job has no super
+    # entry (W1; unrelated requests). Why: the late starters' stretch before the queries'
+    # wait (bench/NOTES.md v57, H200 probe: the plan ~2700 clocks, three dependent round
+    # trips; the comparison ~800 over 8 empty entries). Off until timed
+    # (--tune ix_score.lean_plan=1)
+    lean_plan = False
 
     @property
     def hist_slots(self) -> int:

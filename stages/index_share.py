@@ -172,11 +172,13 @@ def plan_shared(st, k, io, job, tab, counters):
         raise ValueError(f"ix_score: share_pages plans {E} entries a lane of a {k.L}-lane "
                          f"wave: {R} rows are too many")
     with k.if_(k.wave_id().eq(0)):
+        if st.lean_plan:  # every row's page 0 beside its position (one round trip fewer)
+            own0 = k.load(a.block_table, k.min(_lane(k), R - 1) * MP, i32)
         lane, one, z0, valid, li, pos, n, start, zero = plan_runs(st, k, a)
         last = li + n - 1
         starti = k.select(start, one, z0)
         # the previous run starts n rows before iff it is a run of n rows (adjacent, then)
-        page0 = k.load(a.block_table, last * MP, i32)
+        page0 = k.shuffle(own0, last) if st.lean_plan else k.load(a.block_table, last * MP, i32)
         prv = k.max(lane - n, 0)
         link = (start & (lane >= n) & k.shuffle(starti, prv).eq(1) & k.shuffle(n, prv).eq(n)
                 & k.shuffle(pos, prv).eq(pos) & k.shuffle(page0, prv).eq(page0))
@@ -257,7 +259,17 @@ def _segment_cost(k, p, pairs):
 
 def count_divergent(st, k, io, tab, counters):
     """Every thread: the super entries' pages compared across their runs' tables, a
-    mismatch counted into the entry's LDS counter (read after the next CTA barrier)."""
+    mismatch counted into the entry's LDS counter (read after the next CTA barrier). With
+    lean_plan the loop runs only where the plan has a super entry (its word is read after
+    the plan's barrier)."""
+    if st.lean_plan:
+        with k.if_(k.load(counters, supers_word(st.p.rows), u32).ne(0)):
+            _compare_pages(st, k, io, tab, counters)
+        return
+    _compare_pages(st, k, io, tab, counters)
+
+
+def _compare_pages(st, k, io, tab, counters):
     p = st.p
     a = io.args
     R, MP = p.rows, p.max_pages

@@ -53,15 +53,15 @@ def _w2(p, rng, rows, pos=POS):
     return req, request_layout(replace(p, cache_pages=PAGES), rng, req, shared=True)
 
 
-def _run_counting(L, inp, mode):
-    """The run and its e4m3 wgmmas by N (a warp's issue each)."""
+def _run_counting(L, inp, mode, by_cta=False):
+    """The run and its e4m3 wgmmas by N (a warp's issue each); `by_cta`: by (CTA, N)."""
     seen = Counter()
     orig = interp.Wave.op_wgmma
 
     def counting(self, op):
         at = op.attrs["atom"]
         if "e4m3" in at.name:
-            seen[at.n] += 1
+            seen[(self.cta, at.n) if by_cta else at.n] += 1
         return orig(self, op)
     interp.Wave.op_wgmma = counting
     try:
@@ -163,6 +163,37 @@ def test_the_wgmmas_are_those_the_host_plan_implies(rows, layout, mode):
         check_launch(L, inp, res)
         assert seen == expected_issues(p, *lay, share, tail_rows, last), \
             (share, tail_rows, last, seen)
+
+
+@pytest.mark.parametrize("rows,layout,mode", [(8, "w2", "relaxed"), (8, "diverged", "inorder"),
+                                              (8, "unrelated", "random"),
+                                              (4, "diverged", "relaxed")])
+def test_the_lean_plan_scores_as_the_plan_does(rows, layout, mode):
+    """IndexScore.lean_plan (each row's page 0 loaded beside its position, the comparison
+    skipped without a super entry): the same plan, so each CTA's wgmmas by N as without it
+    (a super group formed where page 0 differs would be found diverged and scored right,
+    but split otherwise), the totals the host model's, and the same scores and histograms,
+    bit for bit; W2 (super entries that agree), a diverged table (they disagree) and
+    unrelated requests (none) among the cases."""
+    make = {"w2": _w2, "diverged": _diverged, "unrelated": _unrelated}[layout]
+    out = {}
+    for lean in (False, True):
+        L, st = _scoring(rows, "sm_90a", True)
+        st.lean_plan = lean
+        rng = np.random.default_rng([rows, len(layout), 3])
+        req, lay = make(L.plan, rng, rows)
+        inp = make_inputs(L.plan, rng, req, cache_pages=PAGES, layout=lay)
+        res, seen = _run_counting(L, inp, mode, by_cta=True)
+        check_launch(L, inp, res)
+        by_n = Counter()
+        for (_, n), c in seen.items():
+            by_n[n] += c
+        assert by_n == expected_issues(L.plan, *lay, True, False, st.tails_last), (lean, by_n)
+        out[lean] = (res.regions["scores"].view(np.uint32).copy(),
+                     res.regions["score_hist"].copy(), seen)
+    assert np.array_equal(out[True][0], out[False][0])
+    assert np.array_equal(out[True][1], out[False][1])
+    assert out[True][2] == out[False][2], "lean_plan: another split"
 
 
 @pytest.mark.parametrize("chip,rows,layout,mode", [("gfx950", 8, "w2", "relaxed"),
