@@ -9,6 +9,10 @@
 #           W1 / W2, the fused index r8 512K W1 / W2; timelines of index_scoring r8 128K with
 #           their jobs (calls 4 and 5, ~430 s; call 4's pre-wait tallies came from a local
 #           probe build, not this tree's)
+#   PART=l: prepared for the next session, not run: the plan with one round trip fewer and
+#           no empty comparison (ix_score.lean_plan=1), alone and with waits_aside, against
+#           the defaults: index_scoring r8 128K / 512K W1 / W2, the fused index r8 128K W2
+#           and 512K W1 / W2; top-k through the fused index with it (~450 s)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-24}
 packed_logs "v57${PART:-t}"
@@ -22,6 +26,14 @@ OUT=$LOGS step tails_index 150 $TL --kind index --rows 8 --pos 131071 --workload
     --versus ix_score.tails_last=0 --rounds 2; pack
 OUT=$LOGS step topk 60 python3 -m tools.check_topk --through index --config glm5 \
     --pos 131071 --rows 8,4 --workload W2 --backend cuda; pack
+elif [ "${PART}" = l ]; then
+OUT=$LOGS step lean 240 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
+    --workload W1,W2 --versus ix_score.lean_plan=1 \
+    --also ix_score.lean_plan=1,ix_score.waits_aside=1 --rounds 2; pack
+OUT=$LOGS step lean_index 150 $TL --kind index --rows 8 --pos 131071,524287 --workload W2 \
+    --versus ix_score.lean_plan=1 --rounds 2; pack
+OUT=$LOGS step topk 60 python3 -m tools.check_topk --through index --config glm5 \
+    --pos 131071 --rows 8 --workload W1,W2 --backend cuda --tune ix_score.lean_plan=1; pack
 else
 for w in W1 W2; do
 OUT=$LOGS step tl_128k_$w 60 $TL --kind index_scoring --rows 8 --pos 131071 --workload $w \
