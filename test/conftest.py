@@ -32,6 +32,13 @@ VARIANT_TESTS = {
     ),
     "test_select_tail_rows.py": (
         "test_every_distribution_selects_what_the_rounds_select",  # tail_max_per_slice
+        "test_every_distribution_by_key_count_selects_what_the_rounds_select",  # tail_min_keys
+    ),
+    "test_front.py": (
+        "test_tagged_partial_sums_give_the_same_bits",  # tagged_parts
+    ),
+    "test_index_fixup.py": (
+        "test_the_waits_beside_the_plan_give_the_same_bits",  # waits_aside
     ),
     "test_group_max.py": (
         "test_one_request_of_eight_rows_writes_every_groups_maximum",  # memory modes
@@ -50,6 +57,7 @@ VARIANT_TESTS = {
         "test_one_pair_alternating_scores_are_bit_identical_to_chain_wait_epilogue",
         "test_pipelined_scores_are_bit_identical_to_the_one_chain_path",
         "test_keys_through_tma_give_the_same_bits",  # tma keys
+        "test_warm_first_asks_for_the_first_pages_read",  # warm_first
     ),
 }
 

@@ -262,12 +262,10 @@ def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip,
 MIXED = [(1, 0), (2, 63), (4, 2045), (1, 100)]
 
 
-# (waits_aside is measured and kept off: the default run keeps one case, `-m slow` the rest)
-@pytest.mark.parametrize("requests,mode,waves", [
-    pytest.param([(8, 2043)], "relaxed", 8, id="w1-8"),
-    pytest.param([(8, 2043)], "relaxed", 4, id="w1-4", marks=pytest.mark.slow),
-    pytest.param(MIXED, "random", 8, id="mixed-8", marks=pytest.mark.slow),
-    pytest.param(MIXED, "random", 4, id="mixed-4", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("requests,mode,waves", [([(8, 2043)], "relaxed", 8),
+                                                 ([(8, 2043)], "relaxed", 4),
+                                                 (MIXED, "random", 8), (MIXED, "random", 4)],
+                         ids=["w1-8", "w1-4", "mixed-8", "mixed-4"])
 def test_the_waits_beside_the_plan_give_the_same_bits(requests, mode, waves):
     """IndexScore.waits_aside (sm_90a, share_pages): waves 1 .. W - 1 wait for ix_nb and the
     q heads while wave 0 plans, wave 0 reading the queries through the CTA's barrier after
