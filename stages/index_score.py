@@ -142,6 +142,14 @@ def _record_parts(sources, piece_words):
     return list(parts.values())
 
 
+def _store_or_defer(k, stores, buf, index, value, mask):
+    """An LDS store made now, or appended to `stores` (when a list) to be made later."""
+    if stores is None:
+        k.store(buf, index, value, mask=mask)
+    else:
+        stores.append((buf, index, value, mask))
+
+
 class IndexScore(Stage):
     """Scores of every visible cached key (module doc)."""
     name = "ix_score"
@@ -1365,7 +1373,8 @@ class IndexScore(Stage):
         # them, so the staging waits for one round of loads, not three
         if not self.query_records:
             self._query_words(k, io, bufs, cb)
-        stores = []  # the weights' (buffer, index, value, mask)
+        # the weights' stores (buffer, index, value, mask), made after the queries' loads
+        stores = [] if self.query_records else None
         # weights: wl[(row * 4 + t) * NH + jj] = w[row, head of thread t's jj-th column]
         NH = HP // 4
         heads_t = self._wg_heads()
@@ -1381,17 +1390,13 @@ class IndexScore(Stage):
             v = self._head_weight(k, io, k.min(row, R - 1), k.min(head, H - 1), mask=mm)
             if self.bf16_head_sum:  # the one-pair chains' FMAs take bf16 weights too
                 v = k.cast(k.cast(v, bf16), f32)
-            if self.query_records:
-                stores.append((wl, k.min(i, R * 4 * NH - 1), v, m))
-            else:
-                k.store(wl, k.min(i, R * 4 * NH - 1), v, mask=m)
+            _store_or_defer(k, stores, wl, k.min(i, R * 4 * NH - 1), v, m)
         out = dict(wl=wl, NH=NH)
         if self.bf16_head_sum:
-            out["sum_desc"], out["sum_lds"], words = self._stage_sum_weights(k, io)
-            stores += words
+            out["sum_desc"], out["sum_lds"] = self._stage_sum_weights(k, io, stores)
         if self.query_records:
             self._query_records(k, io, bufs, cb)
-        for buf, index, value, mask in stores:
+        for buf, index, value, mask in stores or ():
             k.store(buf, index, value, mask=mask)
         descs = {name: [at.smem_descriptor(k.lds_offset(name) + c * cb)
                         for c in range(T.chunks)] for name, _ in layouts}
@@ -1477,15 +1482,14 @@ class IndexScore(Stage):
                 k.store(qs, (column_bytes(nn) + off) // WORD_BYTES, zeros,
                         mask=(i0 + tid) < items)
 
-    def _stage_sum_weights(self, k, io):
+    def _stage_sum_weights(self, k, io, stores=None):
         """The head-sum wgmma's B (`head_sum` "mma"): K = (R + 1) x HP (row, head) by N = 8
         (rows), W[(r, h), n] = bf16(w[r, h]) if n == r else 0, K-major without swizzle at
         SUM_ATOM's LBO (the 8 x 8 core matrices of successive K back to back, one column block):
         byte (kk // CK) * LBO + n * CORE_ROW_BYTES + (kk % CK) * 2, CK = SUM_CORE_K. A chain
         starting at row ra reads it from K = ra x HP on, so D's column n is row n's sum.
-        Returns the descriptor of K = 0, the words (sum_mma "sync" loads its fragments) and
-        the stores left to make ((buffer, index, value, mask): with query_records, after the
-        queries' loads; else none, made here)."""
+        Returns the descriptor of K = 0 and the words (sum_mma "sync" loads its fragments);
+        `stores`: a list to append the stores to (_store_or_defer) instead of making them."""
         p, at = self.p, self.SUM_ATOM
         R, H, HP = p.rows, p.heads, p.heads_pad
         ck, lbo_words = self.SUM_CORE_K, at.b_smem.lbo // WORD_BYTES
@@ -1494,7 +1498,6 @@ class IndexScore(Stage):
         tid = _tid(k)
         Tn = k.W * k.L
         ws = k.lds("ix_wsum", u32, words)
-        stores = []
         wpr = CORE_ROW_BYTES // WORD_BYTES  # words a core-matrix row (CK bf16 of K)
         for i0 in range(0, words, Tn):
             wd = i0 + tid
@@ -1508,13 +1511,9 @@ class IndexScore(Stage):
                 h = h0 + d
                 v = self._head_weight(k, io, k.min(row, R - 1), k.min(h, H - 1), mask=on & (h < H))
                 half.append(k.cast(k.bitcast(k.cast(v, bf16), u16), u32))
-            at_word = k.min(wd, words - 1)
-            word = half[0] | (half[1] << BF16_SHIFT)
-            if self.query_records:
-                stores.append((ws, at_word, word, m))
-            else:
-                k.store(ws, at_word, word, mask=m)
-        return at.smem_descriptor(k.lds_offset("ix_wsum")), ws, stores
+            _store_or_defer(k, stores, ws, k.min(wd, words - 1),
+                            half[0] | (half[1] << BF16_SHIFT), m)
+        return at.smem_descriptor(k.lds_offset("ix_wsum")), ws
 
     def _sum_slots(self):
         """[(key half hk, column offset)] of the head-sum D's slots: slot i of lane (warp w,

@@ -71,6 +71,11 @@ def _run_counting(L, inp, mode, by_cta=False):
     return res, seen
 
 
+def _bits(res):
+    """A scoring run's scores (their bits) and first-digit histograms, copied."""
+    return res.regions["scores"].view(np.uint32).copy(), res.regions["score_hist"].copy()
+
+
 def expected_issues(p, pos, bt, share, tail_rows=False, tails_last=False):
     """The e4m3 wgmma issues (warp issues by N) the plan implies, from the host model
     (score_runs): a step is a 64-key page; a group of all the plan's pairs runs one chain
@@ -189,8 +194,7 @@ def test_the_lean_plan_scores_as_the_plan_does(rows, layout, mode):
         for (_, n), c in seen.items():
             by_n[n] += c
         assert by_n == expected_issues(L.plan, *lay, True, False, st.tails_last), (lean, by_n)
-        out[lean] = (res.regions["scores"].view(np.uint32).copy(),
-                     res.regions["score_hist"].copy(), seen)
+        out[lean] = (*_bits(res), seen)
     assert np.array_equal(out[True][0], out[False][0])
     assert np.array_equal(out[True][1], out[False][1])
     assert out[True][2] == out[False][2], "lean_plan: another split"
@@ -212,7 +216,7 @@ def test_the_mfma_tilings_score_shared_pages_within_the_checks(chip, rows, layou
         inp = make_inputs(p, rng, req, cache_pages=PAGES, layout=lay)
         res = _run(L, inp, mode=mode, seed=3)
         check_launch(L, inp, res)
-        out[share] = (res.regions["scores"].view(np.uint32).copy(), res.regions["score_hist"].copy())
+        out[share] = _bits(res)
     assert np.array_equal(out[True][0], out[False][0])
     assert np.array_equal(out[True][1], out[False][1])
 
@@ -350,8 +354,7 @@ def test_tails_last_gives_the_same_bits(rows, layout, mode):
         inp = make_inputs(L.plan, rng, req, cache_pages=PAGES, layout=lay)
         res = _run(L, inp, mode=mode, seed=4)
         check_launch(L, inp, res)
-        out[last] = (res.regions["scores"].view(np.uint32).copy(),
-                     res.regions["score_hist"].copy())
+        out[last] = _bits(res)
     assert np.array_equal(out[True][0], out[False][0])
     assert np.array_equal(out[True][1], out[False][1])
 
