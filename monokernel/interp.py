@@ -75,6 +75,7 @@ class Wave:
         self.async_committed = 0
         self.async_retired = 0
         self.lane = np.arange(self.L, dtype=np.int32)[:, None]
+        self.rules: dict = {}  # opcode -> this wave's bound op_* method, looked up once
 
     # --------------------------------------------------------------- value access
     def get(self, v):
@@ -90,27 +91,35 @@ class Wave:
         return x
 
     def put(self, v, x: np.ndarray):
+        rows = 1 if v.uniform else self.L
+        dt = v.dtype.np
+        if type(x) is np.ndarray and x.shape == (rows, v.n) and x.dtype == dt and \
+                x.flags.c_contiguous:  # the common case, as np.ascontiguousarray would keep it
+            self.env[v.id] = x
+            return
         x = np.asarray(x)
         if x.ndim == 0:
             x = x.reshape(1, 1)
         elif x.ndim == 1:
             x = x[:, None]
-        rows = 1 if v.uniform else self.L
         if x.shape[0] != rows:
             x = np.broadcast_to(x, (rows, x.shape[1]))
         if x.shape[1] != v.n:
             x = np.broadcast_to(x, (x.shape[0], v.n))
-        self.env[v.id] = np.ascontiguousarray(x, dtype=v.dtype.np)
+        self.env[v.id] = np.ascontiguousarray(x, dtype=dt)
 
     # --------------------------------------------------------------- execution
     def execute(self):
         yield from self.block(self.run.kernel.body)
 
     def block(self, blk):
+        rules = self.rules
         for op in blk.ops:
-            h = getattr(self, "op_" + op.opcode, None)
+            h = rules.get(op.opcode)
             if h is None:
-                raise InterpError(f"interpreter has no rule for {op.opcode}")
+                h = rules[op.opcode] = getattr(self, "op_" + op.opcode, None)
+                if h is None:
+                    raise InterpError(f"interpreter has no rule for {op.opcode}")
             r = h(op)
             if r is not None:
                 yield from r
@@ -217,10 +226,9 @@ class Wave:
 
     # arithmetic
     def _bin(self, op, f):
-        a, b = self.get(op.args[0]), self.get(op.args[1])
-        with np.errstate(all="ignore"):
-            r = f(a, b)
-        self.put(op.result, np.asarray(r).astype(op.result.dtype.np, copy=False))
+        # (floating-point warnings are off for the whole run: `run`'s errstate, entered
+        # once rather than once an op)
+        self.put(op.result, f(self.get(op.args[0]), self.get(op.args[1])))
 
     def op_add(self, op): self._bin(op, np.add)
     def op_sub(self, op): self._bin(op, np.subtract)
@@ -1263,7 +1271,8 @@ def run(kernel: Kernel, args: dict, *, grid: int = 1, mode: str = "inorder", see
     r = Run(kernel, args, grid, mode, seed, on_stall, max_steps)
     if prefetched is not None:
         r.prefetched = {}
-    r.execute()
+    with np.errstate(all="ignore"):  # the kernel's float ops are IEEE: inf / NaN, no warning
+        r.execute()
     if prefetched is not None:
         by_index = {(int(r.arg_values[s.name]) >> 40) - 1: s.name
                     for s in kernel.abi.slots if isinstance(s.kind, Ptr)}

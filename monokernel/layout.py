@@ -26,12 +26,16 @@ Conventions (the same as CuTe's):
 """
 from __future__ import annotations
 
+import functools
 from math import prod
 from typing import Union
 
 import numpy as np
 
 IntTuple = Union[int, tuple]
+# distinct layouts whose tables `tabulate` keeps: every atom's operand maps and shared-memory
+# tilings of a build fit many times over (a few dozen)
+TABULATE_CACHE_LAYOUTS = 1024
 
 
 # ------------------------------------------------------------------------- int tuples
@@ -349,7 +353,14 @@ def right_inverse(a: Layout) -> Layout:
 
 def tabulate(layout: Layout) -> np.ndarray:
     """numpy array T of the layout's values with T[c0, c1, ...] = layout(c0, c1, ...),
-    one axis per top-level mode, each indexed by that mode's 1-D (colexicographic) index."""
+    one axis per top-level mode, each indexed by that mode's 1-D (colexicographic) index.
+    Read-only and computed once a layout: the interpreter asks for an MMA atom's lane maps
+    on every mma it runs (a tenth of a fused-index test's time before the cache)."""
+    return _tabulated(layout)
+
+
+@functools.lru_cache(maxsize=TABULATE_CACHE_LAYOUTS)
+def _tabulated(layout: Layout) -> np.ndarray:
     n = layout.size()
     idx = np.arange(n, dtype=np.int64)
     val = np.zeros(n, dtype=np.int64)
@@ -358,5 +369,7 @@ def tabulate(layout: Layout) -> np.ndarray:
         val += ((idx // p) % s) * d
         p *= s
     dims = (size(layout.shape),) if is_int(layout.shape) else tuple(size(m) for m in layout.shape)
-    return val.reshape(dims, order="F")
+    table = val.reshape(dims, order="F")
+    table.flags.writeable = False  # shared by every caller of the cache
+    return table
 

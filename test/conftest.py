@@ -66,16 +66,20 @@ VARIANT_TESTS = {
 def pytest_collection_modifyitems(config, items):
     """Variant tests (VARIANT_TESTS): every case past a test's first is marked slow; GPU and
     emulator tests skip (visibly, with a reason) where their machine is absent."""
-    seen, files = set(), set()
+    seen, modules = set(), {}
     for item in items:
         fn, base = getattr(item, "originalname", item.name), os.path.basename(str(item.fspath))
-        files.add(base)
+        if getattr(item, "module", None) is not None:
+            modules[base] = item.module
         if fn in VARIANT_TESTS.get(base, ()):
             if fn in seen:
                 item.add_marker(pytest.mark.slow)
             seen.add(fn)
-    missing = {n for f in files for n in VARIANT_TESTS.get(f, ())} - seen
-    if missing:  # a renamed test would silently run every case again
+    # a renamed test would silently run every case again: each name must be a test function
+    # of its module (not merely collected: a run of one test collects the others of no file)
+    missing = {n for f, m in modules.items() for n in VARIANT_TESTS.get(f, ())
+               if not callable(getattr(m, n, None))}
+    if missing:
         raise pytest.UsageError(f"conftest.VARIANT_TESTS names no such test: {sorted(missing)}")
     _skip_absent_machines(items)
 
