@@ -91,9 +91,9 @@ class Wave:
         return x
 
     def put(self, v, x: np.ndarray):
-        rows = 1 if v.uniform else self.L
-        dt = v.dtype.np
-        if type(x) is np.ndarray and x.shape == (rows, v.n) and x.dtype == dt and \
+        t = v.type
+        rows, n, dt = 1 if t.uniform else self.L, t.n, t.dtype.np
+        if type(x) is np.ndarray and x.shape == (rows, n) and x.dtype == dt and \
                 x.flags.c_contiguous:  # the common case, as np.ascontiguousarray would keep it
             self.env[v.id] = x
             return
@@ -104,8 +104,8 @@ class Wave:
             x = x[:, None]
         if x.shape[0] != rows:
             x = np.broadcast_to(x, (rows, x.shape[1]))
-        if x.shape[1] != v.n:
-            x = np.broadcast_to(x, (x.shape[0], v.n))
+        if x.shape[1] != n:
+            x = np.broadcast_to(x, (x.shape[0], n))
         self.env[v.id] = np.ascontiguousarray(x, dtype=dt)
 
     # --------------------------------------------------------------- execution
@@ -264,7 +264,11 @@ class Wave:
     def _shift_amount(self, op):
         b = self.get(op.args[1])
         bits = op.result.dtype.bits
-        if (b < 0).any() or (b >= bits).any():
+        if b.size == 1:  # (most shifts are by a constant: one compare, not two reductions)
+            bad = not 0 <= int(b[0, 0]) < bits
+        else:
+            bad = bool((b < 0).any() or (b >= bits).any())
+        if bad:
             raise InterpError(f"shift by {int(b.max())} of a {bits}-bit value in {op!r}")
         return b
 
@@ -373,7 +377,7 @@ class Wave:
 
     def _lds_index(self, addr, nbytes, what):
         size = self.run.lds_size
-        if (addr < 0).any() or (addr + nbytes > size).any():
+        if addr.size and (addr.min() < 0 or addr.max() + nbytes > size):
             raise MemoryFault(f"CTA {self.cta} wave {self.wave}: {what} of LDS byte "
                               f"{int(addr.max())} (+{nbytes}) outside the {size}-byte allocation")
         if (addr % access_alignment(nbytes)).any():
@@ -844,12 +848,14 @@ class Wave:
         if state[0] == need:  # complete: every waiter goes on, the next completion opens
             for w in state[1]:
                 self.run.named_waiting.discard(id(w))
+            self.run.waits_changed += 1
             self.run.named[(self.cta, bid)] = [0, []]
             return None
         if op.attrs["arrive"]:
             return None
         state[1].append(self)
         self.run.named_waiting.add(id(self))
+        self.run.waits_changed += 1
         return self._named_wait(bid)
 
     def _named_wait(self, bid):
@@ -1081,6 +1087,9 @@ class Run:
         # waiting for it]; a waiting wave is not runnable until the completion
         self.named: dict[tuple, list] = {}
         self.named_waiting: set[int] = set()
+        # bumped where a wave's runnability changes (a barrier's arrival or release, a named
+        # barrier's, a wave's exit): the scheduler's runnable list is rebuilt only then
+        self.waits_changed = 0
         self.prefetched: dict | None = None  # buffer index -> bytes' prefetch counts (run())
         # bulk copies into LDS (bulk_load_lds) and their mbarriers: per (CTA, LDS byte) the
         # barrier state {count, pending, tx, phase}; per CTA LDS byte, 0 or 1 + the index in
@@ -1178,9 +1187,12 @@ class Run:
         steps = 0
         cursor = 0
         randomised = self.mode != "inorder"
+        seen_changes = None
         while live:
-            runnable = [w for w in live if id(w) not in at_barrier[w.cta]
-                        and id(w) not in self.named_waiting]
+            if seen_changes != self.waits_changed:
+                seen_changes = self.waits_changed
+                runnable = [w for w in live if id(w) not in at_barrier[w.cta]
+                            and id(w) not in self.named_waiting]
             if not runnable:
                 self._stall(live, "every live wave waits at a barrier")
             if polling and len(polling) == len(runnable) and \
@@ -1208,6 +1220,7 @@ class Run:
                 ev = next(gens[id(w)])
             except StopIteration:
                 live.remove(w)
+                self.waits_changed += 1
                 polling.discard(id(w))
                 alive_in_cta[w.cta] -= 1
                 self._release_barrier(at_barrier, alive_in_cta, w.cta, live)
@@ -1216,6 +1229,7 @@ class Run:
                 raise type(e)(f"CTA {w.cta} wave {w.wave}: {e}") from None
             if ev == "barrier":
                 at_barrier[w.cta].add(id(w))
+                self.waits_changed += 1
                 polling.discard(id(w))
                 self._release_barrier(at_barrier, alive_in_cta, w.cta, live)
                 if not randomised:
@@ -1245,6 +1259,7 @@ class Run:
                 raise Stall(f"CTA {cta}: {exited} wave(s) exited while others wait at a barrier "
                             "(barriers must sit in CTA-uniform control flow)")
             at_barrier[cta].clear()
+            self.waits_changed += 1
 
     def _stall(self, live, why):
         waits = "; ".join(f"CTA {w.cta} wave {w.wave} waits on {w.wait_addr}" for w in live[:16])

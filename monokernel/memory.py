@@ -56,7 +56,7 @@ class Memory:
             bad = [hex(int(a)) for a in addrs[:4]]
             raise MemoryFault(f"{what}: address(es) {bad} outside the kernel's buffers")
         size = self.buffers[b].size
-        if (offs < 0).any() or (offs + nbytes > size).any():
+        if offs.min() < 0 or offs.max() + nbytes > size:
             worst = int(offs.max())
             raise MemoryFault(f"{what}: byte offset {worst} (+{nbytes}) outside buffer "
                               f"{self.names[b]!r} of {size} bytes")
