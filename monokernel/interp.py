@@ -1052,6 +1052,10 @@ LDS_POISON = 0xA5  # every LDS byte of every CTA when a run starts (a NaN-free, 
 
 
 class Run:
+    # tests: rebuild the runnable waves every step and fail where the kept list differs (a
+    # missed waits_changed bump); off, the list is rebuilt only on a bump
+    check_runnable = False
+
     def __init__(self, kernel: Kernel, args: dict, grid: int, mode: str, seed: int,
                  on_stall: str, max_steps: int):
         if mode not in MODES:
@@ -1189,10 +1193,13 @@ class Run:
         randomised = self.mode != "inorder"
         seen_changes = None
         while live:
-            if seen_changes != self.waits_changed:
-                seen_changes = self.waits_changed
-                runnable = [w for w in live if id(w) not in at_barrier[w.cta]
-                            and id(w) not in self.named_waiting]
+            if seen_changes != self.waits_changed or self.check_runnable:
+                fresh = [w for w in live if id(w) not in at_barrier[w.cta]
+                         and id(w) not in self.named_waiting]
+                if seen_changes == self.waits_changed and fresh != runnable:
+                    raise InterpError("the runnable waves changed with no waits_changed bump: "
+                                      "a path that blocks or frees a wave must bump it")
+                seen_changes, runnable = self.waits_changed, fresh
             if not runnable:
                 self._stall(live, "every live wave waits at a barrier")
             if polling and len(polling) == len(runnable) and \

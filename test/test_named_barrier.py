@@ -76,3 +76,48 @@ def test_bad_named_barriers_are_refused(kw, target, msg):
         k.named_barrier(kw["bid"], kw["waves"])
     with pytest.raises(DSLError, match=msg):
         build_kernel("bad", body, abi=ABI(out=Ptr(i32)), target=target, waves=4)
+
+
+# ------------------------------------------------------------------ the runnable-wave cache
+
+def _check_runnable(monkeypatch):
+    monkeypatch.setattr(interp.Run, "check_runnable", True)
+
+
+@pytest.mark.parametrize("mode,seed", [("random", 1), ("random", 2), ("relaxed", 3)])
+def test_the_kept_runnable_list_is_the_rebuilt_one(monkeypatch, mode, seed):
+    """The scheduler keeps its list of runnable waves between the bumps of waits_changed
+    (named barriers, CTA barriers, exits); rebuilt every step (Run.check_runnable) it is the
+    same list at every step: the turns kernel, and waves that leave the CTA barrier loop at
+    different times."""
+    _check_runnable(monkeypatch)
+    test_groups_take_strict_turns(mode, seed)
+
+    def body(k):
+        for _ in range(3):
+            k.store(k.args.out, k.cta_id() * 4 + k.wave_id(), k.wave_id(), mask=k.lane_id().eq(0))
+            k.barrier()
+        with k.if_(k.wave_id().eq(0)):  # wave 0 alone after the others have exited
+            for _ in range(3):
+                k.store(k.args.out, k.cta_id() * 4, k.const(7, i32), mask=k.lane_id().eq(0))
+    kern = build_kernel("exits", body, abi=ABI(out=Ptr(i32)), target="interp", waves=4,
+                        wave_size=32)
+    out = np.zeros(8, np.int32)
+    interp.run(kern, dict(out=out), grid=2, mode=mode, seed=seed)
+    assert out.tolist() == [7, 1, 2, 3] * 2
+
+
+def test_a_missed_bump_is_caught(monkeypatch):
+    """The negative control: a named barrier that frees or blocks waves without bumping
+    waits_changed leaves the kept list stale, which the check names."""
+    _check_runnable(monkeypatch)
+    named = interp.Wave.op_named_barrier
+
+    def no_bump(self, op):
+        before = self.run.waits_changed
+        r = named(self, op)
+        self.run.waits_changed = before
+        return r
+    monkeypatch.setattr(interp.Wave, "op_named_barrier", no_bump)
+    with pytest.raises(interp.InterpError, match="no waits_changed bump"):
+        _run("random", 1)
