@@ -198,3 +198,13 @@ def test_right_inverse_prefix(an):
     a, _ = an
     r = right_inverse(a)
     assert [a(r(i)) for i in range(r.size())] == list(range(r.size()))
+
+
+def test_tabulated_tables_are_shared_and_read_only():
+    """tabulate keeps one table a layout (the interpreter asks for an atom's lane maps on
+    every mma): equal layouts share it, and no caller can write into it."""
+    a, b = Layout((4, 8), (1, 4)), Layout((4, 8), (1, 4))
+    t = tabulate(a)
+    assert tabulate(b) is t and t.tolist() == [[i + 4 * j for j in range(8)] for i in range(4)]
+    with pytest.raises(ValueError, match="read-only"):
+        t[0, 0] = 1
