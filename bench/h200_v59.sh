@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# v59: v58's and v57's untimed leads in one call (bench/NOTES.md v59; a machine is scarce, so
-# one call holds both): the q projection in one round with the key jobs (launch.q_splits=2:
-# 64 q jobs of 128 KB + 24 key jobs = 88 on 132 CTAs, against 128 + 24 = 152, two rounds)
-# as B, the lean plan (ix_score.lean_plan=1, one round trip fewer) as C, both as D, against
-# the defaults: index_scoring r8 128K / 512K W1 / W2 (two rounds); the fused index r8 512K
-# W1 / W2 with B and D (one round); top-k through the fused index exact with both (~500 s)
+# v59 (bench/NOTES.md v59): the untimed leads of v57-v59 in one call (a machine is scarce):
+#   B launch.q_splits=2: 64 q jobs of 128 KB + 24 key jobs = 88 on 132 CTAs, one round,
+#     against 128 + 24 = 152 (v58: the second round's heads end last, ~1.3 us after ix_key)
+#   C launch.poll_backoff=8: every wait pauses 512 ns between polls, not 64 (v59's question:
+#     do ~1000 waiting warps polling the same few lines, ix_nb's counter and the q heads'
+#     pairs, slow the L2 slice they live on, and with it the handoffs (~1-1.6 us each) and
+#     the projections' loads?)
+#   D ix_score.lean_plan=1: the plan with one round trip fewer (v57, prepared in session 44)
+# index_scoring r8 128K / 512K W1 / W2 (two rounds); the fused index r8 512K W1 / W2 with B
+# and C (one round); the front r8 with C; top-k through the fused index exact with B and C
+# (~530 s)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-30}
 packed_logs v59
 TL="python3 -m tools.time_layers --config glm5 --backend cuda --reps 5"
 OUT=$LOGS step prelude 290 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
-    --workload W1,W2 --versus launch.q_splits=2 --also ix_score.lean_plan=1 \
-    --also launch.q_splits=2,ix_score.lean_plan=1 --rounds 2; pack
-OUT=$LOGS step prelude_index 150 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \
-    --versus launch.q_splits=2 --also launch.q_splits=2,ix_score.lean_plan=1 --rounds 1; pack
-OUT=$LOGS step topk 60 python3 -m tools.check_topk --through index --config glm5 \
+    --workload W1,W2 --versus launch.q_splits=2 --also launch.poll_backoff=8 \
+    --also ix_score.lean_plan=1 --rounds 2; pack
+OUT=$LOGS step prelude_index 140 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \
+    --versus launch.q_splits=2 --also launch.poll_backoff=8 --rounds 1; pack
+OUT=$LOGS step front 50 $TL --kind front --rows 8 --versus launch.poll_backoff=8 --rounds 2; pack
+OUT=$LOGS step topk 55 python3 -m tools.check_topk --through index --config glm5 \
     --pos 131071 --rows 8 --workload W1,W2 --backend cuda \
-    --tune launch.q_splits=2,ix_score.lean_plan=1; pack
+    --tune launch.q_splits=2,launch.poll_backoff=8; pack
 rm -rf "$LOGS"

@@ -1008,13 +1008,31 @@ class VarRef:
         return self.get()
 
 
+# The longest poll back-off, in the chip's shortest pauses: AMD's s_sleep takes 7 bits of
+# 64-clock units (ISA: SIMM16[6:0]), so SLEEP_UNITS * MAX_POLL_BACKOFF stays within 127
+MAX_POLL_BACKOFF = 127
+
+
+def check_poll_backoff(value, what: str) -> int:
+    """`value` if it is a poll back-off (an int in 1 .. MAX_POLL_BACKOFF), else a DSLError
+    naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not 1 <= value <= MAX_POLL_BACKOFF:
+        raise DSLError(f"{what}: poll_backoff {value!r} must be an int in 1 .. {MAX_POLL_BACKOFF}")
+    return value
+
+
 def build_kernel(name: str, fn, *, abi: ABI, target: str = "interp", waves: int = 1,
-                 wave_size: int | None = None, ctas_per_sm: int = 1, **params) -> ir.Kernel:
+                 wave_size: int | None = None, ctas_per_sm: int = 1, poll_backoff: int = 1,
+                 **params) -> ir.Kernel:
     """Run the kernel function `fn(k, **params)` and return the built IR kernel.
     `ctas_per_sm`: how many of its CTAs the kernel must fit per SM (a register bound on
-    sm_90a; a grid of more CTAs than SMs that are not persistent)."""
+    sm_90a; a grid of more CTAs than SMs that are not persistent). `poll_backoff`: the pause
+    between a polling loop's rounds in the chip's shortest pauses (ir.Kernel.poll_backoff),
+    1 .. MAX_POLL_BACKOFF."""
     if not isinstance(ctas_per_sm, int) or ctas_per_sm < 1:
         raise DSLError(f"kernel {name}: ctas_per_sm {ctas_per_sm!r} must be a positive int")
+    check_poll_backoff(poll_backoff, f"kernel {name}")
     b = KernelBuilder(name, abi, target, waves, wave_size)
     token = _builder.set(b)
     try:
@@ -1023,6 +1041,7 @@ def build_kernel(name: str, fn, *, abi: ABI, target: str = "interp", waves: int 
         _builder.reset(token)
     kern = b.finish()
     kern.ctas_per_sm = ctas_per_sm
+    kern.poll_backoff = poll_backoff
     try:
         verify(kern)
     except VerifyError as e:

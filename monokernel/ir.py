@@ -405,6 +405,11 @@ class Kernel:
     # CTAs the kernel is built to keep resident per SM (sm_90a: nvvm.minctasm, so ptxas keeps
     # the registers within 65536 / (ctas_per_sm * threads)); persistent kernels: 1
     ctas_per_sm: int = 1
+    # the pause between a polling loop's rounds, in the chip's shortest pauses (sm_90a:
+    # nanosleep of nvptx.BACKOFF_NS, AMD: s_sleep amdgcn.SLEEP_UNITS): 1, the default; more
+    # where many waves poll the same lines (--tune launch.poll_backoff=N; the interpreter
+    # has no clock and ignores it)
+    poll_backoff: int = 1
 
     @property
     def threads(self) -> int:

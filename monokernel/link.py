@@ -627,7 +627,7 @@ def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
          wave_size: int | None = None, io: Callable | None = None,
          poll_bound: int = DEFAULT_POLL_BOUND, timeline: bool = False,
          pdl: bool = False, lds_overlay: bool = False,
-         prefetch_next: bool = False) -> LinkedKernel:
+         prefetch_next: bool = False, poll_backoff: int = 1) -> LinkedKernel:
     """Build the persistent kernel of `stages` for `target`. `io(env)` wraps the JobEnv a
     body receives (e.g. a mailbox helper bound to the arena layout); without it the body
     gets the JobEnv itself. `timeline` adds the per-entry timestamp buffer (module doc).
@@ -636,7 +636,9 @@ def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
     before anything else (sm_90a; on AMD the ops lower to nothing). `lds_overlay`: the
     stages' LDS allocations share one range (`_Builder.stage_bodies`). `prefetch_next`: the
     CTA's first job asks the L2 for its constant inputs at the start, and every job for the
-    next one's before it runs (Stage.prefetch; values never change with it)."""
+    next one's before it runs (Stage.prefetch; values never change with it). `poll_backoff`:
+    the pause between every wait's polls, in the chip's shortest (ir.Kernel.poll_backoff;
+    values never change with it)."""
     stages = list(stages)
     _check_stage_names(stages)
     if not stages:
@@ -646,7 +648,8 @@ def link(name: str, stages: Sequence, *, target: str = "interp", waves: int = 1,
     abi, per_stage = link_abi(stages, timeline)
     b = _Builder(stages, waves, poll_bound, io, timeline, pdl, lds_overlay, prefetch_next)
     b.stage_args = per_stage
-    kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size)
+    kern = build_kernel(name, b.kernel, abi=abi, target=target, waves=waves, wave_size=wave_size,
+                        poll_backoff=poll_backoff)
     return LinkedKernel(name, stages, kern, kern.target, waves, poll_bound, list(b.whats),
                         bool(timeline))
 

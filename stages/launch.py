@@ -85,6 +85,10 @@ class Launch:
         # first job's at the start (Stage.prefetch; monokernel.link); values never change
         # with it. --tune launch.prefetch_next=1
         self.prefetch_next = False
+        # the pause between every wait's polls, in the chip's shortest (ir.Kernel.
+        # poll_backoff: 64 ns on sm_90a, 64 clocks on AMD); values never change with it.
+        # --tune launch.poll_backoff=N
+        self.poll_backoff = 1
 
     def reschedule(self, cost=None):
         """Place the jobs again under `cost` (a schedule.CostModel, a ProfiledCost from
@@ -131,15 +135,20 @@ class Launch:
     def linked(self, target: str = "interp", wave_size: int | None = None,
                timeline: bool = False) -> mlink.LinkedKernel:
         overlay = self.overlays_lds(target)
-        key = (target, wave_size, bool(timeline), self.pdl, overlay, self.prefetch_next)
+        key = (target, wave_size, bool(timeline)) + self._link_settings(target)
         if key not in self._linked:
             arena = self.arena
             self._linked[key] = mlink.link(
                 self.name, self.stages, target=target, waves=self.waves, wave_size=wave_size,
                 io=lambda env: protocol.Mailbox(env, arena), poll_bound=self.poll_bound,
                 timeline=timeline, pdl=self.pdl, lds_overlay=overlay,
-                prefetch_next=self.prefetch_next)
+                prefetch_next=self.prefetch_next, poll_backoff=self.poll_backoff)
         return self._linked[key]
+
+    def _link_settings(self, target: str) -> tuple:
+        """What a built kernel of `target` depends on besides the stages (the keys of the
+        built kernels: a setting changed after a build builds anew)."""
+        return (self.pdl, self.overlays_lds(target), self.prefetch_next, self.poll_backoff)
 
     def overlays_lds(self, target: str) -> bool:
         """Whether the build for `target` overlays the stages' LDS (Launch.lds_overlay)."""
@@ -288,7 +297,7 @@ class Launch:
     def cuda_kernel(self, timeline: bool = False, device=None):
         """The CudaKernel of the sm_90a build (loaded once per timeline flag)."""
         from monokernel.launch.cuda import CudaKernel
-        key = (timeline, self.pdl, self.overlays_lds("sm_90a"), self.prefetch_next)
+        key = (timeline,) + self._link_settings("sm_90a")
         if key not in self._cuda:
             self._cuda[key] = CudaKernel(self.linked("sm_90a", None, timeline).kernel,
                                          device=device)
@@ -325,7 +334,7 @@ class Launch:
         from monokernel.launch.hip import HipKernel
         tag = self._tag(step, tag)
         lk = self.linked(target, None, timeline is not None)
-        key = (target, timeline is not None, self.overlays_lds(target))
+        key = (target, timeline is not None) + self._link_settings(target)
         if key not in self._hip:
             if code_object is None:
                 from monokernel.build import build

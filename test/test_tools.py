@@ -736,6 +736,40 @@ def test_tune_launch_prefetch_next_links_the_next_jobs_prefetches():
     assert outs[0] == outs[1]
 
 
+def test_tune_launch_poll_backoff_sets_the_pause_between_polls():
+    """--tune launch.poll_backoff=N (any kind): every wait's pause between polls is N of the
+    chip's shortest (sm_90a: nanosleep N * 64 ns, AMD: s_sleep N); a kernel built before the
+    setting changed is not reused; values outside 1 .. MAX_POLL_BACKOFF are errors naming
+    them, from the tool and from build_kernel."""
+    import re
+    from monokernel.backend import amdgcn, nvptx
+    from monokernel.dsl import ABI, DSLError, MAX_POLL_BACKOFF, Ptr, build_kernel
+    from monokernel.types import u32
+    from spec import BuildSpec
+    from stages import kinds
+    spec = BuildSpec.make("tiny", rows=2, target="interp")
+    kind = kinds.kind("front")
+
+    def pauses(L):
+        ptx_ir = nvptx.emit_llvm(L.kernel("sm_90a"))
+        amd_ir = amdgcn.emit_llvm(L.kernel("gfx950"), "gfx950")
+        return (set(re.findall(r"@llvm\.nvvm\.nanosleep\(i32 (\d+)\)", ptx_ir)),
+                set(re.findall(r"@llvm\.amdgcn\.s\.sleep\(i32 (\d+)\)", amd_ir)))
+    default = common.launch_for(kind, spec)
+    assert default.poll_backoff == 1 and pauses(default) == ({str(nvptx.BACKOFF_NS)},
+                                                            {str(amdgcn.SLEEP_UNITS)})
+    L = common.launch_for(kind, spec, common.tune_list("launch.poll_backoff=8"))
+    assert L.poll_backoff == 8 and pauses(L) == ({str(8 * nvptx.BACKOFF_NS)},
+                                                 {str(8 * amdgcn.SLEEP_UNITS)})
+    L.poll_backoff = 1  # changed after a build: built anew
+    assert pauses(L) == pauses(default)
+    for bad in ("0", str(MAX_POLL_BACKOFF + 1), "fast"):
+        with pytest.raises(ValueError, match=f"launch.poll_backoff={bad}: expected an int in 1"):
+            common.launch_for(kind, spec, common.tune_list(f"launch.poll_backoff={bad}"))
+    with pytest.raises(DSLError, match="poll_backoff 0 must be an int in 1"):
+        build_kernel("k", lambda k: None, abi=ABI(out=Ptr(u32)), poll_backoff=0)
+
+
 def test_check_topk_takes_the_selections_launch_tunables_only():
     """check_topk's selection launch takes launch.select_digits and launch.lean_lists (as
     config_for keywords); another launch tunable is an error naming what it takes."""

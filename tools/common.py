@@ -670,8 +670,11 @@ LAUNCH_TUNABLES = ("waves", "select_digits", "q_splits", "k_splits", "lean_lists
 # computes): pdl = 1, programmatic dependent launch (stages.launch.Launch.pdl);
 # lds_overlay = 1, the stages' LDS in one shared range (stages.launch.Launch.lds_overlay);
 # prefetch_next = 1, each job asks the L2 for the next job's constant inputs
-# (stages.launch.Launch.prefetch_next)
-LINK_TUNABLES = ("pdl", "lds_overlay", "prefetch_next")
+# (stages.launch.Launch.prefetch_next); poll_backoff = N, the pause between every wait's polls
+# in the chip's shortest, 1 .. monokernel.dsl.MAX_POLL_BACKOFF (stages.launch.Launch.
+# poll_backoff; 1: 64 ns on sm_90a, 64 clocks on AMD)
+LINK_TUNABLES = ("pdl", "lds_overlay", "prefetch_next", "poll_backoff")
+LINK_INT_TUNABLES = ("poll_backoff",)  # the others are switches, 0 / 1
 # --tune launch.ATTR=VALUE that place the jobs anew (what each job computes is unchanged;
 # bench/NOTES.md v38): profile = FILE.csv, the job durations a timeline of the same build
 # measured (`time_layers --timeline --jobs-csv FILE.csv`; monokernel.profile) in the cost
@@ -698,6 +701,19 @@ def launch_tune_value(attr: str, text: str):
     return check_digits(digits, fine=sum(digits) != KEY_BITS)
 
 
+def _link_int(attr: str, text: str) -> int:
+    """The value of --tune launch.ATTR=TEXT for ATTR in LINK_INT_TUNABLES."""
+    from monokernel.dsl import MAX_POLL_BACKOFF
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= MAX_POLL_BACKOFF:
+        raise ValueError(f"--tune launch.{attr}={text}: expected an int in 1 .. "
+                         f"{MAX_POLL_BACKOFF}")
+    return value
+
+
 def launch_for(kind, spec, tunes=()):
     """kind.launch(spec) with the --tune settings applied: `launch.ATTR=VALUE` (one of
     LAUNCH_TUNABLES) builds the launch with that keyword, the others set stage tunables."""
@@ -710,6 +726,9 @@ def launch_for(kind, spec, tunes=()):
             if attr != PROFILE_TUNE and text not in ("0", "1"):
                 raise ValueError(f"--tune launch.{attr}={text}: expected 0 or 1")
             place[attr] = text
+            continue
+        if attr in LINK_INT_TUNABLES:
+            link[attr] = _link_int(attr, text)
             continue
         if attr in LINK_TUNABLES:
             if text not in ("0", "1"):

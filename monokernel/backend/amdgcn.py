@@ -203,7 +203,7 @@ class AMDGCNHooks(TargetHooks):
         return out
 
     def backoff(self, e: Emitter):
-        e.call("void", "llvm.amdgcn.s.sleep", f"i32 {SLEEP_UNITS}")
+        e.call("void", "llvm.amdgcn.s.sleep", f"i32 {SLEEP_UNITS * e.k.poll_backoff}")
 
     def named_barrier(self, e: Emitter, bid: str, waves: int, arrive: bool):
         raise NotImplementedError("named barriers: AMD has one barrier a CTA (the DSL refuses "

@@ -193,7 +193,7 @@ class NVPTXHooks(TargetHooks):
         return e.call("i1", "llvm.nvvm.vote.all.sync", f"i32 {FULL_MASK}, i1 {ok}")
 
     def backoff(self, e: Emitter):
-        e.call("void", "llvm.nvvm.nanosleep", f"i32 {BACKOFF_NS}")
+        e.call("void", "llvm.nvvm.nanosleep", f"i32 {BACKOFF_NS * e.k.poll_backoff}")
 
     def barrier(self, e: Emitter, async_proxy: bool = False):
         # the IR's barrier (a CTA-scope acq_rel fence and a rendezvous, shared and global):
