@@ -311,10 +311,11 @@ class Mailbox:
             release_bulk(k, self.env.arena, self.arena, name, self.env.tag, fence=fence,
                          scope=self.scope, flat=self.flat)
 
-    def acquire(self, name, *, fence=True):
-        """Wait until every publisher of bulk region `name` has released for this launch."""
+    def acquire(self, name, *, fence=True, mask=None):
+        """Wait until every publisher of bulk region `name` has released for this launch
+        (`mask`: the lanes that poll; a wave with none returns at once)."""
         timed_out = acquire_bulk(self.k, self.env.arena, self.arena, name, self.env.tag,
-                                 bound=self.env.poll_bound, mask=self.env.ok, fence=fence,
+                                 bound=self.env.poll_bound, mask=self._mask(mask), fence=fence,
                                  scope=self.scope, flat=self.flat)
         self.env.fail(timed_out, f"the counter of bulk {name!r}")
 

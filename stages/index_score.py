@@ -161,7 +161,7 @@ class IndexScore(Stage):
                 "async_keys", "late_loads", "key_piece", "tma_keys", "tma_slots", "tma_overlap",
                 "share_pages", "fixup_ballot", "tail_rows", "cached_new_keys", "nb_first",
                 "defer_narrow_gmax", "l2_ahead", "turn_split", "query_records",
-                "warm_first", "tails_last", "waits_aside", "lean_plan")
+                "warm_first", "tails_last", "waits_aside", "lean_plan", "one_poller")
     # Hopper: how a chain's accumulators become scores. "fma": relu, one f32 FMA a head by its
     # weight, in-thread sums and two lane swaps (f32 throughout: ~2 instructions an
     # accumulator). "mma": relu and the bf16 rounding in one cvt a PAIR of accumulators
@@ -449,6 +449,14 @@ class IndexScore(Stage):
     # trips; the comparison ~800 over 8 empty entries). Off until timed
     # (--tune ix_score.lean_plan=1)
     lean_plan = False
+    # Wave 0 alone polls the job's inputs (ix_nb's counter, then the q heads' pairs a lane
+    # each), then the CTA's agreement (its barriers) and every wave's acquire, as wait_flags'
+    # CTA form does. Why: with each wave polling, ~130 waiting jobs x 8 waves poll the same
+    # three lines every ~64 ns plus a round trip (bench/NOTES.md v59's question): one L2
+    # slice's queue, which the q heads' and ix_key's publishes (and any load that lands on
+    # that slice) wait behind; one poller a CTA is 8x fewer polls. Off until timed
+    # (--tune ix_score.one_poller=1); not with waits_aside (its waves wait apart)
+    one_poller = False
 
     @property
     def hist_slots(self) -> int:
@@ -770,6 +778,10 @@ class IndexScore(Stage):
         both waits' round trips at once."""
         p = self.p
 
+        if self.one_poller and not split and k.W > 1:
+            self._wait_inputs_one_poller(k, io)
+            return
+
         def nb():
             io.acquire("ix_nb")
 
@@ -784,6 +796,27 @@ class IndexScore(Stage):
             return
         for wait in ((nb, heads) if self.nb_first else (heads, nb)):
             wait()
+
+    def _wait_inputs_one_poller(self, k, io):
+        """one_poller's waits: wave 0 polls ix_nb's counter and the q heads' pairs (its lanes,
+        a pair each, in nb_first's order), then the CTA's agreement on a failed wait (its
+        barriers) and every wave's device acquire: a wave that did not poll sees the data
+        through the barrier after the wave that did (Mailbox's contract)."""
+        p = self.p
+        first = k.wave_id().eq(0)
+        lane = _lane(k)
+
+        def nb():
+            io.acquire("ix_nb", mask=first, fence=False)
+
+        def heads():
+            for h0 in range(0, p.heads, k.L):
+                h = h0 + lane
+                io.wait("ix_qdone", k.min(h, p.heads - 1), mask=first & (h < p.heads))
+        for wait in ((nb, heads) if self.nb_first else (heads, nb)):
+            wait()
+        io.env.cta_ok()
+        k.fence("acquire", "device")
 
     def _flush(self, k, io, tab, hist, counters=None):
         p = self.p

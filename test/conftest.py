@@ -39,6 +39,7 @@ VARIANT_TESTS = {
     ),
     "test_index_fixup.py": (
         "test_the_waits_beside_the_plan_give_the_same_bits",  # waits_aside
+        "test_one_poller_a_cta_gives_the_same_bits",  # one_poller
     ),
     "test_group_max.py": (
         "test_one_request_of_eight_rows_writes_every_groups_maximum",  # memory modes

@@ -46,14 +46,14 @@ def _launch(rows, chip="gfx950", cfg="tiny", **kw):
     return index_scoring_launch(spec, chip=chip, capacity=CAP, cache_pages=PAGES, **kw)
 
 
-def _run(L, inp, mode="inorder", seed=0, step=0, arena=None):
+def _run(L, inp, mode="inorder", seed=0, step=0, arena=None, on_stall="raise"):
     arena = L.new_arena() if arena is None else arena
     sent = np.full((L.plan.rows, L.plan.capacity), SENTINEL, np.uint32).view(np.float32)
     write_plain(L.arena, arena, "scores", sent)
     hs = np.full((L.plan.rows, L.plan.segments, FIRST_DIGIT_BINS), SENTINEL, np.uint32)
     write_plain(L.arena, arena, "score_hist", hs)
     res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v for n, v in inp.items()},
-                       arena=arena, step=step, mode=mode, seed=seed)
+                       arena=arena, step=step, mode=mode, seed=seed, on_stall=on_stall)
     return res
 
 
