@@ -16,14 +16,13 @@ source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-30}
 packed_logs v59
 TL="python3 -m tools.time_layers --config glm5 --backend cuda --reps 5"
-OUT=$LOGS step prelude 290 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
+OUT=$LOGS step prelude 270 $TL --kind index_scoring --rows 8 --pos 131071,524287 \
     --workload W1,W2 --versus launch.q_splits=2 --also launch.poll_backoff=8 \
     --also ix_score.one_poller=1 --rounds 2; pack
-OUT=$LOGS step prelude_index 140 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \
+OUT=$LOGS step prelude_index 120 $TL --kind index --rows 8 --pos 524287 --workload W1,W2 \
     --versus launch.q_splits=2 --also launch.poll_backoff=8 --also ix_score.one_poller=1 \
     --rounds 1; pack
-OUT=$LOGS step front 50 $TL --kind front --rows 8 --versus launch.poll_backoff=8 --rounds 2; pack
-OUT=$LOGS step topk 55 python3 -m tools.check_topk --through index --config glm5 \
+OUT=$LOGS step topk 50 python3 -m tools.check_topk --through index --config glm5 \
     --pos 131071 --rows 8 --workload W1,W2 --backend cuda \
     --tune launch.q_splits=2,launch.poll_backoff=8,ix_score.one_poller=1; pack
 rm -rf "$LOGS"
