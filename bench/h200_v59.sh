@@ -9,8 +9,8 @@
 #   D ix_score.one_poller=1: wave 0 alone polls a scoring job's inputs, then the CTA's
 #     barrier (8x fewer polls of those lines)
 # index_scoring r8 128K / 512K W1 / W2 (two rounds); the fused index r8 512K W1 / W2 with B,
-# C and D (one round); top-k through the fused index exact with B, C and D (~440 s). v57's ix_score.lean_plan waits for the next call (PART=l bash
-# bench/h200_v57.sh)
+# C and D (one round); top-k through the fused index exact with B, C and D (~440 s).
+# v57's ix_score.lean_plan waits for the next call (PART=l bash bench/h200_v57.sh)
 source "$(dirname "$0")/steps.sh"
 TAIL=${TAIL:-30}
 packed_logs v59
