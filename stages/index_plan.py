@@ -5,8 +5,9 @@ plan helpers (groups_of, score_runs: the scoring's run map on the host).
 Split counts of ix_proj (proj_splits): a wave's loads of an m-tile at most
 mma_tile.LOADS_IN_FLIGHT (all in flight at once); QS the largest q_lora split that fits with
 heads * QS jobs of at least Q_MIN_BLOCKS 128-blocks in one round of the grid, KS the smallest
-hidden split that fits with a key job at most KEY_JOB_Q_BYTES such q jobs' bytes. GLM-5: on
-sm_90a (132 CTAs) 128 q jobs of 64 KB, on gfx950 / gfx942 (256 / 304) 256 of 32 KB; 24 key
+hidden split that fits with a key job at most KEY_JOB_Q_BYTES such q jobs' bytes. On sm_90a
+(KEY_JOBS_IN_ROUND) the round holds the key jobs too, before the loads' bound. GLM-5: on
+sm_90a (132 CTAs) 64 q jobs of 128 KB, on gfx950 / gfx942 (256 / 304) 256 of 32 KB; 24 key
 jobs of 48 KB.
 """
 from __future__ import annotations
@@ -40,6 +41,14 @@ BLOCK = FP8_SCALE_BLOCK
 # process (bench/NOTES.md v36; v13-v14 on the H200 -1.0 .. -3.3, then 12 bytes of spills)
 Q_MIN_BLOCKS = 2  # 128-blocks of q_lora a q job takes at least (32 KB of W_qb_idx)
 KEY_JOB_Q_BYTES = 1.5  # a key job's bytes at most this many q jobs of Q_MIN_BLOCKS blocks
+# Chips whose q jobs share their one round with the key jobs (proj_splits' key_jobs_in_round):
+# 128 q + 24 key jobs on 132 CTAs put 20 q jobs in a second round, whose heads' ix_q ended
+# ~1.3 us after ix_key and held every scoring job back (bench/NOTES.md v58); 64 q jobs of 128
+# KB (32 16-byte loads a lane, the ring refilled) + 24 in one round, H100, A/B in one process
+# (v59), index_scoring r8 128K W1 / W2 0.972 / 0.980, 512K 0.985 / 0.998, with one_poller
+# 0.954 / 0.951, 0.969 / 0.986 against one_poller alone 0.969 / 0.971, 0.982 / 0.984; the
+# fused index r8 512K W1 / W2 0.995 / 0.993 (one round). AMD: unmeasured, unchanged
+KEY_JOBS_IN_ROUND = ("sm_90a",)
 KEY_WORDS = HD // 4  # u32 words of a key's (or a q head's) HD fp8 bytes; its scale's bits follow
 QW = 36  # ix_qb words a (head, row): 32 fp8 words, the scale's bits, pad to 16 bytes
 NW0 = 36  # ix_nb: a row's 32 key words, its scale's bits, pad; then its head weights
@@ -216,14 +225,18 @@ def _mtile_loads(atom_name: str, waves: int, tile_m: int, blocks: int, w_bytes: 
     return -(-blocks // sp.kparts) * mma_tile.tiling(atom_name, 1, 1).loads_per_block_of(w_bytes)
 
 
-def proj_splits(cfg, atom_name: str, waves: int, grid: int) -> tuple:
+def proj_splits(cfg, atom_name: str, waves: int, grid: int,
+                key_jobs_in_round: bool = False) -> tuple:
     """(q_splits, k_splits) of ix_proj (module doc): every weight load of a wave's m-tile in
     flight at once (at most mma_tile.LOADS_IN_FLIGHT 16-byte loads a lane). q: the largest
     split of q_lora that fits, gives jobs of at least Q_MIN_BLOCKS blocks and keeps the
     heads * q_splits jobs within the grid (one round: each job's weight loads are issued
     before its wait for qr, which a second round's could not be); else the smallest such
     split that fits; key: the smallest split of hidden whose W_k and W_w loads fit and whose
-    job is at most KEY_JOB_Q_BYTES q jobs of Q_MIN_BLOCKS blocks."""
+    job is at most KEY_JOB_Q_BYTES q jobs of Q_MIN_BLOCKS blocks. `key_jobs_in_round`
+    (KEY_JOBS_IN_ROUND): the round holds the q jobs and the key jobs, and that comes first:
+    the largest split of jobs of at least Q_MIN_BLOCKS blocks that keeps them all in the
+    grid, its loads past the bound if need be (the ring refills), else the rule above."""
     H = cfg.index_heads
     qb, kb = cfg.q_lora_rank // BLOCK, cfg.hidden // BLOCK
     lim = mma_tile.LOADS_IN_FLIGHT
@@ -238,6 +251,10 @@ def proj_splits(cfg, atom_name: str, waves: int, grid: int) -> tuple:
                if _mtile_loads(atom_name, waves, HD, kb // d, 1) <= lim and
                _mtile_loads(atom_name, waves, wt, kb // d, 2) <= lim and
                (HD + 2 * H) * (cfg.hidden // d) <= key_bytes), kb)
+    if key_jobs_in_round:
+        with_keys = [d for d in _divisors(qb) if qb // d >= min_blocks and H * d + ks <= grid]
+        if with_keys:
+            qs = with_keys[-1]
     return qs, ks
 
 
@@ -261,7 +278,7 @@ def plan(spec, *, grid=None, waves=None, chip=None, capacity=None, cache_pages=N
     lanes = 32 if chip == SM90 else 64
     if cfg.index_head_dim == HD and (q_splits is None or k_splits is None):
         atom_name = mma_tile.proj_atom_name(spec.target, lanes, chip)
-        qs, ks = proj_splits(cfg, atom_name, waves, grid)
+        qs, ks = proj_splits(cfg, atom_name, waves, grid, chip in KEY_JOBS_IN_ROUND)
         q_splits = q_splits or qs
         k_splits = k_splits or ks
     if cache_pages is None:

@@ -120,6 +120,9 @@ NB_FIRST_ON_NVIDIA = True
 # IndexScore.tails_last where the chip is sm_90a (measured there: the class's comment); AMD
 # keeps the cost order (its schedule's late starters are unmeasured)
 TAILS_LAST_ON_NVIDIA = True
+# IndexScore.one_poller where the chip is sm_90a (measured there: the class's comment); AMD
+# keeps every wave polling (unmeasured there; its code objects unchanged)
+ONE_POLLER_ON_NVIDIA = True
 
 
 def _record_parts(sources, piece_words):
@@ -452,11 +455,13 @@ class IndexScore(Stage):
     # Wave 0 alone polls the job's inputs (ix_nb's counter, then the q heads' pairs a lane
     # each), then the CTA's agreement (its barriers) and every wave's acquire, as wait_flags'
     # CTA form does. Why: with each wave polling, ~130 waiting jobs x 8 waves poll the same
-    # three lines every ~64 ns plus a round trip (bench/NOTES.md v59's question): one L2
-    # slice's queue, which the q heads' and ix_key's publishes (and any load that lands on
-    # that slice) wait behind; one poller a CTA is 8x fewer polls. Off until timed
-    # (--tune ix_score.one_poller=1); not with waits_aside (its waves wait apart)
-    one_poller = False
+    # three lines: one poller a CTA is 8x fewer polls of the lines the q heads' and ix_key's
+    # publishes land on. H100, A/B in one process, two device calls (bench/NOTES.md v59):
+    # index_scoring r8 128K W1 / W2 0.970 / 0.987 and 0.969 / 0.971, 512K 0.987 / 0.985 and
+    # 0.982 / 0.984; the fused index r8 512K 1.002 / 1.001 (one round). (Polling less often
+    # instead, --tune launch.poll_backoff=8: 1.003-1.014, slower.) None: on where the chip is
+    # sm_90a (ONE_POLLER_ON_NVIDIA), off on AMD; not with waits_aside (its waves wait apart)
+    one_poller = None
 
     @property
     def hist_slots(self) -> int:
@@ -512,6 +517,8 @@ class IndexScore(Stage):
             self.nb_first = nvidia and NB_FIRST_ON_NVIDIA
         if self.tails_last is None:
             self.tails_last = nvidia and TAILS_LAST_ON_NVIDIA
+        if self.one_poller is None:
+            self.one_poller = nvidia and ONE_POLLER_ON_NVIDIA
 
     @property
     def reads_cached_new_keys(self) -> bool:

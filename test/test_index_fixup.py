@@ -331,6 +331,14 @@ def test_a_missing_q_head_fails_the_scoring_and_writes_no_score(waits, monkeypat
     assert (scores.view(np.uint32) == SENTINEL).all()
 
 
+@pytest.mark.parametrize("chip,on", [("sm_90a", True), ("gfx950", False), ("gfx942", False)])
+def test_one_poller_is_the_default_where_it_was_measured(chip, on):
+    """one_poller's per-chip default (ONE_POLLER_ON_NVIDIA, timed on an H100 in v59; AMD
+    keeps every wave polling, unmeasured there)."""
+    L = _launch(4, chip)
+    assert next(s for s in L.stages if isinstance(s, IndexScore)).one_poller is on
+
+
 @pytest.mark.parametrize("chip,first", [("sm_90a", True), ("gfx950", False), ("gfx942", False)])
 def test_the_new_keys_are_acquired_first_where_it_was_measured(chip, first):
     """nb_first's per-chip default (NB_FIRST_ON_NVIDIA, timed on an H100 in v38; AMD keeps

@@ -12,6 +12,7 @@ import pytest
 from monokernel import numerics
 from spec import BuildSpec
 from stages.index import HD, _index_inputs, index_launch, index_scoring_launch
+from stages.index_plan import KEY_JOBS_IN_ROUND
 from stages.index_ref import dec_bf16, dec_fp8, make_inputs
 from stages.mma_tile import LOADS_IN_FLIGHT
 
@@ -57,24 +58,43 @@ def check_partials(L, inp, res, qr, h):
 
 @pytest.mark.parametrize("target", ["gfx950", "gfx942", "sm_90a"])
 def test_glm5_job_geometry_from_config_and_grid(target):
-    """GLM-5: q jobs 32-64 KB of W_qb_idx each, ~100-300 of them, in one round of the grid
-    and more than half of it (the largest such split: sm_90a's 132 CTAs take 128 jobs, AMD's
-    256 / 304 take 256); key jobs <= 64 KB; every load of a wave's m-tile in flight at once
-    within LOADS_IN_FLIGHT; the costs add up to the weights."""
+    """GLM-5: AMD (256 / 304 CTAs): 256 q jobs of 32 KB of W_qb_idx, in one round of the grid
+    and more than half of it (the largest such split), every load of a wave's m-tile in
+    flight at once within LOADS_IN_FLIGHT; sm_90a (132 CTAs, KEY_JOBS_IN_ROUND): the q jobs
+    and the key jobs in one round, 64 q jobs of 128 KB; key jobs <= 64 KB, their loads in
+    flight at once; the costs add up to the weights."""
     for rows in (2, 8):
         L = index_launch(BuildSpec.make("glm5", rows=rows, target=target))
         p = L.plan
         assert p.q_splits * p.qchunk == p.q_lora and p.k_splits * p.kchunk == p.hidden
-        assert 100 <= p.q_jobs <= 300 and p.grid / 2 < p.q_jobs <= p.grid, (p.q_jobs, p.grid)
-        assert p.q_splits == {"sm_90a": 4}.get(target, 8), (target, p.q_splits)
-        assert 32 << 10 <= HD * p.qchunk <= 64 << 10
+        if target in KEY_JOBS_IN_ROUND:
+            assert p.proj_jobs <= p.grid < p.heads * 2 * p.q_splits + p.k_splits, p.proj_jobs
+            assert p.q_splits == 2 and HD * p.qchunk == 128 << 10, p.q_splits
+        else:
+            assert p.grid / 2 < p.q_jobs <= p.grid, (p.q_jobs, p.grid)
+            assert p.q_splits == 8 and HD * p.qchunk == 32 << 10, p.q_splits
+            assert p.q_loads <= LOADS_IN_FLIGHT
         assert (HD + 2 * p.heads) * p.kchunk <= 64 << 10
-        assert p.q_loads <= LOADS_IN_FLIGHT and p.k_loads <= LOADS_IN_FLIGHT
+        assert p.k_loads <= LOADS_IN_FLIGHT
         st = next(s for s in L.stages if s.name == "ix_proj")
         jobs = st.jobs()
         assert len(jobs) == p.proj_jobs
         weights = sum(st.bytes_moved()[n] for n in ("ix_wq", "ix_wk", "ix_ww", "ix_ws"))
         assert weights <= sum(j.cost_bytes for j in jobs) <= 1.5 * weights  # + L2-hot x, partials
+
+
+def test_key_jobs_in_the_round_choose_the_q_split_first():
+    """proj_splits' key_jobs_in_round: GLM-5 on 132 CTAs (8 waves of 32 lanes) takes 64 q
+    jobs + 24 key jobs (128 + 24 would need 152) though its 128 KB jobs' loads pass the
+    ring's depth; without it 128 q jobs (the loads' bound first); on a grid that holds no
+    such round (40 CTAs: 32 + 24) the rule without it."""
+    from stages import mma_tile
+    from stages.index_plan import proj_splits
+    cfg = BuildSpec.make("glm5", rows=8, target="sm_90a").config
+    atom = mma_tile.proj_atom_name("sm_90a", 32, "sm_90a")
+    assert proj_splits(cfg, atom, 8, 132, key_jobs_in_round=True) == (2, 24)
+    assert proj_splits(cfg, atom, 8, 132) == (4, 24)
+    assert proj_splits(cfg, atom, 8, 40, key_jobs_in_round=True) == proj_splits(cfg, atom, 8, 40)
 
 
 # ------------------------------------------------------------------------- the partial sums
