@@ -8,10 +8,13 @@ of a wave are always active and per-lane conditions are masks.
 
 Modes: `inorder` (each wave runs until it blocks, waves in order), `random` (a seeded random
 wave is resumed at every yield), `relaxed` (random + memory.RelaxedMemory, in which a missing
-release or acquire shows as stale data). A state in which every live wave waits and nothing
-can change raises `Stall` naming each waiting CTA, wave and address; with
-`on_stall="timeout"` bounded polls instead run out (their `timed_out` result is true), which
-is how a kernel's own error path is exercised.
+release or acquire shows as stale data), `acquire_only` (relaxed without the random
+refreshes: a CTA sees another's released stores only through its own acquire, or once every
+wave stalls; a wait that polls long gives a random refresh time to come first and hide a
+missing acquire in `relaxed`, not here: bench/NOTES.md v59). A state in which every live
+wave waits and nothing can change raises `Stall` naming each waiting CTA, wave and address;
+with `on_stall="timeout"` bounded polls instead run out (their `timed_out` result is true),
+which is how a kernel's own error path is exercised.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from .ir import (BULK_ALIGN, L2_LINE_BYTES, MBARRIER_BYTES, NAMED_BARRIERS, TENS
 from .memory import Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
-MODES = ("inorder", "random", "relaxed")
+MODES = ("inorder", "random", "relaxed", "acquire_only")
+RELAXED_MODES = {"relaxed": RelaxedMemory.REFRESH_PROB, "acquire_only": 0.0}  # mode: refreshes
 ASYNC_COPY = "async_copy"  # bulk_table's tag of an async_copy's bytes (not an mbarrier's)
 
 
@@ -1067,7 +1071,8 @@ class Run:
         self.kernel, self.grid, self.mode, self.on_stall = kernel, grid, mode, on_stall
         self.max_steps = max_steps
         self.rng = np.random.default_rng(seed)
-        self.mem = RelaxedMemory(grid) if mode == "relaxed" else Memory()
+        self.mem = RelaxedMemory(grid, refresh_prob=RELAXED_MODES[mode]) \
+            if mode in RELAXED_MODES else Memory()
         self.ticks = 0
         # wgmma issues so far (any wave): progress for a wave waiting on a warpgroup's
         # wgmma, as memory writes are for a poller

@@ -97,7 +97,14 @@ class Memory:
 
 
 class RelaxedMemory(Memory):
-    def __init__(self, num_ctas: int, flush_prob: float = 0.02, refresh_prob: float = 0.02):
+    # a step's chance that a random CTA's stores become visible (flush), and that a random
+    # CTA sees everything visible as if it had acquired (refresh: 0 in the interpreter's
+    # acquire_only mode)
+    FLUSH_PROB = 0.02
+    REFRESH_PROB = 0.02
+
+    def __init__(self, num_ctas: int, flush_prob: float = FLUSH_PROB,
+                 refresh_prob: float = REFRESH_PROB):
         super().__init__()
         self.num_ctas = num_ctas
         self.flush_prob = flush_prob

@@ -266,41 +266,28 @@ def test_the_new_keys_acquired_before_the_q_heads_give_the_same_bits(rows, chip,
 MIXED = [(1, 0), (2, 63), (4, 2045), (1, 100)]
 
 
-@pytest.fixture
-def no_random_refresh(monkeypatch):
-    """The relaxed memory without its random refreshes: a CTA sees another's plain stores
-    only through an acquire. The scoring's waits poll long enough that a random refresh
-    almost always comes first and hides a missing acquire (a mutant without one_poller's
-    acquire passes the relaxed mode as it is, fails this one)."""
-    from monokernel import memory
-
-    class AcquireOnly(memory.RelaxedMemory):
-        def __init__(self, num_ctas):
-            super().__init__(num_ctas, refresh_prob=0.0)
-    monkeypatch.setattr(interp, "RelaxedMemory", AcquireOnly)
-
-
-@pytest.mark.parametrize("requests,mode,waves", [([(8, 2043)], "relaxed", 8),
-                                                 ([(8, 2043)], "relaxed", 4),
+@pytest.mark.parametrize("requests,mode,waves", [([(8, 2043)], "acquire_only", 8),
+                                                 ([(8, 2043)], "acquire_only", 4),
                                                  (MIXED, "random", 8), (MIXED, "random", 4)],
                          ids=["w1-8", "w1-4", "mixed-8", "mixed-4"])
-def test_the_waits_beside_the_plan_give_the_same_bits(requests, mode, waves, no_random_refresh):
+def test_the_waits_beside_the_plan_give_the_same_bits(requests, mode, waves):
     """IndexScore.waits_aside (sm_90a, share_pages): waves 1 .. W - 1 wait for ix_nb and the
     q heads while wave 0 plans, wave 0 reading the queries through the CTA's barrier after
-    them (the relaxed interpreter checks that order). Bit-identical to the waits after the
+    them (the acquire_only interpreter checks that order). Bit-identical to the waits after the
     plan, within check_launch's checks (8 waves, and 4: one warpgroup a chain)."""
     _same_bits_either_way("waits_aside", 8, "sm_90a", requests, mode, waves + 3, 6,
                           waves=waves)
 
 
-@pytest.mark.parametrize("requests,mode,nb_first", [([(8, 2043)], "relaxed", True),
+@pytest.mark.parametrize("requests,mode,nb_first", [([(8, 2043)], "acquire_only", True),
                                                    (MIXED, "random", True),
-                                                   ([(8, 2043)], "relaxed", False)],
+                                                   ([(8, 2043)], "acquire_only", False)],
                          ids=["w1", "mixed", "w1-heads-first"])
-def test_one_poller_a_cta_gives_the_same_bits(requests, mode, nb_first, no_random_refresh):
+def test_one_poller_a_cta_gives_the_same_bits(requests, mode, nb_first):
     """IndexScore.one_poller (wave 0 alone polls ix_nb and the q heads, then the CTA's
     agreement and every wave's acquire): the other waves read the queries and new keys
-    through the barrier after wave 0's polls (the relaxed interpreter checks that order).
+    through the barrier after wave 0's polls (the acquire_only interpreter checks that
+    order; the relaxed one's random refreshes hid a mutant without the acquire).
     Bit-identical to every wave polling, within check_launch's checks, in both orders of
     the two waits."""
     _same_bits_either_way("one_poller", 8, "sm_90a", requests, mode, 11, 6,
