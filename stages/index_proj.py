@@ -73,8 +73,14 @@ class IndexProj(_ProjStage):
     # --tune ix_proj.l2_prefetch=1: a q job fed by the front asks the L2 for its whole weight
     # block before it waits for qr. Measured no gain on the H200 (index 512K x 8 W1 129.1 vs
     # 129.4 us, W2 164.7 vs 165.5: bench/NOTES.md v13): off
-    TUNABLES = ("l2_prefetch",)
+    TUNABLES = ("l2_prefetch", "one_poller")
     l2_prefetch = False
+    # kind index: a q job's wait for the rows' qr pairs by wave 0's lanes alone, then the
+    # CTA's agreement and every wave's acquire (wait_flags' CTA form), not by every wave:
+    # the 64 q jobs' 8 waves poll the front's ix_qrdone lines while the front's last jobs
+    # publish there (IndexScore.one_poller's question, which won in index_scoring: bench/
+    # NOTES.md v59). Off until timed (--tune ix_proj.one_poller=1)
+    one_poller = False
 
     def jobs(self):
         p = self.p
@@ -213,7 +219,7 @@ class IndexProj(_ProjStage):
             k.barrier()  # the CTA's previous job is done reading the activations
             if p.source == "front":
                 def finish():  # the weights travel while qr is awaited
-                    wait_flags(k, io, 0, R, "ix_qrdone", each_wave=True)
+                    wait_flags(k, io, 0, R, "ix_qrdone", each_wave=not self.one_poller)
                     pending = mma_tile.load_activations(k, T, QC, load8)
                     mma_tile.store_activations(k, T, act, QC, pending, lambda v: v)
                     k.barrier()

@@ -145,6 +145,30 @@ def test_partials_from_the_front():
     check_partials(L, inp, res, qr, xg)
 
 
+@pytest.mark.parametrize("rows,chip", [(4, "sm_90a"), (8, "gfx950")])
+def test_q_jobs_one_poller_give_the_same_bits(rows, chip):
+    """ix_proj.one_poller (kind index: wave 0's lanes alone poll the rows' qr pairs, then the
+    CTA's agreement and every wave's acquire): the partials and the q heads bit-identical to
+    every wave polling, in acquire_only mode (a wave that did not poll reads qr through the
+    barrier and its own acquire), the partials within float64's tolerance."""
+    spec = BuildSpec.make("tiny", rows=rows, target="interp")
+    outs = []
+    for on in (False, True):
+        L = index_launch(spec, chip=chip, q_splits=2)
+        next(st for st in L.stages if st.name == "ix_proj").one_poller = on
+        inp = _index_inputs(L, spec, np.random.default_rng(rows))
+        res = L.run_interp({n: v.copy() if isinstance(v, np.ndarray) else v
+                            for n, v in inp.items()}, step=0, mode="acquire_only", seed=4)
+        p = L.plan
+        qr = numerics.to_f64(np.asarray(getattr(res.regions["ix_qr"], "data",
+                                                res.regions["ix_qr"])), "bf16")
+        xg = dec_bf16(inp["x"]).reshape(p.rows, -1) * dec_bf16(inp["attn_norm_w"])[None, :]
+        check_partials(L, inp, res, qr.reshape(p.rows, p.q_lora), xg)
+        outs.append([np.asarray(getattr(res.regions[n], "data", res.regions[n])).tobytes()
+                     for n in ("ix_qpart", "ix_kpart", "ix_qb")])
+    assert outs[0] == outs[1]
+
+
 def _prefetch_run(L, spec, regions, rng_seed, seed):
     """One interpreted launch on seeded inputs: ({buffer: bytes' prefetch counts}, the
     `regions`' bytes)."""
