@@ -8,10 +8,11 @@ of a wave are always active and per-lane conditions are masks.
 
 Modes: `inorder` (each wave runs until it blocks, waves in order), `random` (a seeded random
 wave is resumed at every yield), `relaxed` (random + memory.RelaxedMemory, in which a missing
-release or acquire shows as stale data), `acquire_only` (relaxed without the random
-refreshes: a CTA sees another's released stores only through its own acquire, or once every
-wave stalls; a wait that polls long gives a random refresh time to come first and hide a
-missing acquire in `relaxed`, not here: bench/NOTES.md v59). A state in which every live
+release or acquire shows as stale data), `acquire_only` (random + memory.CausalMemory: a
+CTA sees another's released stores only through its own acquire after observing their
+publication, no random refreshes; a wait that polls long gives a random refresh time to come
+first and hide a missing acquire in `relaxed`, and there an acquire makes every earlier
+release visible, observed or not; not here: bench/NOTES.md v59). A state in which every live
 wave waits and nothing can change raises `Stall` naming each waiting CTA, wave and address;
 with `on_stall="timeout"` bounded polls instead run out (their `timed_out` result is true),
 which is how a kernel's own error path is exercised.
@@ -25,11 +26,11 @@ from . import numerics
 from .atoms.base import SW128_ATOM_BYTES, swizzled
 from .ir import (BULK_ALIGN, L2_LINE_BYTES, MBARRIER_BYTES, NAMED_BARRIERS, TENSOR_MAP_BYTES,
                  Kernel, Ptr, access_alignment, derived_args)
-from .memory import Memory, MemoryFault, RelaxedMemory
+from .memory import CausalMemory, Memory, MemoryFault, RelaxedMemory
 from .types import DType, f64, i1, u8
 
 MODES = ("inorder", "random", "relaxed", "acquire_only")
-RELAXED_MODES = {"relaxed": RelaxedMemory.REFRESH_PROB, "acquire_only": 0.0}  # mode: refreshes
+RELAXED_MODES = {"relaxed": RelaxedMemory, "acquire_only": CausalMemory}  # mode: its memory
 ASYNC_COPY = "async_copy"  # bulk_table's tag of an async_copy's bytes (not an mbarrier's)
 
 
@@ -417,7 +418,7 @@ class Wave:
                 b, idx = mem.locate(a, nb, f"CTA {self.cta} wave {self.wave} load")
                 self._dep_check(b, "load", write=False)
                 if op.attrs.get("order"):
-                    out[sel] = mem.atomic_load(b, idx)
+                    out[sel] = mem.atomic_load(b, idx, self.cta)
                     if op.attrs["order"] in ("acquire", "seq_cst") and op.attrs["scope"] in ("device", "system"):
                         mem.acquire(self.cta)
                 else:
@@ -503,7 +504,7 @@ class Wave:
                 b, idx = mem.locate(addr[lane:lane + 1], nb, f"CTA {self.cta} atomic")
                 self._dep_check(b, "atomic", write=True)
                 idx = idx[0]
-                cur = mem.atomic_load(b, idx).view(dt.np)[0]
+                cur = mem.atomic_load(b, idx, self.cta).view(dt.np)[0]
             v = val[lane, 0]
             if kind == "add":
                 new = (np.array(cur) + v).astype(dt.np)
@@ -524,7 +525,7 @@ class Wave:
             if lds:
                 store[idx] = raw
             else:
-                mem.atomic_store(self.cta, b, idx, raw)
+                mem.atomic_store(self.cta, b, idx, raw, rmw=True)
         if device and order in ("acquire", "acq_rel", "seq_cst"):
             mem.acquire(self.cta)
         self.put(op.result, old)
@@ -890,7 +891,7 @@ class Wave:
         polls = 0
         yield from self._memory_point()
         while True:
-            got = mem.atomic_load(b, idx)
+            got = mem.atomic_load(b, idx, self.cta)
             raw = np.zeros((addr.shape[0], nb), np.uint8)
             raw[slice(None) if mask is None else mask] = got
             x = raw.view(dt.np).astype(np.uint64)[:, 0]
@@ -1071,8 +1072,7 @@ class Run:
         self.kernel, self.grid, self.mode, self.on_stall = kernel, grid, mode, on_stall
         self.max_steps = max_steps
         self.rng = np.random.default_rng(seed)
-        self.mem = RelaxedMemory(grid, refresh_prob=RELAXED_MODES[mode]) \
-            if mode in RELAXED_MODES else Memory()
+        self.mem = RELAXED_MODES[mode](grid) if mode in RELAXED_MODES else Memory()
         self.ticks = 0
         # wgmma issues so far (any wave): progress for a wave waiting on a warpgroup's
         # wgmma, as memory writes are for a poller

@@ -1,4 +1,4 @@
-"""Global memory of the interpreter, in two models.
+"""Global memory of the interpreter, in three models.
 
 `Memory` is sequentially consistent: every store is seen by every later load.
 
@@ -11,6 +11,10 @@ byte written by another CTA only if that byte became visible before the reader's
 otherwise it sees the byte's previous value. Atomic accesses (tagged pairs, counters) are
 single coherent accesses: they read and write the newest value and are seen by everyone at
 once, whole.
+
+`CausalMemory` (the interpreter's acquire_only mode) is RelaxedMemory with acquire made
+exact: an acquire shows only the releases its CTA has observed through atomic loads (vector
+clocks, release and acquire cumulative), never at random.
 
 Addresses: buffer i lives at (i + 1) << ADDR_SHIFT, so a pointer is a plain u64 and every
 access is bounds-checked against the buffer it starts in.
@@ -74,10 +78,14 @@ class Memory:
         self.buffers[b][idx] = data
         self.writes += 1
 
-    def atomic_load(self, b: int, idx: np.ndarray) -> np.ndarray:
+    def atomic_load(self, b: int, idx: np.ndarray, cta: int | None = None) -> np.ndarray:
+        """An atomic load's bytes (the newest; `cta`: the loading CTA, for a model that tracks
+        what each CTA has observed, CausalMemory)."""
         return self.buffers[b][idx]
 
-    def atomic_store(self, cta: int, b: int, idx: np.ndarray, data: np.ndarray):
+    def atomic_store(self, cta: int, b: int, idx: np.ndarray, data: np.ndarray,
+                     rmw: bool = False):
+        """`rmw`: the store of a read-modify-write (CausalMemory joins views there)."""
         self.buffers[b][idx] = data
         self.writes += 1
 
@@ -104,11 +112,15 @@ class RelaxedMemory(Memory):
     REFRESH_PROB = 0.02
 
     def __init__(self, num_ctas: int, flush_prob: float = FLUSH_PROB,
-                 refresh_prob: float = REFRESH_PROB):
+                 refresh_prob: float = REFRESH_PROB, settle_acquires: bool = True):
         super().__init__()
         self.num_ctas = num_ctas
         self.flush_prob = flush_prob
         self.refresh_prob = refresh_prob
+        # settle() (every wave stalled) also acquires for every CTA; False (acquire_only): it
+        # only makes the stores visible, and a reader still needs its own acquire (polls
+        # read atomically, so they make progress either way)
+        self.settle_acquires = settle_acquires
         self.clock = 1
         self.acq_time = [0] * num_ctas
         self.prev: list[np.ndarray | None] = []
@@ -166,10 +178,7 @@ class RelaxedMemory(Memory):
             valid[:] = False
             self.writes += 1
 
-    def atomic_load(self, b, idx):
-        return self.buffers[b][idx]
-
-    def atomic_store(self, cta, b, idx, data):
+    def atomic_store(self, cta, b, idx, data, rmw=False):
         ov = self.overlay[cta].get(b)
         if ov is not None and ov[1][idx].any():
             self._flush(cta)  # a CTA's own earlier plain store to these bytes is older
@@ -195,7 +204,81 @@ class RelaxedMemory(Memory):
         before = self.writes
         for c in range(self.num_ctas):
             self._flush(c)
+        if not self.settle_acquires:
+            return self.writes != before
         stale = any(t < self.clock for t in self.acq_time)
         for c in range(self.num_ctas):
             self.acquire(c)
         return self.writes != before or stale
+
+
+class CausalMemory(RelaxedMemory):
+    """The interpreter's acquire_only model: RelaxedMemory without random refreshes, a stall's
+    settle only making stores visible, and an acquire making visible only the releases its
+    CTA has observed (vector clocks). A CTA's release (flush) stamps its stores and advances
+    its own entry of its view; an atomic store (a tagged pair, a counter word) carries the
+    writer's view, and a read-modify-write joins it with the location's (a release sequence:
+    the last publisher's count carries every publisher's data); an atomic load records the
+    loaded bytes' views as observed by its CTA; an acquire joins what the CTA has observed into
+    its view. A plain load sees another CTA's stored byte iff the release that stamped it is in
+    the reader's view. So a consumer's acquire covers exactly what its polls saw published
+    (cumulatively: what the publisher had itself acquired), as PTX's and HSA's release /
+    acquire do; RelaxedMemory's acquire makes every earlier release visible, which hid a
+    missing acquire behind another wait's (bench/NOTES.md v59)."""
+
+    def __init__(self, num_ctas: int):
+        super().__init__(num_ctas, refresh_prob=0.0, settle_acquires=False)
+        self.view = np.zeros((num_ctas, num_ctas), np.int64)  # [reader, writer]: last stamp seen
+        self.observed = np.zeros((num_ctas, num_ctas), np.int64)
+        self.flag_views: list[np.ndarray] = [np.zeros(num_ctas, np.int64)]  # 0: no view
+        self.flag_ref: list[np.ndarray | None] = []  # per buffer: each byte's flag_views index
+
+    def add(self, name, data):
+        base = super().add(name, data)
+        self.flag_ref.append(None)
+        return base
+
+    def _flush(self, cta):
+        super()._flush(cta)
+        self.view[cta, cta] = self.clock  # its own stores: every stamp so far
+
+    def plain_load(self, cta, b, idx):
+        cur = self.buffers[b]
+        if self.stamp[b] is None:
+            out = cur[idx]
+        else:
+            w = self.writer[b][idx]
+            seen = (w == cta) | (self.stamp[b][idx] <= self.view[cta][np.maximum(w, 0)])
+            out = np.where(seen, cur[idx], self.prev[b][idx])
+        ov = self.overlay[cta].get(b)
+        if ov is not None:
+            data, valid = ov
+            out = np.where(valid[idx], data[idx], out)
+        return out
+
+    def _views_at(self, b, idx) -> np.ndarray:
+        """The join of the views the atomic stores to bytes idx of buffer b carried."""
+        ref = self.flag_ref[b]
+        if ref is None:
+            return self.flag_views[0]
+        refs = np.unique(ref[idx])
+        return np.max(np.stack([self.flag_views[int(i)] for i in refs]), axis=0)
+
+    def atomic_load(self, b, idx, cta=None):
+        if cta is not None:
+            np.maximum(self.observed[cta], self._views_at(b, idx), out=self.observed[cta])
+        return self.buffers[b][idx]
+
+    def atomic_store(self, cta, b, idx, data, rmw=False):
+        super().atomic_store(cta, b, idx, data)
+        v = self.view[cta].copy()
+        if rmw:
+            np.maximum(v, self._views_at(b, idx), out=v)
+        if self.flag_ref[b] is None:
+            self.flag_ref[b] = np.zeros(self.buffers[b].size, np.int32)
+        self.flag_ref[b][idx] = len(self.flag_views)
+        self.flag_views.append(v)
+
+    def acquire(self, cta):
+        super().acquire(cta)
+        np.maximum(self.view[cta], self.observed[cta], out=self.view[cta])
