@@ -270,6 +270,48 @@ def test_dropped_acquires_fail_in_acquire_only_mode(chip, monkeypatch):
         check_launch(L, inp, res)
 
 
+def test_each_acquire_of_the_sm90a_scoring_is_needed(monkeypatch):
+    """index_scoring r8 on sm_90a's defaults (one poller a scoring CTA, ix_nb first; q_splits
+    2, so a head's q jobs and its ix_q sit on different CTAs): dropping any ONE device-scope
+    acquire fence (each call path of KernelBuilder.fence that emits one: ix_q's, ix_key's,
+    the scoring's) fails the checks in acquire_only mode (CausalMemory: an acquire covers
+    only what its polls observed). A fence no check needs would be dead weight or a test
+    gap; this says there is neither here (bench/NOTES.md v59)."""
+    import traceback
+    from monokernel.dsl import KernelBuilder
+    real = KernelBuilder.fence
+    seen, drop = [], [None]
+
+    def call_path():
+        return tuple(f"{fr.filename}:{fr.lineno}" for fr in traceback.extract_stack()[:-2]
+                     if "/stages/" in fr.filename or "/layouts/" in fr.filename)
+
+    def fence(self, order="acq_rel", scope="device"):
+        if order == "acquire" and scope in ("device", "system"):
+            where = call_path()
+            if where not in seen:
+                seen.append(where)
+            if where == drop[0]:
+                return None
+        return real(self, order, scope)
+    monkeypatch.setattr(KernelBuilder, "fence", fence)
+
+    def passes() -> bool:
+        L = _launch(8, "sm_90a", q_splits=2)
+        inp = make_inputs(L.plan, np.random.default_rng(57), [(8, 2043)], cache_pages=PAGES)
+        res = _run(L, inp, mode="acquire_only", seed=5)
+        try:
+            check_launch(L, inp, res)
+        except AssertionError:
+            return False
+        return True
+    assert passes()
+    assert len(seen) >= 3, seen  # ix_q, ix_key, the scoring
+    for where in list(seen):
+        drop[0] = where
+        assert not passes(), f"the acquire at {where[-1]} dropped: no check failed"
+
+
 def test_two_steps_on_one_arena_and_more_waves():
     """A second launch on the same never-reset scratch (new tag, new contexts) and a CTA of
     4 waves (two waves a row pair) give the same checks."""
