@@ -143,13 +143,17 @@ class RelaxedMemory(Memory):
             self.stamp[b] = np.zeros(n, np.int64)
             self.writer[b] = np.full(n, -1, np.int32)
 
+    def _seen(self, cta, b, idx) -> np.ndarray:
+        """Which bytes idx of buffer b (each with a stamp) CTA `cta` sees at their newest: its
+        own, and those made visible before its last acquire."""
+        return (self.stamp[b][idx] <= self.acq_time[cta]) | (self.writer[b][idx] == cta)
+
     def plain_load(self, cta, b, idx):
         cur = self.buffers[b]
         if self.stamp[b] is None:
             out = cur[idx]
         else:
-            seen = (self.stamp[b][idx] <= self.acq_time[cta]) | (self.writer[b][idx] == cta)
-            out = np.where(seen, cur[idx], self.prev[b][idx])
+            out = np.where(self._seen(cta, b, idx), cur[idx], self.prev[b][idx])
         ov = self.overlay[cta].get(b)
         if ov is not None:
             data, valid = ov
@@ -242,19 +246,10 @@ class CausalMemory(RelaxedMemory):
         super()._flush(cta)
         self.view[cta, cta] = self.clock  # its own stores: every stamp so far
 
-    def plain_load(self, cta, b, idx):
-        cur = self.buffers[b]
-        if self.stamp[b] is None:
-            out = cur[idx]
-        else:
-            w = self.writer[b][idx]
-            seen = (w == cta) | (self.stamp[b][idx] <= self.view[cta][np.maximum(w, 0)])
-            out = np.where(seen, cur[idx], self.prev[b][idx])
-        ov = self.overlay[cta].get(b)
-        if ov is not None:
-            data, valid = ov
-            out = np.where(valid[idx], data[idx], out)
-        return out
+    def _seen(self, cta, b, idx) -> np.ndarray:
+        """Its own bytes, and those whose writer's release is in its view."""
+        w = self.writer[b][idx]
+        return (w == cta) | (self.stamp[b][idx] <= self.view[cta][np.maximum(w, 0)])
 
     def _views_at(self, b, idx) -> np.ndarray:
         """The join of the views the atomic stores to bytes idx of buffer b carried."""

@@ -255,14 +255,8 @@ def test_dropped_acquires_fail_in_acquire_only_mode(chip, monkeypatch):
     polls): the acquire_only interpreter shows stale bytes (check_launch fails), where the
     same launch with its fences passes (test_scores_against_float64_reference). The
     relaxed mode's random refreshes may hide this (bench/NOTES.md v59)."""
-    from monokernel.dsl import KernelBuilder
-    real = KernelBuilder.fence
-
-    def fence(self, order="acq_rel", scope="device"):
-        if order == "acquire" and scope in ("device", "system"):
-            return None
-        return real(self, order, scope)
-    monkeypatch.setattr(KernelBuilder, "fence", fence)
+    from test_memory_modes import drop_device_acquires
+    drop_device_acquires(monkeypatch)
     L = _launch(8, chip)
     inp = make_inputs(L.plan, np.random.default_rng(8 * 7 + 1), [(8, 2043)], cache_pages=PAGES)
     res = _run(L, inp, mode="acquire_only", seed=5)

@@ -38,7 +38,8 @@ def _errors(name: str, rows: int = ROWS):
     return {n: e for n, e in errs.items() if not e["ok"]}
 
 
-def _drop_device_acquires(monkeypatch):
+def drop_device_acquires(monkeypatch):
+    """Every kernel built from now on (in the test) without its device-scope acquire fences."""
     real = KernelBuilder.fence
 
     def fence(self, order="acq_rel", scope="device"):
@@ -51,7 +52,7 @@ def _drop_device_acquires(monkeypatch):
 @pytest.mark.parametrize("name", kinds.default_names())
 def test_every_kind_needs_its_acquires_in_acquire_only_mode(name, monkeypatch):
     assert _errors(name) == {}, name
-    _drop_device_acquires(monkeypatch)
+    drop_device_acquires(monkeypatch)
     assert _errors(name) != {}, f"{name}: no check failed with every device acquire dropped"
 
 
