@@ -116,3 +116,15 @@ def test_causal_memory_makes_visible_only_the_releases_observed():
     mem.acquire(2)
     assert (seen(mem, 2, d, 0), seen(mem, 2, d, 1)) == (30, 31)
     assert seen(mem, 3, d, 0) == 0  # CTA 3 observed nothing
+
+
+def test_the_check_tools_take_every_interpreter_mode():
+    """check_layer and check_topk's --mode offers every mode the interpreter has (acquire_only
+    included) and refuses another, naming it."""
+    from monokernel.interp import MODES
+    from tools import check_layer, check_topk
+    for tool in (check_layer, check_topk):
+        ap = tool._parser()
+        assert [ap.parse_args(["--mode", m]).mode for m in MODES] == list(MODES)
+        with pytest.raises(SystemExit):
+            ap.parse_args(["--mode", "sloppy"])

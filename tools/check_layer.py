@@ -33,7 +33,7 @@ first floating-point input buffer in ABI order (outputs excluded), its most sign
 mantissa bit (f32 bit 22, bf16 bit 6, e4m3 bit 2). The dump records which; its digests must
 differ from an unperturbed dump's.
 
-Backends: interp (the numpy interpreter; --mode inorder|random|relaxed), cuda (an NVIDIA GPU,
+Backends: interp (the numpy interpreter; --mode inorder|random|relaxed|acquire_only), cuda (an NVIDIA GPU,
 sm_90a PTX), hip (an AMD GPU through libamdhip64, the code object for --chip; untested: no
 AMD GPU is available to the project, and it fails with a clear message without ROCm).
 Defaults: kind front (synthetic until front is registered), config tiny, TP 1 for tiny and 8
@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from monokernel.interp import MODES
 from tools import common
 
 FORMAT = "monokernel-digests/1"
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="where the launches run (default interp)")
     ap.add_argument("--chip", choices=("gfx950", "gfx942"), default="gfx950",
                     help="with --backend hip: the code object's chip (default gfx950)")
-    ap.add_argument("--mode", choices=("inorder", "random", "relaxed"), default="inorder",
+    ap.add_argument("--mode", choices=MODES, default="inorder",
                     help="with --backend interp: the interpreter's memory mode (default inorder)")
     ap.add_argument("--dump", default="digests", help="output folder (default digests)")
     ap.add_argument("--perturb", action="store_true",

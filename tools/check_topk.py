@@ -2,7 +2,7 @@
 
     python -m tools.check_topk [--config tiny] [--pos P1,P2,...] [--rows 2,4,8]
                                [--dist normal,ties,allequal,...] [--backend interp|cuda|hip]
-                               [--chip gfx950] [--mode inorder|random|relaxed] [--seed 0]
+                               [--chip gfx950] [--mode inorder|...|acquire_only] [--seed 0]
                                [--first-digits local|buffer|stage] [--max-slices S]
                                [--waves W] [--grid G] [--dump DIR]
                                [--through select|index] [--workload W1,W2]
@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from layouts.scores import TOPK, exact_topk_positions
+from monokernel.interp import MODES
 
 FORMAT = "monokernel-digests/1"
 F32_MAX = np.finfo(np.float32).max
@@ -230,7 +231,7 @@ def _parser():
     ap.add_argument("--backend", choices=("interp", "cuda", "hip"), default="interp")
     ap.add_argument("--chip", choices=("gfx950", "gfx942"), default="gfx950",
                     help="with --backend hip: the code object's chip")
-    ap.add_argument("--mode", choices=("inorder", "random", "relaxed"), default="inorder",
+    ap.add_argument("--mode", choices=MODES, default="inorder",
                     help="with --backend interp: the memory mode (default inorder)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first-digits", choices=("local", "buffer", "stage"), default="local",
