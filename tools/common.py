@@ -702,16 +702,14 @@ def launch_tune_value(attr: str, text: str):
 
 
 def _link_int(attr: str, text: str) -> int:
-    """The value of --tune launch.ATTR=TEXT for ATTR in LINK_INT_TUNABLES."""
-    from monokernel.dsl import MAX_POLL_BACKOFF
+    """The value of --tune launch.ATTR=TEXT for ATTR in LINK_INT_TUNABLES (the DSL's own
+    check_poll_backoff decides what is valid)."""
+    from monokernel.dsl import MAX_POLL_BACKOFF, DSLError, check_poll_backoff
     try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or not 1 <= value <= MAX_POLL_BACKOFF:
+        return check_poll_backoff(int(text), f"--tune launch.{attr}")
+    except (ValueError, DSLError):
         raise ValueError(f"--tune launch.{attr}={text}: expected an int in 1 .. "
-                         f"{MAX_POLL_BACKOFF}")
-    return value
+                         f"{MAX_POLL_BACKOFF}") from None
 
 
 def launch_for(kind, spec, tunes=()):
